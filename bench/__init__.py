@@ -1,0 +1,1 @@
+"""sparse-bench: trace-driven benchmarks of the extender's placement core (see bench/README.md)."""

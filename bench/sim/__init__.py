@@ -1,0 +1,1 @@
+"""Trace simulator driving the extender's placement core and ledger rules unchanged."""

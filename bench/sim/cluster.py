@@ -1,0 +1,138 @@
+"""SimCluster: one simulated cluster driven through the extender's placement core.
+
+Per pod: kube-scheduler's in-tree ``NodeResourcesFit`` (CPU, host memory, pod count) is modelled
+here as a pre-filter producing the candidate list, exactly what the extender receives in a real
+cluster; then the core decides: ``fit`` -> ``node_costs`` -> best node (ties to the smallest
+name) -> ``assign`` -> ``reservation_for``; the booking passes the ledger's capacity rule
+(``rules.check_fits`` over a ``rules.Usage``) before ``state.apply``. No GPU accounting lives
+here. Pods without GPUs never reach the extender; a policy may score them through its optional
+``host_costs`` (the kube-scheduler score plugin it models), otherwise the first node wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from bench.sim.trace import TraceDemand, inventory, make_demand
+from extender.interference import InterferenceMatrix
+from extender.interference.matrix import default_matrix
+from extender.ledger import rules
+from extender.ledger.rules import Reservation
+from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
+from extender.placement.policies.base import Policy
+from extender.placement.policies.common import HostView, pod_tag
+
+MAX_PODS = 1001  # the FGD simulator's per-node pod cap
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    demand: TraceDemand
+    node: int
+    reservation: Reservation | None  # None for pods without GPUs
+
+
+class SimCluster:
+    def __init__(
+        self,
+        nodes: pd.DataFrame,
+        names: list[str],
+        policy: Policy,
+        matrix: InterferenceMatrix | None = None,
+    ) -> None:
+        self.policy = policy
+        self.state = ClusterState.build(inventory(nodes, names), matrix or default_matrix())
+        order = np.array([self.state.node_index[n] for n in names])  # trace row -> state index
+        cpu = np.zeros(len(names), dtype=np.int64)
+        mem = np.zeros(len(names), dtype=np.int64)
+        cpu[order] = nodes["cpu_milli"].to_numpy()
+        mem[order] = nodes["memory_mib"].to_numpy()
+        self.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(len(names), np.int64))
+        self.state.host = self.host  # what kube-scheduler knows; read by some baselines
+        self.models = set(nodes["model"]) - {""}
+        self.caps = self.state.capacities(self.state.gpu_uuid)
+        self.usage = rules.Usage()
+        self.placed: dict[str, Placed] = {}
+        self.exclusive = bool(getattr(policy, "exclusive", False))
+        self.step = getattr(policy, "score_step", None)
+        self.host_costs = getattr(policy, "host_costs", None)
+        self.allocated_milli = 0  # booked milli-GPU (sum of state.milli_used)
+        self.total_milli = int(self.state.milli_cap.sum())
+
+    def demand(self, uid: str, cpu: int, mem: int, num_gpu: int, gpu_milli: int, spec: str,
+               job_class: str = "unknown") -> TraceDemand:
+        return make_demand(uid, cpu, mem, num_gpu, gpu_milli, spec, self.models,
+                           exclusive=self.exclusive, job_class=job_class)
+
+    def candidates(self, d: TraceDemand) -> np.ndarray:
+        h = self.host
+        ok = (h.cpu_left >= d.cpu_milli) & (h.mem_left >= d.host_mem_mib) & (h.pods < MAX_PODS)
+        return np.flatnonzero(ok)
+
+    def _pick(self, costs: np.ndarray) -> int | None:
+        if self.step:
+            costs = np.round(costs / self.step)
+        if not len(costs) or not np.isfinite(costs).any():
+            return None
+        return int(np.argmin(costs))  # first minimum = smallest node name
+
+    def schedule(self, d: TraceDemand, now: float = 0.0) -> Placed | None:
+        """One scheduling attempt; returns the placement or None (nothing changes then)."""
+        cand = self.candidates(d)
+        if not len(cand):
+            return None
+        st = self.state
+        if d.slot_count == 0:
+            costs = (self.host_costs(st, d, cand) if self.host_costs is not None
+                     else np.zeros(len(cand)))
+            j = self._pick(costs)
+            if j is None:
+                return None
+            return self._commit(d, int(cand[j]), None)
+        result = fit(st, d, [st.node_names[i] for i in cand])
+        j = self._pick(node_costs(st, d, result, self.policy))
+        if j is None:
+            return None
+        node = result.names[j]
+        a = assign(st, d, node, self.policy)
+        if a is None:  # cannot happen when node_costs is finite; kept as a guard
+            return None
+        r = reservation_for(d, a, st, now, None)
+        rules.check_fits(self.usage, r, self.caps)  # the ledger's rule, raises on overbooking
+        return self._commit(d, st.node_index[node], r)
+
+    def _commit(self, d: TraceDemand, node: int, r: Reservation | None) -> Placed:
+        h = self.host
+        h.cpu_left[node] -= d.cpu_milli
+        h.mem_left[node] -= d.host_mem_mib
+        h.pods[node] += 1
+        tag = pod_tag(d)
+        if tag >= 0:
+            h.tag_count[node, tag] += 1
+        if r is not None:
+            self.usage.add(r)
+            self.state.apply(r)
+            self.allocated_milli += sum(a.milli for a in r.allocations)
+        p = Placed(d, node, r)
+        self.placed[d.uid] = p
+        return p
+
+    def release(self, uid: str) -> Placed | None:
+        p = self.placed.pop(uid, None)
+        if p is None:
+            return None
+        h, d = self.host, p.demand
+        h.cpu_left[p.node] += d.cpu_milli
+        h.mem_left[p.node] += d.host_mem_mib
+        h.pods[p.node] -= 1
+        tag = pod_tag(d)
+        if tag >= 0:
+            h.tag_count[p.node, tag] -= 1
+        if p.reservation is not None:
+            self.usage.add(p.reservation, -1)
+            self.state.unapply(d.uid)
+            self.allocated_milli -= sum(a.milli for a in p.reservation.allocations)
+        return p

@@ -1,0 +1,128 @@
+"""Markdown report, PNG plots, CSV/JSON beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.sim import expected
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def md_table(df: pd.DataFrame, floatfmt: str = "{:.2f}") -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, row in df.iterrows():
+        cells = []
+        for c in cols:
+            v = row[c]
+            if isinstance(v, float | np.floating):
+                cells.append("" if np.isnan(v) else floatfmt.format(v))
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def validation(runs: list) -> pd.DataFrame:
+    """Ours vs the authors at arrived = 100 %, mean over the seeds we ran (theirs: same seeds)."""
+    rows = []
+    keys = sorted({(r.workload, r.policy) for r in runs})
+    for workload, policy in keys:
+        mine = [r for r in runs if r.workload == workload and r.policy == policy]
+        seeds = sorted(r.seed for r in mine)
+        ours = float(np.mean([r.alloc[100] for r in mine]))
+        total = mine[0].total_gpus
+        theirs_c = expected.curves(workload, policy, seeds)
+        theirs = float(theirs_c[:, 100].mean()) if theirs_c is not None else np.nan
+        rows.append({
+            "workload": workload, "policy": policy, "seeds": len(seeds),
+            "ours_alloc_%": ours, "theirs_alloc_%": theirs, "diff_pp": ours - theirs,
+            "ours_unalloc_gpus": total * (100 - ours) / 100,
+            "theirs_unalloc_gpus": total * (100 - theirs) / 100 if not np.isnan(theirs) else np.nan,
+            "within_1pp": "" if np.isnan(theirs) else ("yes" if abs(ours - theirs) <= 1.0 else "NO"),
+        })
+    return pd.DataFrame(rows)
+
+
+def plot_curves(runs: list, metric: str, ylabel: str, path: Path, workload: str,
+                lo: int = 0, hi: int = 130) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    x = np.arange(131)
+    for policy in sorted({r.policy for r in runs if r.workload == workload}):
+        ys = np.array([getattr(r, metric) for r in runs
+                       if r.workload == workload and r.policy == policy])
+        med = np.nanmedian(ys, axis=0)
+        (line,) = ax.plot(x[lo:hi + 1], med[lo:hi + 1], label=policy)
+        if len(ys) > 1:
+            ax.fill_between(x[lo:hi + 1], np.nanpercentile(ys, 25, axis=0)[lo:hi + 1],
+                            np.nanpercentile(ys, 75, axis=0)[lo:hi + 1], alpha=0.2,
+                            color=line.get_color())
+        theirs = expected.curves(workload, policy, metric=metric)
+        if theirs is not None:
+            ax.plot(x[lo:hi + 1], np.median(theirs, axis=0)[lo:hi + 1], ls=":",
+                    color=line.get_color(), lw=1)
+    ax.set_xlabel("arrived workload (% of cluster GPU)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{workload} (dotted: FGD authors' results)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_fgd(runs: list, out: Path, command: str = "") -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    per_run = pd.DataFrame([r.row() for r in runs]).sort_values(["workload", "policy", "seed"])
+    per_run.to_csv(out / "runs.csv", index=False)
+    curves = [{**{k: v for k, v in r.row().items() if k in ("workload", "policy", "seed")},
+               "alloc": _list(r.alloc), "frag": _list(r.frag), "frag_rate": _list(r.frag_rate)}
+              for r in runs]
+    (out / "curves.json").write_text(json.dumps(curves))
+    val = validation(runs)
+    val.to_csv(out / "validation.csv", index=False)
+    lines = ["# sparse-bench: FGD protocol", ""]
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    lines += [
+        "Protocol: pods shuffled per seed, resampled to 1.3x GPU capacity, one attempt per pod,",
+        "no departures, ties to the smallest seed-permuted node name (bench/README.md).",
+        "",
+        "## GPU allocation at arrived workload = 100 % (mean over seeds)", "",
+        md_table(val), "",
+    ]
+    have = val.dropna(subset=["theirs_alloc_%"])
+    if len(have):
+        worst = have.loc[have["diff_pp"].abs().idxmax()]
+        lines += [f"Largest deviation from the authors: {worst['diff_pp']:+.2f} pp "
+                  f"({worst['policy']} on {worst['workload']}); "
+                  f"{(have['within_1pp'] == 'yes').sum()} of {len(have)} within 1.0 pp.", ""]
+    for workload in sorted({r.workload for r in runs}):
+        for metric, label, lo in (("alloc", "GPU allocation (%)", 50),
+                                  ("frag", "fragmented GPU (% of cluster)", 0),
+                                  ("frag_rate", "fragmentation rate (% of idle GPU)", 0)):
+            name = f"{workload}-{metric}.png"
+            plot_curves(runs, metric, label, out / name, workload, lo=lo)
+            lines += [f"![{workload} {metric}]({name})", ""]
+    lines += ["## Runtime", "",
+              md_table(per_run.groupby("policy")["seconds"].mean().reset_index()), ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _list(a: np.ndarray) -> list:
+    return [None if np.isnan(v) else round(float(v), 4) for v in a]

@@ -1,0 +1,3 @@
+from extender.cli import main
+
+main()

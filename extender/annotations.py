@@ -1,0 +1,22 @@
+"""Every resource name, annotation and Redis key the project reads or writes, in one place."""
+
+# Resources a pod asks for.
+RES_WHOLE_GPU = "nvidia.com/gpu"
+RES_GPU_MILLI = "sparse.io/gpu-milli"  # compute share of one GPU, 1..1000
+RES_GPU_MEM = "sparse.io/gpu-mem"  # MiB of one GPU
+MANAGED_RESOURCES = (RES_WHOLE_GPU, RES_GPU_MILLI, RES_GPU_MEM)
+
+# Pod annotations read by the extender.
+ANN_GPU_MODEL = "sparse.io/gpu-model"  # allowed models, "|"-separated: "V100M16|V100M32"
+ANN_JOB_CLASS = "sparse.io/job-class"  # recommendation, cnn, transformer, rnn, rl, gan, ...
+
+# Pod annotations written at bind.
+ANN_GPU_UUIDS = "sparse.io/gpu-uuids"  # comma-separated UUIDs of every GPU the pod got
+ANN_ASSIGNMENT = "sparse.io/assignment"  # JSON: per-container detail, see docs/requests.md
+ANN_NODE = "sparse.io/node"  # node the assignment was made for
+
+# Node annotation carrying the GPU inventory (published by the node agent).
+ANN_GPU_INVENTORY = "sparse.io/gpu-inventory"
+
+# Redis hash with a predicted demand, written by the predictor worker.
+DEMAND_KEY_PREFIX = "sparse:demand:"

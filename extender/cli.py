@@ -1,0 +1,87 @@
+"""``sparse-extender`` command line."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import click
+
+from extender import logs
+from extender.config import DEFAULT_MAX_BODY_MIB, DEFAULT_RESERVATION_TTL_S, Settings
+from extender.errors import SparseError
+from extender.placement.policies import REGISTRY
+
+_file = click.Path(dir_okay=False, path_type=Path)
+
+
+@click.group()
+@click.version_option(package_name="sparse")
+def main() -> None:
+    """sparse: interference-aware GPU sharing for kube-scheduler."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8888, show_default=True, type=int)
+@click.option("--prefix", default="/scheduler", show_default=True,
+              help="URL prefix of filter/prioritize/bind/preempt (the scheduler's urlPrefix).")
+@click.option("--nodes", type=_file, help="GPU inventory in node-conf.yaml format.")
+@click.option("--store", default="memory", show_default=True,
+              help="Ledger: 'memory' (one replica) or redis://host:port/db (shared).")
+@click.option("--predictions", help="redis:// URL of predicted demands (default: --store's).")
+@click.option("--policy", default="sparse", show_default=True,
+              type=click.Choice(sorted(REGISTRY)))
+@click.option("--interference", type=_file, help="Interference matrix CSV (default: Gavel V100).")
+@click.option("--reservation-ttl", default=DEFAULT_RESERVATION_TTL_S, show_default=True,
+              type=float, help="Seconds an unbound reservation is kept.")
+@click.option("--max-body-mib", default=DEFAULT_MAX_BODY_MIB, show_default=True, type=int)
+@click.option("--tls-cert", type=_file, help="Serve HTTPS with this certificate (PEM).")
+@click.option("--tls-key", type=_file, help="Private key of --tls-cert (PEM).")
+@click.option("--tls-client-ca", type=_file, help="Require client certificates signed by this CA.")
+@click.option("--kubeconfig", type=_file, help="Talk to a cluster with this kubeconfig.")
+@click.option("--in-cluster", is_flag=True, help="Talk to the cluster the pod runs in.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--log-format", default="json", show_default=True,
+              type=click.Choice(["json", "text"]))
+def serve(**options: object) -> None:
+    """Run the extender HTTP service."""
+    from aiohttp import web
+
+    from extender.http.app import make_app
+
+    logs.setup(str(options.pop("log_level")), str(options.pop("log_format")))
+    settings = Settings(
+        host=options["host"], port=options["port"], prefix=options["prefix"],
+        nodes=options["nodes"], store=options["store"], predictions=options["predictions"],
+        policy=options["policy"], interference=options["interference"],
+        reservation_ttl_s=options["reservation_ttl"], max_body_mib=options["max_body_mib"],
+        tls_cert=options["tls_cert"], tls_key=options["tls_key"],
+        tls_client_ca=options["tls_client_ca"], kubeconfig=options["kubeconfig"],
+        in_cluster=bool(options["in_cluster"]),
+    )  # type: ignore[arg-type]
+    errors = settings.validate()
+    if errors:
+        raise click.UsageError("\n".join(errors))
+    try:
+        app = make_app(settings)
+    except SparseError as exc:
+        raise click.ClickException(str(exc)) from exc
+    web.run_app(app, host=settings.host, port=settings.port, ssl_context=ssl_context(settings),
+                access_log=None, print=lambda msg: click.echo(msg, err=True))
+
+
+def ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.tls_cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    if settings.tls_client_ca is not None:
+        context.load_verify_locations(settings.tls_client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Where predicted demands come from: nowhere (embedded default) or the predictor's Redis hashes."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import redis.asyncio as aioredis
+
+from extender.annotations import DEMAND_KEY_PREFIX
+from extender.demand import Prediction
+
+
+class DemandSource(Protocol):
+    async def get(self, pod_uid: str) -> Prediction | None: ...
+
+    async def close(self) -> None: ...
+
+
+class NoPredictions:
+    async def get(self, pod_uid: str) -> Prediction | None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisPredictions:
+    """Reads ``sparse:demand:<pod-uid>``: one round trip per pod (not per node)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._r = client
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisPredictions:
+        return cls(aioredis.Redis.from_url(url))
+
+    async def get(self, pod_uid: str) -> Prediction | None:
+        fields = await self._r.hgetall(DEMAND_KEY_PREFIX + pod_uid)
+        if not fields:
+            return None
+        return Prediction.from_hash({k.decode(): v.decode() for k, v in fields.items()})
+
+    async def close(self) -> None:
+        await self._r.aclose()

@@ -1,0 +1,35 @@
+"""Domain errors. Each names the HTTP status the HTTP layer maps it to; no aiohttp import here."""
+
+
+class SparseError(Exception):
+    """Base class of every error the extender understands."""
+
+    http_status = 500
+
+
+class InvalidRequest(SparseError):
+    """Malformed or hostile request body (HTTP 400)."""
+
+    http_status = 400
+
+
+class InvalidInventory(SparseError):
+    """A GPU inventory file or Node annotation that cannot be used."""
+
+    http_status = 400
+
+
+class InvalidDemand(SparseError):
+    """A pod whose GPU request cannot be understood (bad quantity, milli out of range...)."""
+
+    http_status = 400
+
+
+class ReservationConflict(SparseError):
+    """A reservation would over-commit a GPU or collides with an existing one (HTTP 409)."""
+
+    http_status = 409
+
+    def __init__(self, message: str, gpu_uuid: str | None = None) -> None:
+        super().__init__(message)
+        self.gpu_uuid = gpu_uuid

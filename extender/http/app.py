@@ -1,0 +1,107 @@
+"""Application factory: settings -> aiohttp app wired to one Scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from extender.config import Settings
+from extender.demandsource import DemandSource, NoPredictions, RedisPredictions
+from extender.http import handlers
+from extender.http.keys import METRICS, READY, SCHEDULER
+from extender.http.middlewares import make_middleware
+from extender.interference.matrix import default_matrix, load_matrix
+from extender.inventory import Inventory, load_node_conf_file
+from extender.ledger.memory import MemoryLedger
+from extender.ledger.redis import RedisLedger
+from extender.ledger.store import LedgerStore
+from extender.metrics import Metrics
+from extender.placement import make_policy
+from extender.service import Scheduler
+
+log = logging.getLogger("sparse.app")
+
+
+def build_scheduler(settings: Settings) -> Scheduler:
+    inventory = load_node_conf_file(settings.nodes) if settings.nodes else Inventory({})
+    ledger: LedgerStore = (
+        MemoryLedger() if settings.store == "memory" else RedisLedger.from_url(settings.store)
+    )
+    predictions_url = settings.predictions or (
+        settings.store if settings.store != "memory" else None
+    )
+    demand: DemandSource = (
+        RedisPredictions.from_url(predictions_url) if predictions_url else NoPredictions()
+    )
+    matrix = load_matrix(settings.interference) if settings.interference else default_matrix()
+    return Scheduler(
+        inventory=inventory,
+        ledger=ledger,
+        matrix=matrix,
+        policy=make_policy(settings.policy),
+        demand_source=demand,
+        reservation_ttl_s=settings.reservation_ttl_s,
+    )
+
+
+def add_routes(app: web.Application, prefix: str) -> None:
+    app.router.add_post(f"{prefix}/filter", handlers.filter_)
+    app.router.add_post(f"{prefix}/prioritize", handlers.prioritize)
+    app.router.add_post(f"{prefix}/bind", handlers.bind)
+    app.router.add_post(f"{prefix}/preempt", handlers.preempt)
+    app.router.add_get(f"{prefix}/inspect", handlers.inspect)
+    app.router.add_get(f"{prefix}/inspect/{{node}}", handlers.inspect)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/readyz", handlers.readyz)
+    app.router.add_get("/metrics", handlers.metrics)
+
+
+async def _expiry_loop(scheduler: Scheduler, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await scheduler.expire()
+        except Exception:  # Redis blip: try again next round
+            log.exception("reservation expiry failed")
+
+
+def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Application:
+    prefix = settings.prefix.rstrip("/")
+    scheduler = scheduler or build_scheduler(settings)
+    metrics = Metrics(lambda: scheduler.state)
+    scheduler.observers.append(metrics.observe)
+    app = web.Application(
+        client_max_size=settings.max_body_mib * 1024 * 1024,
+        middlewares=[make_middleware(prefix)],
+    )
+    app[SCHEDULER] = scheduler
+    app[METRICS] = metrics
+    app[READY] = asyncio.Event()
+    add_routes(app, prefix)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        kube = None
+        if settings.kube_enabled:
+            from extender.kube.integration import KubeIntegration
+
+            kube = KubeIntegration(settings, scheduler)
+            await kube.start()  # watches Nodes and Pods; rebuilds the ledger before ready
+        else:
+            await scheduler.view()
+        app[READY].set()
+        expiry = asyncio.create_task(_expiry_loop(scheduler, settings.expire_interval_s))
+        yield
+        expiry.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await expiry
+        if kube is not None:
+            await kube.stop()
+        await scheduler.ledger.close()
+        await scheduler.demand_source.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

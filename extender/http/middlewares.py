@@ -1,0 +1,47 @@
+"""Domain errors -> HTTP status with a message; per-verb request counts and latency."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import web
+
+from extender.errors import SparseError
+from extender.http.keys import METRICS
+from extender.protocol import encode
+
+log = logging.getLogger("sparse.http")
+
+
+def make_middleware(prefix: str) -> web.middleware:
+    verbs = {f"{prefix}/{v}": v for v in ("filter", "prioritize", "bind", "preempt")}
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        verb = verbs.get(request.path, "other")
+        metrics = request.app[METRICS]
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except SparseError as exc:
+            status = exc.http_status
+            log.info("%s %s -> %d: %s", request.method, request.path, status, exc)
+            return web.Response(body=encode({"error": str(exc)}), status=status,
+                                content_type="application/json")
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return web.Response(body=encode({"error": "internal error; see extender logs"}),
+                                status=500, content_type="application/json")
+        finally:
+            if verb != "other":
+                metrics.latency.labels(verb).observe(time.perf_counter() - started)
+                metrics.requests.labels(verb, str(status)).inc()
+
+    return middleware

@@ -1,0 +1,71 @@
+"""In-process ledger: the embedded default. Atomic because no call awaits while it mutates."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from extender.errors import ReservationConflict
+from extender.ledger import rules
+from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation, Usage
+
+
+class MemoryLedger:
+    def __init__(self) -> None:
+        self._reservations: dict[str, Reservation] = {}
+        self._usage = Usage()
+        self._version = 0
+
+    async def reserve(
+        self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
+    ) -> int:
+        existing = self._reservations.get(reservation.pod_uid)
+        if existing is not None:
+            if existing.same_booking(reservation):
+                return self._version
+            raise ReservationConflict(
+                f"pod {reservation.pod_uid} already holds GPUs on {existing.node}"
+            )
+        rules.check_fits(self._usage, reservation, capacities)
+        self._reservations[reservation.pod_uid] = reservation
+        self._usage.add(reservation)
+        self._version += 1
+        return self._version
+
+    async def confirm(self, pod_uid: str) -> Reservation | None:
+        existing = self._reservations.get(pod_uid)
+        if existing is None:
+            return None
+        if existing.state != rules.STATE_BOUND:
+            existing = existing.bound()
+            self._reservations[pod_uid] = existing
+            self._version += 1
+        return existing
+
+    async def release(self, pod_uid: str) -> Reservation | None:
+        existing = self._reservations.pop(pod_uid, None)
+        if existing is not None:
+            self._usage.add(existing, -1)
+            self._version += 1
+        return existing
+
+    async def get(self, pod_uid: str) -> Reservation | None:
+        return self._reservations.get(pod_uid)
+
+    async def snapshot(self) -> tuple[int, dict[str, Reservation]]:
+        return self._version, dict(self._reservations)
+
+    async def version(self) -> int:
+        return self._version
+
+    async def expire(self, now: float) -> list[Reservation]:
+        stale = [
+            r
+            for r in self._reservations.values()
+            if r.state == STATE_RESERVED and r.expires_at is not None and r.expires_at <= now
+        ]
+        for r in stale:
+            await self.release(r.pod_uid)
+        return stale
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,36 @@
+"""The contract every ledger backend implements (checked by tests/extender/ledger/test_contract.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from extender.ledger.rules import GpuCapacity, Reservation
+
+
+class LedgerStore(Protocol):
+    async def reserve(
+        self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
+    ) -> int:
+        """Book every allocation or none. Raises ReservationConflict when a GPU would exceed
+        its capacity or the pod already holds a different reservation; booking the same thing
+        twice is a no-op (a retried bind). Returns the ledger version after the change."""
+
+    async def confirm(self, pod_uid: str) -> Reservation | None:
+        """Mark the pod's reservation bound (no expiry). None if there is none."""
+
+    async def release(self, pod_uid: str) -> Reservation | None:
+        """Drop the pod's reservation; returns what was dropped (None if nothing)."""
+
+    async def get(self, pod_uid: str) -> Reservation | None: ...
+
+    async def snapshot(self) -> tuple[int, dict[str, Reservation]]:
+        """(version, every reservation by pod UID), consistent with each other."""
+
+    async def version(self) -> int:
+        """Bumped by every change; cheap, so readers can keep a cached snapshot fresh."""
+
+    async def expire(self, now: float) -> list[Reservation]:
+        """Release reserved-but-never-bound reservations whose deadline has passed."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,80 @@
+"""Every Prometheus metric of the extender, defined once (tabled in docs/metrics.md).
+
+Per-GPU gauges are computed at scrape time from the live ClusterState by a collector, so the
+hot path never touches 40,000 label sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from extender.placement.state import ClusterState
+from extender.service import Outcome
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self, state: Callable[[], ClusterState]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "sparse_extender_requests_total",
+            "Extender HTTP requests by verb and outcome.",
+            ["verb", "code"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "sparse_extender_request_duration_seconds",
+            "Extender request latency by verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "sparse_extender_decisions_total",
+            "Scheduling decisions by verb and result (ok, rejected).",
+            ["verb", "result"],
+            registry=self.registry,
+        )
+        self.registry.register(_LedgerCollector(state))
+
+    def observe(self, outcome: Outcome) -> None:
+        self.decisions.labels(outcome.verb, "ok" if outcome.ok else "rejected").inc()
+
+
+class _LedgerCollector(Collector):
+    def __init__(self, state: Callable[[], ClusterState]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._state()
+        reservations = GaugeMetricFamily(
+            "sparse_ledger_reservations", "Reservations in the ledger by state.", labels=["state"]
+        )
+        by_state: dict[str, int] = {"reserved": 0, "bound": 0}
+        for r in state.reservations.values():
+            by_state[r.state] = by_state.get(r.state, 0) + 1
+        for name, count in by_state.items():
+            reservations.add_metric([name], count)
+        yield reservations
+        labels = ["gpu", "node", "model"]
+        mem = GaugeMetricFamily("sparse_gpu_memory_reserved_mib", "GPU memory booked (MiB).",
+                                labels=labels)
+        mem_cap = GaugeMetricFamily("sparse_gpu_memory_capacity_mib", "GPU memory (MiB).",
+                                    labels=labels)
+        milli = GaugeMetricFamily("sparse_gpu_milli_reserved", "GPU compute booked (milli).",
+                                  labels=labels)
+        pods = GaugeMetricFamily("sparse_gpu_pods", "Pods holding a part of the GPU.",
+                                 labels=labels)
+        residents = state.resident_count()
+        for i, uuid in enumerate(state.gpu_uuid):
+            key = [uuid, state.node_names[state.gpu_node[i]], state.models[state.gpu_model[i]]]
+            mem.add_metric(key, float(state.mem_used[i]))
+            mem_cap.add_metric(key, float(state.mem_cap[i]))
+            milli.add_metric(key, float(state.milli_used[i]))
+            pods.add_metric(key, float(residents[i]))
+        yield from (mem, mem_cap, milli, pods)

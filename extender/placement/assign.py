@@ -1,0 +1,146 @@
+"""Choosing GPUs: a slots x GPUs cost matrix solved with the Hungarian method (SciPy), and the
+same optimum computed for many nodes at once for prioritize. Pure.
+
+Slots are the pod's W whole GPUs plus one row for its share, if any. Infeasible cells cost
+``INFEASIBLE``; an assignment that needs one is no assignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from extender.demand import PodDemand
+from extender.ledger.rules import Allocation, Reservation
+from extender.placement.fit import FitResult, fit, gpu_masks
+from extender.placement.policies.base import Policy
+from extender.placement.state import ClusterState
+
+INFEASIBLE = 1e12
+
+
+@dataclass(frozen=True)
+class Assignment:
+    node: str
+    whole: tuple[str, ...]  # UUIDs for the whole-GPU slots, in container order
+    share: str | None  # UUID for the share slot
+    cost: float
+
+
+def cost_matrix(
+    demand: PodDemand, share_cost: np.ndarray, whole_cost: np.ndarray, free: np.ndarray,
+    share_ok: np.ndarray,
+) -> np.ndarray:
+    rows = [np.where(free, whole_cost, INFEASIBLE)] * demand.whole_gpus
+    if demand.has_share:
+        rows.append(np.where(share_ok, share_cost, INFEASIBLE))
+    return np.vstack(rows) if rows else np.zeros((0, len(free)))
+
+
+def solve(matrix: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """Column chosen for each row and the total cost; None when infeasible."""
+    if matrix.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), 0.0
+    if matrix.shape[0] > matrix.shape[1]:
+        return None
+    rows, cols = linear_sum_assignment(matrix)
+    total = float(matrix[rows, cols].sum())
+    if total >= INFEASIBLE:
+        return None
+    return cols[np.argsort(rows)], total
+
+
+def assign(
+    state: ClusterState, demand: PodDemand, node: str, policy: Policy
+) -> Assignment | None:
+    """The GPUs of ``node`` this pod should get, or None if it does not fit there."""
+    if node not in state.node_index:
+        return None
+    masks = gpu_masks(state, demand, np.array([state.node_index[node]]))
+    share_cost, whole_cost = policy.costs(state, demand, masks)
+    solved = solve(cost_matrix(demand, share_cost, whole_cost, masks.free, masks.share))
+    if solved is None:
+        return None
+    cols, total = solved
+    uuids = [state.gpu_uuid[g] for g in masks.gpus[cols]]
+    whole = tuple(uuids[: demand.whole_gpus])
+    share = uuids[demand.whole_gpus] if demand.has_share else None
+    return Assignment(node=node, whole=whole, share=share, cost=total)
+
+
+def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy: Policy
+               ) -> np.ndarray:
+    """Optimal assignment cost per candidate node (inf where the pod does not fit); equals
+    ``assign(...).cost`` node by node, without a solver call for the common shapes."""
+    masks = result.masks
+    n = len(result.nodes)
+    out = np.full(n, np.inf)
+    if n == 0 or not result.fits.any():
+        return out
+    share_cost, whole_cost = policy.costs(state, demand, masks)
+    w = demand.whole_gpus
+    if w and demand.has_share:  # mixed pods: rare, solve each fitting node exactly
+        for i in np.flatnonzero(result.fits):
+            sel = masks.owner == i
+            solved = solve(
+                cost_matrix(demand, share_cost[sel], whole_cost[sel], masks.free[sel],
+                            masks.share[sel])
+            )
+            out[i] = solved[1] if solved else np.inf
+        return out
+    if demand.has_share:
+        sel = masks.share
+        np.minimum.at(out, masks.owner[sel], share_cost[sel])
+    elif w:
+        sel = np.flatnonzero(masks.free)
+        owner, cost = masks.owner[sel], whole_cost[sel]
+        order = np.lexsort((cost, owner))
+        owner, cost = owner[order], cost[order]
+        first = np.searchsorted(owner, owner)  # first position of each owner's run
+        rank = np.arange(len(owner)) - first
+        keep = rank < w
+        total = np.bincount(owner[keep], weights=cost[keep], minlength=n)
+        out[result.fits] = total[result.fits]
+    else:
+        out[result.fits] = 0.0
+    out[~result.fits] = np.inf
+    return out
+
+
+def reservation_for(
+    demand: PodDemand,
+    assignment: Assignment,
+    state: ClusterState,
+    now: float,
+    ttl_s: float | None,
+) -> Reservation:
+    allocations: list[Allocation] = []
+    whole = iter(assignment.whole)
+    for container in demand.containers:
+        for _ in range(container.whole_gpus):
+            uuid = next(whole)
+            i = state.gpu_index[uuid]
+            allocations.append(
+                Allocation(uuid, container.name, int(state.mem_cap[i]), int(state.milli_cap[i]))
+            )
+    if assignment.share is not None:
+        for container in demand.share_containers:
+            allocations.append(
+                Allocation(assignment.share, container.name, container.mem_mib, container.milli)
+            )
+    return Reservation(
+        pod_uid=demand.uid,
+        namespace=demand.namespace,
+        name=demand.name,
+        node=assignment.node,
+        allocations=tuple(allocations),
+        job_class=demand.job_class,
+        created_at=now,
+        expires_at=None if ttl_s is None else now + ttl_s,
+        whole_gpus=assignment.whole,
+    )
+
+
+__all__ = ["Assignment", "assign", "fit", "node_costs", "reservation_for", "solve"]

@@ -1,0 +1,22 @@
+"""One scaler from policy costs to the extender's integer scores 0..10. Pure."""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_SCORE = 10
+
+
+def scores_from_costs(costs: np.ndarray) -> list[int]:
+    """Lowest finite cost -> 10, highest -> 0, linear between; infeasible (inf) -> 0.
+    When every feasible node costs the same they all get 10."""
+    out = np.zeros(len(costs), dtype=np.int64)
+    finite = np.isfinite(costs)
+    if not finite.any():
+        return out.tolist()
+    lo, hi = costs[finite].min(), costs[finite].max()
+    if hi - lo <= 1e-12:
+        out[finite] = MAX_SCORE
+    else:
+        out[finite] = np.rint(MAX_SCORE * (hi - costs[finite]) / (hi - lo)).astype(np.int64)
+    return [int(x) for x in out]

@@ -1,0 +1,143 @@
+"""Helpers shared by the trace baselines (FGD paper policies and stock-Kubernetes models). Pure.
+
+The baselines score *nodes* (kube-scheduler score plugins); the core asks a policy for per-GPU
+costs. They are mapped onto that interface so that the core's optimum reproduces the node
+score exactly:
+
+* whole-GPU slots cost ``-score / W`` each (W slots sum to ``-score``), share slots cost
+  ``-score``;
+* the GPU the original picks inside the node gets the smallest offset ``TIE * rank`` (ranks
+  < 1e5, so offsets stay far below one score point); the simulator rounds node costs to
+  ``score_step`` before taking the minimum, so nodes with equal scores tie exactly and the
+  first (smallest-name) node wins, as in the authors' ``selectHost``.
+
+Beyond the GPU state, several baselines read the pod's CPU request (``demand.cpu_milli``, set by
+the simulator's trace demands) and what kube-scheduler knows about each node (``state.host``, a
+:class:`HostView` the simulator attaches). Without them CPU is treated as not binding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement.fit import GpuMasks
+from extender.placement.state import ClusterState
+
+MAX_SPEC_CPU = 128_000  # the FGD simulator's normalisers (pkg/utils/const.go)
+MAX_SPEC_GPU = 8_000
+MAX_NODE_SCORE = 100
+TIE = 1e-6
+MAX_TAG = 64  # k-GPU pod tags 1..64, tag 0 = GPU share
+
+
+@dataclass
+class HostView:
+    """Per node (state index order): CPU and host memory, and the GPU pods running there."""
+
+    cpu_cap: np.ndarray
+    cpu_left: np.ndarray
+    mem_cap: np.ndarray
+    mem_left: np.ndarray
+    pods: np.ndarray
+    tag_count: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.tag_count is None:
+            self.tag_count = np.zeros((len(self.cpu_cap), MAX_TAG + 1), dtype=np.int64)
+
+    @classmethod
+    def unlimited(cls, n: int) -> HostView:
+        big = np.full(n, 10**12, dtype=np.int64)
+        return cls(big, big.copy(), big.copy(), big.copy(), np.zeros(n, dtype=np.int64))
+
+
+def pod_cpu(demand: PodDemand) -> int:
+    return int(getattr(demand, "cpu_milli", 0))
+
+
+def pod_tag(demand: PodDemand) -> int:
+    """GpuClustering's pod tag: 0 = GPU share, k = k whole GPUs, -1 = no GPU."""
+    if demand.has_share and demand.whole_gpus == 0:
+        return 0
+    return min(demand.whole_gpus, MAX_TAG) if demand.whole_gpus else -1
+
+
+def host_of(state: ClusterState) -> HostView:
+    host = getattr(state, "host", None)
+    if host is None:
+        host = HostView.unlimited(len(state.node_names))
+    return host
+
+
+def candidate_nodes(state: ClusterState, masks: GpuMasks) -> np.ndarray:
+    """State node index of each candidate (position = ``masks.owner`` value)."""
+    n = int(masks.owner.max()) + 1 if len(masks.owner) else 0
+    nodes = np.zeros(n, dtype=np.int64)
+    nodes[masks.owner] = state.gpu_node[masks.gpus]
+    return nodes
+
+
+def local_index(state: ClusterState, gpus: np.ndarray) -> np.ndarray:
+    """Position of each GPU inside its node (0 = the node's first GPU)."""
+    return gpus - state.node_start[state.gpu_node[gpus]]
+
+
+def segment_sum(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Sum rows of ``values`` (G or G x M) per owner; owners are sorted (contiguous runs)."""
+    values = np.asarray(values, dtype=np.float64)
+    ids = np.arange(n)
+    lo = np.searchsorted(owner, ids, "left")
+    hi = np.searchsorted(owner, ids, "right")
+    zero = np.zeros((1, *values.shape[1:]))
+    cs = np.concatenate([zero, np.cumsum(values, axis=0)], axis=0)
+    return cs[hi] - cs[lo]
+
+
+def node_milli_left(state: ClusterState, masks: GpuMasks, n: int) -> np.ndarray:
+    """U_n: GPU milli left summed over each candidate node's GPUs."""
+    return segment_sum(state.milli_free[masks.gpus], masks.owner, n)
+
+
+def node_fits(demand: PodDemand, masks: GpuMasks, n: int) -> np.ndarray:
+    """Per candidate: can the pod's GPU slots be placed (same rule as ``fit``)."""
+    free = np.bincount(masks.owner, weights=masks.free, minlength=n)
+    share = np.bincount(masks.owner, weights=masks.share, minlength=n)
+    either = np.bincount(masks.owner, weights=masks.free | masks.share, minlength=n)
+    w = demand.whole_gpus
+    if demand.has_share:
+        return (free >= w) & (share >= 1) & (either >= w + 1)
+    return free >= w
+
+
+def best_gpu_rank(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.ndarray:
+    """The FGD simulator's ``best`` GPU choice as a rank: least milli left after the share
+    first, ties to the lowest index."""
+    left = state.milli_free[gpus] - demand.share_milli
+    return np.maximum(left, 0) * 100 + np.minimum(local_index(state, gpus), 99)
+
+
+def node_score_costs(
+    state: ClusterState, demand: PodDemand, masks: GpuMasks, score: np.ndarray,
+    share_rank: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-GPU costs that make the core's node optimum ``-score[node]`` (see module doc)."""
+    per_gpu = score[masks.owner].astype(np.float64)
+    idx = local_index(state, masks.gpus)
+    if share_rank is None:
+        share_rank = best_gpu_rank(state, demand, masks.gpus)
+    share = -per_gpu + TIE * share_rank
+    whole = -per_gpu / max(demand.whole_gpus, 1) + TIE * idx
+    return share, whole
+
+
+def gpu_total_request(demand: PodDemand) -> int:
+    """G_p = num_gpu x per-GPU milli."""
+    return demand.whole_gpus * 1000 + (demand.share_milli if demand.has_share else 0)
+
+
+def all_milli_left(state: ClusterState) -> np.ndarray:
+    """U_n for every node of the state."""
+    return segment_sum(state.milli_free, state.gpu_node, len(state.node_names))

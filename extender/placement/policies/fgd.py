@@ -1,0 +1,197 @@
+"""fgd (Fragmentation Gradient Descent, Weng et al., USENIX ATC '23; ``fgd_score.go``,
+``pkg/utils/frag.go``): place the pod where the expected fragmentation grows least.
+
+Target workload M: typical tasks m (cpu, per-GPU milli, num GPUs, allowed models) with
+popularity p_m (``TypicalTasks``; the simulator derives it from the pod list, otherwise a
+generic default). Fragmentation of node n for task m:
+
+    F_n(m) = U_n                          if m asks no GPU, n's model is not allowed for m,
+                                          fewer than m.num GPUs have left >= m.milli, or
+                                          c_n < m.cpu
+           = sum_{g: left_g < m.milli} left_g   otherwise
+    F_n(M) = sum_m p_m F_n(m)
+
+Score for the pod on n (n' = n with the pod placed): int(100 * sigmoid((F_n - F_n') / 1000)).
+A share is tried on every GPU that fits; the node scores its best GPU (first index on ties)
+and that GPU is the one chosen. Whole GPUs: the lowest-index free ones. The int truncation and
+the name tie-break are kept (``score_step``) to reproduce the authors' numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement.fit import GpuMasks
+from extender.placement.policies.common import (
+    TIE,
+    all_milli_left,
+    candidate_nodes,
+    host_of,
+    local_index,
+    pod_cpu,
+    segment_sum,
+)
+from extender.placement.state import ClusterState
+
+NAME = "fgd"
+
+
+@dataclass(frozen=True, eq=False)
+class TypicalTasks:
+    cpu: np.ndarray  # milli CPU
+    milli: np.ndarray  # per-GPU milli (0 = CPU-only)
+    num: np.ndarray  # GPUs
+    models: tuple[frozenset[str] | None, ...]
+    p: np.ndarray  # popularity, sums to 1
+
+    @classmethod
+    def of(cls, rows: list[tuple[int, int, int, frozenset[str] | None, float]]) -> TypicalTasks:
+        cpu, milli, num, models, p = zip(*rows, strict=True) if rows else ((),) * 5
+        weights = np.asarray(p, dtype=np.float64)
+        return cls(
+            np.asarray(cpu, dtype=np.float64),
+            np.asarray(milli, dtype=np.float64),
+            np.asarray(num, dtype=np.float64),
+            tuple(models),
+            weights / weights.sum(),
+        )
+
+    def model_ok(self, state: ClusterState) -> np.ndarray:
+        """(state models, tasks): may task m run on a GPU of that model."""
+        out = np.ones((len(state.models), len(self.p)), dtype=bool)
+        for j, allowed in enumerate(self.models):
+            if allowed is not None:
+                out[:, j] = [m in allowed for m in state.models]
+        return out
+
+
+def default_tasks() -> TypicalTasks:
+    """A generic mix when no workload is known: CPU-only, quarter/half/three-quarter shares,
+    one and two whole GPUs."""
+    rows = [(4000, 0, 0, None, 0.1), (4000, 250, 1, None, 0.15), (4000, 500, 1, None, 0.2),
+            (8000, 750, 1, None, 0.15), (8000, 1000, 1, None, 0.3), (16000, 1000, 2, None, 0.1)]
+    return TypicalTasks.of(rows)
+
+
+class FragModel:
+    """Vectorised F_n(m) with the per-node aggregates it needs, for many nodes at once."""
+
+    def __init__(self, tasks: TypicalTasks) -> None:
+        self.tasks = tasks
+        self._model_ok: tuple[int, np.ndarray] | None = None
+
+    def model_ok(self, state: ClusterState) -> np.ndarray:
+        key = id(state.models)
+        if self._model_ok is None or self._model_ok[0] != key:
+            self._model_ok = (key, self.tasks.model_ok(state))
+        return self._model_ok[1]
+
+    def aggregates(self, left: np.ndarray, owner: np.ndarray, n: int):
+        """count_ge (n, M): GPUs with left >= m.milli; lt (n, M): their complement's sum."""
+        ge = left[:, None] >= self.tasks.milli[None, :]
+        count_ge = segment_sum(ge, owner, n)
+        lt = segment_sum(np.where(ge, 0.0, left[:, None]), owner, n)
+        return count_ge, lt
+
+    def frag(self, count_ge, lt, u_total, cpu_left, node_model_ok) -> np.ndarray:
+        """F_n(M) for rows of aggregates (any leading shape)."""
+        t = self.tasks
+        ok = (
+            (t.milli > 0)
+            & node_model_ok
+            & (count_ge >= t.num)
+            & (cpu_left[..., None] >= t.cpu)
+        )
+        return np.where(ok, lt, u_total[..., None]) @ t.p
+
+    def node_frag(self, state: ClusterState, nodes: np.ndarray | None = None) -> np.ndarray:
+        """F_n(M) of the given state nodes (all by default), from the state as it is."""
+        if nodes is None:
+            nodes = np.arange(len(state.node_names))
+        gpus = np.concatenate([state.gpus_of(i) for i in nodes]) if len(nodes) else np.zeros(
+            0, dtype=np.int64)
+        counts = state.node_stop[nodes] - state.node_start[nodes]
+        owner = np.repeat(np.arange(len(nodes)), counts)
+        left = state.milli_free[gpus].astype(np.float64)
+        count_ge, lt = self.aggregates(left, owner, len(nodes))
+        u = segment_sum(left, owner, len(nodes))
+        mok = self.model_ok(state)[node_model(state, nodes)]
+        return self.frag(count_ge, lt, u, host_of(state).cpu_left[nodes].astype(np.float64), mok)
+
+
+def node_model(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    """Model id of each node's first GPU (the trace's nodes are homogeneous)."""
+    return state.gpu_model[np.minimum(state.node_start[nodes], len(state.gpu_model) - 1)]
+
+
+def fgd_score(delta: np.ndarray) -> np.ndarray:
+    """int(100 * sigmoid(delta / 1000)), delta = F_n - F_n' (positive = less fragmentation)."""
+    return np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+
+
+class FGD:
+    name = NAME
+    score_step = 1.0
+
+    def __init__(self, tasks: TypicalTasks | None = None) -> None:
+        self.set_workload(tasks or default_tasks())
+
+    def set_workload(self, tasks: TypicalTasks) -> None:
+        self.model = FragModel(tasks)
+
+    def deltas(
+        self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(share_delta per candidate GPU, whole_delta per candidate node): F_n - F_n'."""
+        fm = self.model
+        nodes = candidate_nodes(state, masks)
+        n = len(nodes)
+        left = state.milli_free[masks.gpus].astype(np.float64)
+        count_ge, lt = fm.aggregates(left, masks.owner, n)
+        u = segment_sum(left, masks.owner, n)
+        cpu = host_of(state).cpu_left[nodes].astype(np.float64)
+        c_p = pod_cpu(demand)
+        mok = fm.model_ok(state)[node_model(state, nodes)]
+        before = fm.frag(count_ge, lt, u, cpu, mok)
+        milli = fm.tasks.milli
+        w = demand.whole_gpus
+        # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
+        whole_after = fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok)
+        whole_delta = before - whole_after
+        share_delta = np.zeros(len(left))
+        if demand.has_share:
+            o = masks.owner
+            m_p = float(demand.share_milli)
+            new = left - m_p
+            ge_old = left[:, None] >= milli
+            ge_new = new[:, None] >= milli
+            cge = count_ge[o] - w - ge_old + ge_new
+            lt2 = lt[o] - np.where(ge_old, 0.0, left[:, None]) + np.where(ge_new, 0.0, new[:, None])
+            after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o])
+            share_delta = before[o] - after
+        return share_delta, whole_delta
+
+    def costs(
+        self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+    ) -> tuple[np.ndarray, np.ndarray]:
+        share_delta, whole_delta = self.deltas(state, demand, masks)
+        idx = local_index(state, masks.gpus)
+        share = -fgd_score(share_delta) + TIE * idx
+        whole = -fgd_score(whole_delta)[masks.owner] / max(demand.whole_gpus, 1) + TIE * idx
+        return share, whole
+
+    def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
+        fm = self.model
+        gpus_owner = state.gpu_node
+        left = state.milli_free.astype(np.float64)
+        count_ge, lt = fm.aggregates(left, gpus_owner, len(state.node_names))
+        count_ge, lt = count_ge[nodes], lt[nodes]
+        u = all_milli_left(state)[nodes]
+        cpu = host_of(state).cpu_left[nodes].astype(np.float64)
+        mok = fm.model_ok(state)[node_model(state, nodes)]
+        before = fm.frag(count_ge, lt, u, cpu, mok)
+        after = fm.frag(count_ge, lt, u, cpu - pod_cpu(demand), mok)
+        return -fgd_score(before - after)

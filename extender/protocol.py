@@ -1,0 +1,313 @@
+"""kube-scheduler HTTP extender wire types (k8s.io/kube-scheduler/extender/v1) and codecs.
+
+Pure: bytes in, typed values out, and back. The scheduler sends Go field names (PascalCase,
+no json tags); the pre-staging API used lowercase tags, which are accepted on input too.
+Responses are always PascalCase. Full Node objects (``nodeCacheCapable: false``) are kept as
+raw JSON so a filter reply can echo them without re-encoding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from extender.errors import InvalidRequest
+
+Quantity = str | int | float
+
+
+class ObjectMeta(msgspec.Struct, omit_defaults=True):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+
+
+class ResourceRequirements(msgspec.Struct, omit_defaults=True):
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class Container(msgspec.Struct, omit_defaults=True):
+    name: str = ""
+    resources: ResourceRequirements | None = None
+
+
+class PodSpec(msgspec.Struct, omit_defaults=True):
+    containers: list[Container] = []
+    initContainers: list[Container] | None = None  # noqa: N815 - Kubernetes spelling
+    nodeName: str | None = None  # noqa: N815
+    schedulerName: str | None = None  # noqa: N815
+
+
+class PodStatus(msgspec.Struct, omit_defaults=True):
+    phase: str | None = None
+
+
+class Pod(msgspec.Struct, omit_defaults=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus | None = None
+
+
+class NodeLite(msgspec.Struct):
+    """The part of a Node object the extender reads; everything else is skipped."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+
+class _RawNodeList(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+class _ExtenderArgsWire(msgspec.Struct):
+    Pod: Pod | None = None
+    Nodes: _RawNodeList | None = None
+    NodeNames: list[str] | None = None
+    pod: Pod | None = None
+    nodes: _RawNodeList | None = None
+    nodenames: list[str] | None = None
+    nodeNames: list[str] | None = None  # noqa: N815
+
+
+class ExtenderArgs(msgspec.Struct):
+    """Body of filter and prioritize. Exactly one of ``node_names``/``nodes`` is set."""
+
+    pod: Pod
+    node_names: list[str]
+    nodes: list[NodeLite] | None  # set when the scheduler sent full Node objects
+    raw_nodes: list[msgspec.Raw] | None
+
+
+class _MetaPod(msgspec.Struct):
+    UID: str | None = None
+    uid: str | None = None
+
+
+class _VictimsWire(msgspec.Struct):
+    Pods: list[Any] | None = None
+    pods: list[Any] | None = None
+    NumPDBViolations: int = 0
+    numPDBViolations: int = 0  # noqa: N815
+
+
+class _PreemptionArgsWire(msgspec.Struct):
+    Pod: Pod | None = None
+    pod: Pod | None = None
+    NodeNameToVictims: dict[str, _VictimsWire] | None = None
+    nodeNameToVictims: dict[str, _VictimsWire] | None = None  # noqa: N815
+    NodeNameToMetaVictims: dict[str, _VictimsWire] | None = None
+    nodeNameToMetaVictims: dict[str, _VictimsWire] | None = None  # noqa: N815
+
+
+class Victims(msgspec.Struct):
+    pod_uids: list[str]
+    num_pdb_violations: int
+
+
+class PreemptionArgs(msgspec.Struct):
+    pod: Pod
+    victims: dict[str, Victims]
+
+
+class _BindingArgsWire(msgspec.Struct):
+    PodName: str | None = None
+    PodNamespace: str | None = None
+    PodUID: str | None = None
+    Node: str | None = None
+    podName: str | None = None  # noqa: N815
+    podNamespace: str | None = None  # noqa: N815
+    podUID: str | None = None  # noqa: N815
+    node: str | None = None
+
+
+class BindingArgs(msgspec.Struct):
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+# --- responses -------------------------------------------------------------------------------
+
+
+class _NodeListOut(msgspec.Struct):
+    items: list[msgspec.Raw]
+
+
+class FilterResult(msgspec.Struct):
+    NodeNames: list[str] | None = None
+    Nodes: _NodeListOut | None = None
+    FailedNodes: dict[str, str] = {}
+    FailedAndUnresolvableNodes: dict[str, str] = {}
+    Error: str = ""
+
+
+class HostPriority(msgspec.Struct):
+    Host: str
+    Score: int
+
+
+class BindingResult(msgspec.Struct):
+    Error: str = ""
+
+
+class MetaPod(msgspec.Struct):
+    UID: str
+
+
+class MetaVictims(msgspec.Struct):
+    Pods: list[MetaPod]
+    NumPDBViolations: int = 0
+
+
+class PreemptionResult(msgspec.Struct):
+    NodeNameToMetaVictims: dict[str, MetaVictims] = {}
+
+
+# --- codecs ----------------------------------------------------------------------------------
+
+_args_decoder = msgspec.json.Decoder(_ExtenderArgsWire)
+_node_decoder = msgspec.json.Decoder(NodeLite)
+_preempt_decoder = msgspec.json.Decoder(_PreemptionArgsWire)
+_bind_decoder = msgspec.json.Decoder(_BindingArgsWire)
+_pod_decoder = msgspec.json.Decoder(_MetaPod)
+_full_pod_decoder = msgspec.json.Decoder(Pod)
+_encoder = msgspec.json.Encoder()
+
+MAX_NODE_NAME = 253
+
+
+def _decode(decoder: msgspec.json.Decoder, body: bytes, what: str) -> Any:
+    if not body:
+        raise InvalidRequest(f"{what}: empty request body")
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as exc:  # ValidationError is a subclass
+        raise InvalidRequest(f"{what}: {exc}") from exc
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _check_pod(pod: Pod | None, what: str) -> Pod:
+    if pod is None:
+        raise InvalidRequest(f"{what}: missing Pod")
+    if not pod.metadata.uid or not pod.metadata.name:
+        raise InvalidRequest(f"{what}: Pod.metadata.name and Pod.metadata.uid are required")
+    return pod
+
+
+def decode_extender_args(body: bytes, what: str = "ExtenderArgs") -> ExtenderArgs:
+    wire: _ExtenderArgsWire = _decode(_args_decoder, body, what)
+    pod = _check_pod(_first(wire.Pod, wire.pod), what)
+    names = _first(wire.NodeNames, wire.nodenames, wire.nodeNames)
+    node_list = _first(wire.Nodes, wire.nodes)
+    if names is not None:
+        if any(not n or len(n) > MAX_NODE_NAME for n in names):
+            raise InvalidRequest(f"{what}: NodeNames holds an empty or over-long name")
+        return ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+    if node_list is not None:
+        raws = node_list.items or []
+        try:
+            nodes = [_node_decoder.decode(raw) for raw in raws]
+        except msgspec.DecodeError as exc:
+            raise InvalidRequest(f"{what}: Nodes.items: {exc}") from exc
+        if any(not n.metadata.name for n in nodes):
+            raise InvalidRequest(f"{what}: a Node in Nodes.items has no metadata.name")
+        return ExtenderArgs(
+            pod=pod, node_names=[n.metadata.name for n in nodes], nodes=nodes, raw_nodes=raws
+        )
+    raise InvalidRequest(f"{what}: neither NodeNames nor Nodes is set")
+
+
+def decode_binding_args(body: bytes) -> BindingArgs:
+    wire: _BindingArgsWire = _decode(_bind_decoder, body, "ExtenderBindingArgs")
+    args = BindingArgs(
+        pod_name=_first(wire.PodName, wire.podName) or "",
+        pod_namespace=_first(wire.PodNamespace, wire.podNamespace) or "",
+        pod_uid=_first(wire.PodUID, wire.podUID) or "",
+        node=_first(wire.Node, wire.node) or "",
+    )
+    missing = [k for k in ("pod_name", "pod_uid", "node") if not getattr(args, k)]
+    if missing:
+        raise InvalidRequest(f"ExtenderBindingArgs: missing {', '.join(missing)}")
+    return args
+
+
+def _victim_uid(entry: Any) -> str:
+    if isinstance(entry, dict):
+        uid = entry.get("UID") or entry.get("uid")
+        meta = entry.get("metadata")
+        if uid is None and isinstance(meta, dict):
+            uid = meta.get("uid")
+        if isinstance(uid, str) and uid:
+            return uid
+    raise InvalidRequest("ExtenderPreemptionArgs: a victim pod has no UID")
+
+
+def decode_preemption_args(body: bytes) -> PreemptionArgs:
+    wire: _PreemptionArgsWire = _decode(_preempt_decoder, body, "ExtenderPreemptionArgs")
+    pod = _check_pod(_first(wire.Pod, wire.pod), "ExtenderPreemptionArgs")
+    by_node = _first(
+        wire.NodeNameToMetaVictims,
+        wire.nodeNameToMetaVictims,
+        wire.NodeNameToVictims,
+        wire.nodeNameToVictims,
+    )
+    victims = {}
+    for node, v in (by_node or {}).items():
+        pods = _first(v.Pods, v.pods) or []
+        victims[node] = Victims(
+            pod_uids=[_victim_uid(p) for p in pods],
+            num_pdb_violations=v.NumPDBViolations or v.numPDBViolations,
+        )
+    return PreemptionArgs(pod=pod, victims=victims)
+
+
+def decode_pod(body: bytes) -> Pod:
+    return _decode(_full_pod_decoder, body, "Pod")
+
+
+def pod_from_dict(obj: dict[str, Any]) -> Pod:
+    """Convert an API object (e.g. from a watch) into the same Pod type the protocol uses."""
+    try:
+        return msgspec.convert(obj, Pod)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"Pod: {exc}") from exc
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value)
+
+
+def filter_result(
+    passed: list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    args: ExtenderArgs | None = None,
+    error: str = "",
+) -> FilterResult:
+    """Answer in the form the request used: names, or the same raw Node objects."""
+    if args is not None and args.raw_nodes is not None:
+        keep = set(passed)
+        items = [
+            raw
+            for raw, node in zip(args.raw_nodes, args.nodes or [], strict=True)
+            if node.metadata.name in keep
+        ]
+        return FilterResult(
+            Nodes=_NodeListOut(items=items),
+            FailedNodes=failed,
+            FailedAndUnresolvableNodes=unresolvable,
+            Error=error,
+        )
+    return FilterResult(
+        NodeNames=passed, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable, Error=error
+    )

@@ -1,0 +1,54 @@
+"""Kubernetes resource.Quantity parsing, restricted to what GPU extended resources allow."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from extender.errors import InvalidDemand
+
+_SUFFIX = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|)$")
+# Bounded so a hostile value cannot make Decimal arithmetic or the ledger blow up.
+MAX_VALUE = 10**15
+
+
+def parse_int_quantity(value: object, resource: str) -> int:
+    """Parse a quantity that must be a non-negative integer (extended resources are integers)."""
+    if isinstance(value, bool):
+        raise InvalidDemand(f"{resource}: quantity must be a string or integer, got {value!r}")
+    if isinstance(value, int):
+        number = Decimal(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        match = _QUANTITY.match(text) if len(text) <= 64 else None
+        if not match:
+            raise InvalidDemand(f"{resource}: {value!r} is not a Kubernetes quantity")
+        try:
+            number = Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+        except InvalidOperation as exc:
+            raise InvalidDemand(f"{resource}: {value!r} is not a Kubernetes quantity") from exc
+    else:
+        raise InvalidDemand(f"{resource}: quantity must be a string or integer, got {value!r}")
+    if number < 0:
+        raise InvalidDemand(f"{resource}: quantity {value!r} is negative")
+    if number != number.to_integral_value():
+        raise InvalidDemand(f"{resource}: extended resources must be whole numbers, got {value!r}")
+    if number > MAX_VALUE:
+        raise InvalidDemand(f"{resource}: quantity {value!r} is implausibly large")
+    return int(number)

@@ -1,0 +1,348 @@
+"""The scheduler seam: filter, prioritize, bind and preempt over the pure placement core.
+
+Stateful and async (it awaits the ledger, the demand source and the binder); every decision is
+made by ``extender.placement`` on a ClusterState kept in step with the ledger's version.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender import protocol
+from extender.binder import BindError, Binder, LedgerOnlyBinder
+from extender.demand import PodDemand, pod_demand, wants_gpu
+from extender.demandsource import DemandSource, NoPredictions
+from extender.errors import InvalidDemand, InvalidInventory, ReservationConflict
+from extender.interference import InterferenceMatrix
+from extender.inventory import Inventory, node_from_annotations
+from extender.ledger.rules import STATE_BOUND, Reservation
+from extender.ledger.store import LedgerStore
+from extender.placement import (
+    ClusterState,
+    Policy,
+    assign,
+    fit,
+    node_costs,
+    reservation_for,
+    scores_from_costs,
+)
+from extender.protocol import (
+    BindingArgs,
+    BindingResult,
+    ExtenderArgs,
+    FilterResult,
+    HostPriority,
+    MetaPod,
+    MetaVictims,
+    Pod,
+    PreemptionArgs,
+    PreemptionResult,
+)
+
+log = logging.getLogger("sparse.service")
+
+BIND_ATTEMPTS = 3  # a conflict means another replica booked first: re-plan on fresh state
+PENDING_PODS = 50_000  # filter-time demands kept for bind
+
+
+@dataclass
+class Outcome:
+    """Observers (metrics, Kubernetes events) hear about decisions through this."""
+
+    verb: str
+    pod: str
+    ok: bool
+    message: str = ""
+    reservation: Reservation | None = None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        inventory: Inventory,
+        ledger: LedgerStore,
+        matrix: InterferenceMatrix,
+        policy: Policy,
+        demand_source: DemandSource | None = None,
+        binder: Binder | None = None,
+        clock: Callable[[], float] = time.time,
+        reservation_ttl_s: float = 120.0,
+        observers: Iterable[Callable[[Outcome], None]] = (),
+    ) -> None:
+        self.ledger = ledger
+        self.matrix = matrix
+        self.policy = policy
+        self.demand_source = demand_source or NoPredictions()
+        self.binder = binder or LedgerOnlyBinder()
+        self.clock = clock
+        self.reservation_ttl_s = reservation_ttl_s
+        self.observers = list(observers)
+        self._state = ClusterState.build(inventory, matrix)
+        self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
+
+    # --- state ----------------------------------------------------------------------------
+
+    @property
+    def inventory(self) -> Inventory:
+        return self._state.inventory
+
+    @property
+    def state(self) -> ClusterState:
+        """The last view (possibly a little stale; ``view()`` refreshes it)."""
+        return self._state
+
+    async def view(self) -> ClusterState:
+        """The state matching the ledger's current version (reloaded only when it moved)."""
+        version = await self.ledger.version()
+        if version != self._state.version:
+            version, reservations = await self.ledger.snapshot()
+            self._state = ClusterState.build(
+                self._state.inventory, self.matrix, reservations.values(), version
+            )
+        return self._state
+
+    def set_inventory(self, inventory: Inventory) -> None:
+        self._state = self._state.with_inventory(inventory)
+
+    def update_node(self, name: str, annotations: dict[str, str] | None,
+                    labels: dict[str, str] | None = None) -> bool:
+        """Refresh one node from its annotations; True when the inventory changed."""
+        try:
+            node = node_from_annotations(name, annotations, labels)
+        except InvalidInventory as exc:
+            log.warning("ignoring node %s: %s", name, exc)
+            return False
+        current = self.inventory.nodes.get(name)
+        if node is None or (current is not None and current.gpus == node.gpus):
+            return False
+        try:
+            self.set_inventory(self.inventory.with_node(node))
+        except InvalidInventory as exc:
+            log.warning("ignoring node %s: %s", name, exc)
+            return False
+        return True
+
+    def remove_node(self, name: str) -> None:
+        if name in self.inventory.nodes:
+            self.set_inventory(self.inventory.without_node(name))
+
+    def _after_change(self, version: int, add: Reservation | None = None,
+                      drop: str | None = None) -> None:
+        """Apply our own change incrementally when nothing else happened in between."""
+        state = self._state
+        if version == state.version + 1:
+            if drop is not None:
+                state.unapply(drop)
+            if add is not None:
+                state.apply(add)
+            state.version = version
+        elif version != state.version:
+            state.version = -1  # someone else changed the ledger too: reload on next view()
+
+    def _notify(self, outcome: Outcome) -> None:
+        for observer in self.observers:
+            try:
+                observer(outcome)
+            except Exception:  # an observer must never break scheduling
+                log.exception("observer failed")
+
+    # --- demand ---------------------------------------------------------------------------
+
+    async def demand_of(self, pod: Pod) -> PodDemand:
+        prediction = await self.demand_source.get(pod.metadata.uid)
+        demand = pod_demand(pod, prediction)
+        self._pending[pod.metadata.uid] = (pod, demand)
+        self._pending.move_to_end(pod.metadata.uid)
+        while len(self._pending) > PENDING_PODS:
+            self._pending.popitem(last=False)
+        return demand
+
+    def _own_excluded(self, state: ClusterState, uid: str) -> ClusterState:
+        """A pod being rescheduled must not compete with its own stale booking."""
+        if uid in state.reservations and state.reservations[uid].state != STATE_BOUND:
+            state = state.copy()
+            state.unapply(uid)
+        return state
+
+    # --- verbs ----------------------------------------------------------------------------
+
+    async def filter(self, args: ExtenderArgs) -> FilterResult:
+        pod = args.pod
+        if args.nodes is not None:
+            for node in args.nodes:
+                self.update_node(node.metadata.name, node.metadata.annotations,
+                                 node.metadata.labels)
+        if not wants_gpu(pod):
+            return protocol.filter_result(list(args.node_names), {}, {}, args)
+        try:
+            demand = await self.demand_of(pod)
+        except InvalidDemand as exc:
+            reason = f"invalid GPU request: {exc}"
+            self._notify(Outcome("filter", pod_key(pod), False, reason))
+            return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
+        state = self._own_excluded(await self.view(), demand.uid)
+        result = fit(state, demand, args.node_names)
+        passed = [result.names[i] for i in np.flatnonzero(result.fits)]
+        if not passed:
+            self._notify(Outcome("filter", demand.key, False, summarize(result.failed,
+                                                                         result.unresolvable)))
+        return protocol.filter_result(passed, result.failed, result.unresolvable, args)
+
+    async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        pod = args.pod
+        zero = [HostPriority(Host=n, Score=0) for n in args.node_names]
+        if not wants_gpu(pod):
+            return zero
+        try:
+            demand = await self.demand_of(pod)
+        except InvalidDemand:
+            return zero
+        state = self._own_excluded(await self.view(), demand.uid)
+        result = fit(state, demand, args.node_names)
+        scores = dict(zip(result.names,
+                          scores_from_costs(node_costs(state, demand, result, self.policy)),
+                          strict=True))
+        return [HostPriority(Host=n, Score=scores.get(n, 0)) for n in args.node_names]
+
+    async def _demand_for_bind(self, args: BindingArgs) -> PodDemand | None:
+        cached = self._pending.get(args.pod_uid)
+        if cached is not None:
+            return cached[1]
+        pod = await self.binder.fetch_pod(args.pod_namespace, args.pod_name)
+        if pod is None or pod.metadata.uid != args.pod_uid:
+            return None
+        return await self.demand_of(pod)
+
+    async def bind(self, args: BindingArgs) -> BindingResult:
+        key = f"{args.pod_namespace}/{args.pod_name}"
+        try:
+            reservation = await self._reserve_for_bind(args)
+        except (InvalidDemand, ReservationConflict, LookupError) as exc:
+            self._notify(Outcome("bind", key, False, str(exc)))
+            return BindingResult(Error=str(exc))
+        try:
+            await self.binder.bind(args, reservation)
+        except BindError as exc:
+            await self.release(args.pod_uid, keep_pending=True)
+            log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
+            self._notify(Outcome("bind", key, False, f"binding failed: {exc}"))
+            return BindingResult(Error=f"binding {key} to {args.node} failed: {exc}")
+        confirmed = await self.ledger.confirm(args.pod_uid)
+        if confirmed is not None:
+            self._after_change(await self.ledger.version(), add=confirmed)
+        self._pending.pop(args.pod_uid, None)
+        self._notify(Outcome("bind", key, True, reservation=confirmed or reservation))
+        return BindingResult()
+
+    async def _reserve_for_bind(self, args: BindingArgs) -> Reservation:
+        existing = await self.ledger.get(args.pod_uid)
+        if existing is not None:
+            if existing.node == args.node:
+                return existing  # a retried bind: book nothing twice
+            if existing.state == STATE_BOUND:
+                raise ReservationConflict(
+                    f"pod {args.pod_namespace}/{args.pod_name} is already bound to {existing.node}"
+                )
+            await self.release(args.pod_uid, keep_pending=True)
+        demand = await self._demand_for_bind(args)
+        if demand is None:
+            raise LookupError(
+                f"no GPU demand known for pod {args.pod_namespace}/{args.pod_name}"
+                f" ({args.pod_uid}); it was not filtered by this extender"
+            )
+        last = ""
+        for _ in range(BIND_ATTEMPTS):
+            state = await self.view()
+            choice = assign(state, demand, args.node, self.policy)
+            if choice is None:
+                why = fit(state, demand, [args.node])
+                reason = summarize(why.failed, why.unresolvable) or "does not fit"
+                raise ReservationConflict(f"node {args.node} no longer fits the pod: {reason}")
+            reservation = reservation_for(
+                demand, choice, state, self.clock(), self.reservation_ttl_s
+            )
+            capacities = state.capacities(reservation.gpus)
+            try:
+                version = await self.ledger.reserve(reservation, capacities)
+            except ReservationConflict as exc:
+                last = str(exc)
+                self._state.version = -1  # re-read the ledger before planning again
+                continue
+            self._after_change(version, add=reservation)
+            return reservation
+        raise ReservationConflict(f"node {args.node}: GPUs taken concurrently ({last})")
+
+    async def release(self, pod_uid: str, keep_pending: bool = False) -> Reservation | None:
+        """The pod is gone or finished (or its binding failed): give its GPUs back."""
+        dropped = await self.ledger.release(pod_uid)
+        if dropped is not None:
+            self._after_change(await self.ledger.version(), drop=pod_uid)
+        if not keep_pending:
+            self._pending.pop(pod_uid, None)
+        return dropped
+
+    async def adopt(self, reservation: Reservation) -> None:
+        """Record a booking found on an API object (start-up rebuild, or another replica's
+        pod seen by the watch). Already present: nothing to do."""
+        try:
+            version = await self.ledger.reserve(reservation, self._state.capacities(
+                [g for g in reservation.gpus if g in self._state.gpu_index]))
+        except ReservationConflict as exc:
+            log.error("cannot adopt reservation of %s/%s: %s", reservation.namespace,
+                      reservation.name, exc)
+            return
+        self._after_change(version, add=reservation)
+
+    async def expire(self) -> list[Reservation]:
+        dropped = await self.ledger.expire(self.clock())
+        if dropped:
+            self._state.version = -1
+            for r in dropped:
+                log.warning("reservation of %s/%s on %s expired unbound", r.namespace, r.name,
+                            r.node)
+        return dropped
+
+    async def preempt(self, args: PreemptionArgs) -> PreemptionResult:
+        """Keep the nodes where evicting the proposed victims frees enough GPU for the pod."""
+        if not wants_gpu(args.pod):
+            return PreemptionResult(NodeNameToMetaVictims={
+                node: MetaVictims(Pods=[MetaPod(UID=u) for u in v.pod_uids],
+                                  NumPDBViolations=v.num_pdb_violations)
+                for node, v in args.victims.items()
+            })
+        try:
+            demand = await self.demand_of(args.pod)
+        except InvalidDemand:
+            return PreemptionResult()
+        base = self._own_excluded(await self.view(), demand.uid)
+        out: dict[str, MetaVictims] = {}
+        for node, victims in args.victims.items():
+            what_if = base.copy()
+            for uid in victims.pod_uids:
+                what_if.unapply(uid)
+            if assign(what_if, demand, node, self.policy) is not None:
+                out[node] = MetaVictims(
+                    Pods=[MetaPod(UID=u) for u in victims.pod_uids],
+                    NumPDBViolations=victims.num_pdb_violations,
+                )
+        return PreemptionResult(NodeNameToMetaVictims=out)
+
+
+def pod_key(pod: Pod) -> str:
+    return f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+
+
+def summarize(failed: dict[str, str], unresolvable: dict[str, str], limit: int = 3) -> str:
+    """Group node reasons for a one-line event: 'reason (n nodes); ...'."""
+    counts: dict[str, int] = {}
+    for reason in [*unresolvable.values(), *failed.values()]:
+        counts[reason] = counts.get(reason, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
+    return "; ".join(f"{r} ({n} node{'s' if n > 1 else ''})" for r, n in top)

@@ -1,0 +1,237 @@
+"""The measured dataset: sweep definition, runner and CSV I/O.
+
+``sweep(seed)`` lists model configs (plain dicts); ``run(...)`` measures each with
+``generate.measure`` (CPU) or ``generate.gpu`` (CUDA) and writes one CSV row per config with the
+:class:`~predictor.features.ModelSpec` JSON a user would put in ``sparse.io/model`` plus the
+measured columns. Reading the CSV (``load``) needs only pandas; torch is imported lazily by
+``run``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from predictor import features
+
+DATA_DIR = Path(__file__).parent / "data"
+DEFAULT_CSV = DATA_DIR / "dataset-cpu-v1.csv"
+
+REC_FAMILIES = ("wide_deep", "deepfm", "dlrm")
+FAMILIES = (*REC_FAMILIES, "resnet", "bert", "yolo")
+
+# Configs cheaper than this are re-run with real tensors; the real run's numbers are kept and
+# the fake/real agreement is recorded in ``fake_real_rel_diff``.
+REAL_MAX_FLOPS = 1.5e9
+REAL_MAX_BYTES = 768 * 2**20
+# Sparse gradients have data-dependent sizes (unique ids); those configs always run for real.
+SPARSE_MAX_TABLE_BYTES = 512 * 2**20
+MAX_TABLE_BYTES = 48 * 2**30  # keep every config trainable on one 80 GB GPU
+
+MEASURED = (
+    "exec_mode", "label_source", "gpu_model", "n_params", "n_emb_params", "macs_per_sample",
+    "activations_per_sample", "param_bytes", "grad_bytes", "opt_state_bytes", "input_bytes",
+    "act_fwd_bytes", "peak_bytes", "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
+    "wall_s", "fake_real_rel_diff",
+    # GPU mode only (empty for CPU rows)
+    "gpu_max_allocated_bytes", "gpu_max_reserved_bytes", "gpu_nvml_used_bytes", "gpu_ctx_bytes",
+    "gpu_util_pct", "gpu_sm_active_pct", "gpu_sm_source", "gpu_steps_per_s",
+)
+COLUMNS = ("row_id", "family", "job_class", "spec_json", "config_json", *MEASURED)
+
+
+def _logu(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def _rec_config(rng: random.Random, family: str) -> dict[str, Any]:
+    sparse = rng.random() < 0.2
+    if sparse:
+        optimizer = rng.choice(["sgd", "adagrad", "sparse_adam"])
+    else:
+        optimizer = rng.choice(["sgd", "momentum", "adagrad", "adam", "adamw", "rmsprop"])
+    dtype = "fp32" if sparse else rng.choice(["fp32", "fp32", "fp16", "bf16"])
+    n_feat = int(_logu(rng, 8, 64 if not sparse else 26))
+    dim = rng.choice([8, 16, 32, 64, 128] if not sparse else [8, 16, 32])
+    dtype_b = features.DTYPE_BYTES[dtype]
+    cap = SPARSE_MAX_TABLE_BYTES if sparse else rng.choice([2**28, 2**31, 2**33, MAX_TABLE_BYTES])
+    # Criteo-like mix: Zipf-ish heavy tail of table sizes, 1e3..1e8 rows
+    rows = [int(min(1e8, 1e3 * (1 / (1 - rng.random())) ** 2.2)) for _ in range(n_feat)]
+    scale = min(1.0, cap / (sum(rows) * dim * dtype_b))
+    rows = [max(100, int(r * scale)) for r in rows]
+    tables = [(r, dim, float(int(_logu(rng, 1, 50)))) for r in rows]
+    return {
+        "family": family,
+        "tables": tables,
+        "dense_features": 13,
+        "bottom_mlp": [int(_logu(rng, 64, 1024)) for _ in range(rng.randint(1, 3))],
+        "top_mlp": [int(_logu(rng, 64, 1024)) for _ in range(rng.randint(1, 4))],
+        "batch_size": int(2 ** rng.randint(8, 16)) if not sparse else 2 ** rng.randint(8, 12),
+        "optimizer": optimizer,
+        "dtype": dtype,
+        "sparse_grad": sparse,
+    }
+
+
+def _resnet_config(rng: random.Random) -> dict[str, Any]:
+    arch = rng.choice(["r10", "r18", "r34", "r50"])
+    blocks = {"r10": [1, 1, 1, 1], "r18": [2, 2, 2, 2], "r34": [3, 4, 6, 3], "r50": [3, 4, 6, 3]}
+    image = rng.choice([32, 64, 128, 224])
+    return {
+        "family": "resnet", "width": rng.choice([16, 32, 64]), "blocks": blocks[arch],
+        "bottleneck": arch == "r50", "image": image, "classes": rng.choice([10, 100, 1000]),
+        "batch_size": 2 ** rng.randint(2 if image >= 128 else 4, 8),
+        "optimizer": rng.choice(["sgd", "momentum", "adam", "adamw"]),
+        "dtype": rng.choice(["fp32", "fp16", "bf16"]),
+    }
+
+
+def _bert_config(rng: random.Random) -> dict[str, Any]:
+    d = rng.choice([128, 256, 384, 512, 768])
+    return {
+        "family": "bert", "d_model": d, "heads": max(1, d // 64), "layers": rng.randint(2, 12),
+        "seq_len": rng.choice([64, 128, 256, 512]), "vocab": rng.choice([8192, 30522]),
+        "batch_size": 2 ** rng.randint(2, 6),
+        "optimizer": rng.choice(["adam", "adamw", "sgd", "momentum"]),
+        "dtype": rng.choice(["fp32", "fp16", "bf16"]),
+    }
+
+
+def _yolo_config(rng: random.Random) -> dict[str, Any]:
+    return {
+        "family": "yolo", "width": rng.choice([8, 16, 32]), "depth": rng.randint(1, 3),
+        "image": rng.choice([160, 256, 320, 416, 640]), "classes": 80,
+        "batch_size": 2 ** rng.randint(1, 5),
+        "optimizer": rng.choice(["sgd", "momentum", "adam", "adamw"]),
+        "dtype": rng.choice(["fp32", "fp16", "bf16"]),
+    }
+
+
+def sweep(seed: int = 0, per_family: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """The documented sweep (docs/predictor.md, 'Dataset'); deterministic for a seed."""
+    counts = per_family or {"wide_deep": 45, "deepfm": 45, "dlrm": 45,
+                            "resnet": 35, "bert": 35, "yolo": 35}
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for fam, n in counts.items():
+        for _ in range(n):
+            if fam in REC_FAMILIES:
+                out.append(_rec_config(rng, fam))
+            else:
+                out.append({"resnet": _resnet_config, "bert": _bert_config,
+                            "yolo": _yolo_config}[fam](rng))
+    return out
+
+
+def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features.ModelSpec:
+    """The ``sparse.io/model`` a user would write for ``cfg`` (macs/params/activations as a
+    profiler such as torchinfo/fvcore reports them)."""
+    fam = cfg["family"]
+    tables: list[features.Table] = []
+    if fam in REC_FAMILIES:
+        tables = [features.Table(rows=r, dim=d, pooling=p) for r, d, p in cfg["tables"]]
+        if fam in ("wide_deep", "deepfm"):  # wide / first-order part: 1-dim tables
+            tables += [features.Table(rows=r, dim=1, pooling=p) for r, _, p in cfg["tables"]]
+    elif fam == "bert":
+        s = float(cfg["seq_len"])
+        tables = [features.Table(rows=cfg["vocab"], dim=cfg["d_model"], pooling=s),
+                  features.Table(rows=cfg["seq_len"], dim=cfg["d_model"], pooling=s)]
+    return features.ModelSpec(
+        family=fam, batch_size=cfg["batch_size"], optimizer=cfg["optimizer"],
+        dtype=cfg["dtype"], gpu_model=gpu_model, macs=float(m["macs_per_sample"]),
+        params=float(m["n_params"]), activations=float(m["activations_per_sample"]),
+        tables=tables, dense_features=cfg.get("dense_features", 0),
+        bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
+        top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),
+    )
+
+
+def measure_cpu(cfg: dict[str, Any]) -> dict[str, Any]:
+    from predictor.generate import measure
+
+    if cfg.get("sparse_grad"):
+        return {**measure.measure(cfg, fake=False), "fake_real_rel_diff": ""}
+    m = measure.measure(cfg, fake=True)
+    if m["flops_step"] <= REAL_MAX_FLOPS and m["peak_bytes"] <= REAL_MAX_BYTES:
+        real = measure.measure(cfg, fake=False)
+        diff = abs(real["peak_bytes"] - m["peak_bytes"]) / real["peak_bytes"]
+        return {**real, "fake_real_rel_diff": round(diff, 6)}
+    return {**m, "fake_real_rel_diff": ""}
+
+
+def run(
+    out: Path,
+    device: str = "cpu",
+    seed: int = 0,
+    limit: int | None = None,
+    families: Iterable[str] | None = None,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+) -> int:
+    """Measure the sweep and write ``out``; returns the number of rows written."""
+    configs = sweep(seed)
+    if families:
+        fams = set(families)
+        configs = [c for c in configs if c["family"] in fams]
+    if limit:
+        configs = configs[:limit]
+    if device == "cuda":
+        from predictor.generate import gpu
+
+        gpu.require_cuda()
+        measure_fn: Callable[[dict[str, Any]], dict[str, Any]] = gpu.measure
+    elif device == "cpu":
+        import torch
+
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        measure_fn = measure_cpu
+    else:
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    n = 0
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for i, cfg in enumerate(configs):
+            try:
+                m = measure_fn(cfg)
+            except Exception as exc:  # a config that PyTorch rejects is skipped, not fatal
+                log(f"[{i}] {cfg['family']}: skipped: {type(exc).__name__}: {exc}")
+                continue
+            gpu_model = m.get("gpu_model") or features.gpus.DEFAULT_GPU
+            spec = spec_for(cfg, m, gpu_model)
+            row = {k: m.get(k, "") for k in MEASURED}
+            row.update(
+                row_id=i, family=cfg["family"], job_class=features.job_class(spec),
+                spec_json=msgspec.json.encode(spec).decode(),
+                config_json=json.dumps(cfg, separators=(",", ":")), gpu_model=gpu_model,
+            )
+            w.writerow(row)
+            fh.flush()
+            n += 1
+            log(f"[{i}/{len(configs)}] {cfg['family']:9s} {m['exec_mode']:8s} "
+                f"peak={m['peak_bytes'] / 2**20:10.1f} MiB flops={m['flops_step']:.3g} "
+                f"{m['wall_s']:.2f}s total={time.perf_counter() - t0:.0f}s")
+    return n
+
+
+def load(path: Path = DEFAULT_CSV):  # noqa: ANN201 - pandas is imported lazily
+    import pandas as pd
+
+    return pd.read_csv(path, keep_default_na=False, na_values={
+        c: [""] for c in MEASURED if c not in ("exec_mode", "label_source", "gpu_model",
+                                               "gpu_sm_source")
+    })
+
+
+def specs(df) -> list[features.ModelSpec]:  # noqa: ANN001
+    return [features.parse_model(s) for s in df["spec_json"]]

@@ -1,0 +1,50 @@
+"""Load the shipped model artefacts and predict a job's demand (no torch, no training)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from predictor import features
+from predictor.compute_model import ComputeModel
+from predictor.memory_model import MemoryModel
+
+MODELS_DIR = Path(__file__).parent / "models"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    gpu_milli: int  # 1..1000
+    gpu_mem_mib: int
+    job_class: str
+    model_version: str
+    gpu_model: str
+
+
+class Estimator:
+    def __init__(self, memory: MemoryModel, compute: ComputeModel, version: str) -> None:
+        self.memory = memory
+        self.compute = compute
+        self.version = version
+
+    @classmethod
+    def load(cls, models_dir: Path = MODELS_DIR) -> Estimator:
+        manifest = json.loads((models_dir / MANIFEST).read_text())
+        version = manifest["version"]
+        return cls(
+            MemoryModel.load(models_dir / manifest["memory"]),
+            ComputeModel.load(models_dir / manifest["compute"], version),
+            version,
+        )
+
+    def predict(self, spec: features.ModelSpec) -> Prediction:
+        milli = min(1000, max(1, self.compute.predict_milli(spec)))
+        return Prediction(
+            gpu_milli=milli,
+            gpu_mem_mib=self.memory.predict_mib(spec),
+            job_class=features.job_class(spec),
+            model_version=self.version,
+            gpu_model=spec.gpu_model,
+        )

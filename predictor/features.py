@@ -1,0 +1,251 @@
+"""Feature schema of a training job and the numeric features the models use.
+
+Pure: no I/O, no torch. Two inputs are accepted:
+
+* ``sparse.io/model`` — JSON matching :class:`ModelSpec` (documented in docs/predictor.md),
+  validated by msgspec with a path to the offending field in every error;
+* ``kube-gpu-sparse/task_info`` — the original system's flat record (``macs``, ``params``,
+  ``batch_size``, ``embedding_size_total``, ``embedding_dim_total``, ``embedding_table_count``),
+  converted to a :class:`ModelSpec` by :func:`from_task_info`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from predictor import gpus
+
+ANN_MODEL = "sparse.io/model"
+ANN_TASK_INFO = "kube-gpu-sparse/task_info"
+MAX_ANNOTATION_BYTES = 64 * 1024
+
+Family = Literal[
+    "wide_deep", "deepfm", "dlrm", "recommendation",
+    "resnet", "cnn", "yolo", "bert", "transformer", "rnn", "rl", "gan", "other",
+]
+Optimizer = Literal[
+    "sgd", "momentum", "adagrad", "rowwise_adagrad", "adam", "adamw", "sparse_adam", "rmsprop",
+]
+Dtype = Literal["fp32", "fp16", "bf16"]
+
+# Bounds: generous for real models, small enough that products of them stay finite floats.
+Rows = Annotated[int, msgspec.Meta(ge=1, le=10**11)]
+Dim = Annotated[int, msgspec.Meta(ge=1, le=65536)]
+Width = Annotated[int, msgspec.Meta(ge=1, le=10**6)]
+Count = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
+Pooling = Annotated[float, msgspec.Meta(gt=0, le=100_000)]
+NonNegBig = Annotated[float, msgspec.Meta(ge=0, le=1e16)]
+
+JOB_CLASSES = ("recommendation", "cnn", "cnn-small", "transformer", "rnn", "rl", "gan")
+RECOMMENDATION_FAMILIES = frozenset({"wide_deep", "deepfm", "dlrm", "recommendation"})
+
+# Optimizer-state elements per parameter element (TorchRec planner's multipliers; row-wise
+# Adagrad keeps one value per row, i.e. 1/dim per element, applied per table).
+OPT_STATE_MULT: dict[str, float] = {
+    "sgd": 0.0, "momentum": 1.0, "adagrad": 1.0, "rowwise_adagrad": 1.0, "adam": 2.0,
+    "adamw": 2.0, "sparse_adam": 2.0, "rmsprop": 1.0,
+}
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+class SchemaError(ValueError):
+    """The annotation is not a valid model description; the message names the field."""
+
+
+class Table(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One embedding table (``count`` identical tables)."""
+
+    rows: Rows
+    dim: Dim
+    pooling: Pooling = 1.0  # ids looked up per sample (multi-hot length; seq_len for tokens)
+    count: Count = 1
+
+
+class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Structure of one training job (one replica on one GPU)."""
+
+    family: Family
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=10**7)]
+    optimizer: Optimizer = "adam"
+    dtype: Dtype = "fp32"
+    gpu_model: str = gpus.DEFAULT_GPU
+    macs: NonNegBig = 0.0  # forward multiply-accumulates per sample
+    params: NonNegBig = 0.0  # all parameters; 0 = derive from tables + MLPs
+    activations: NonNegBig = 0.0  # forward output elements per sample summed over layers
+    tables: Annotated[list[Table], msgspec.Meta(max_length=10_000)] = []
+    dense_features: Annotated[int, msgspec.Meta(ge=0, le=10**6)] = 0
+    bottom_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
+    top_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
+    sparse_grad: bool = False  # nn.EmbeddingBag(sparse=True)
+    schema_version: Literal[1] = 1
+
+    def __post_init__(self) -> None:
+        if self.gpu_model not in gpus.CATALOGUE:
+            raise ValueError(
+                f"unknown gpu_model {self.gpu_model!r}; known: {', '.join(sorted(gpus.CATALOGUE))}"
+            )
+        n_tables = sum(t.count for t in self.tables)
+        if n_tables > 100_000:
+            raise ValueError(f"{n_tables} embedding tables in total; at most 100000 are accepted")
+        if self.sparse_grad and self.optimizer not in ("sgd", "momentum", "adagrad", "sparse_adam"):
+            raise ValueError(f"sparse_grad is not supported by optimizer {self.optimizer!r}")
+        if self.optimizer == "sparse_adam" and not self.sparse_grad:
+            raise ValueError("optimizer 'sparse_adam' needs sparse_grad: true")
+
+
+class TaskInfo(msgspec.Struct, frozen=True):
+    """The original system's ``kube-gpu-sparse/task_info`` (unknown fields are ignored)."""
+
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=10**7)]
+    macs: NonNegBig = 0.0
+    params: NonNegBig = 0.0
+    embedding_size_total: NonNegBig = 0.0  # rows summed over tables
+    embedding_dim_total: NonNegBig = 0.0  # dims summed over tables
+    embedding_table_count: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+
+
+_spec_decoder = msgspec.json.Decoder(ModelSpec)
+_task_decoder = msgspec.json.Decoder(TaskInfo, strict=False)  # strict=False: "512" -> 512
+
+
+def _check_size(raw: str | bytes, what: str) -> bytes:
+    data = raw.encode() if isinstance(raw, str) else raw
+    if len(data) > MAX_ANNOTATION_BYTES:
+        raise SchemaError(f"{what}: {len(data)} bytes, larger than {MAX_ANNOTATION_BYTES}")
+    return data
+
+
+def parse_model(raw: str | bytes) -> ModelSpec:
+    """Decode and validate a ``sparse.io/model`` annotation."""
+    data = _check_size(raw, ANN_MODEL)
+    try:
+        return _spec_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise SchemaError(f"{ANN_MODEL}: {exc}") from None
+    except RecursionError:
+        raise SchemaError(f"{ANN_MODEL}: nesting too deep") from None
+
+
+def from_task_info(raw: str | bytes, gpu_model: str = gpus.DEFAULT_GPU) -> ModelSpec:
+    """Convert the original ``task_info``: tables are assumed equal-sized, optimizer Adam
+    (the largest state multiplier, so the estimate errs on the safe side), fp32, pooling 1."""
+    data = _check_size(raw, ANN_TASK_INFO)
+    try:
+        ti = _task_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise SchemaError(f"{ANN_TASK_INFO}: {exc}") from None
+    except RecursionError:
+        raise SchemaError(f"{ANN_TASK_INFO}: nesting too deep") from None
+    tables: list[Table] = []
+    n = ti.embedding_table_count
+    if n and ti.embedding_size_total:
+        rows = max(1, min(10**11, round(ti.embedding_size_total / n)))
+        dim = max(1, min(65536, round(ti.embedding_dim_total / n) or 1))
+        tables = [Table(rows=rows, dim=dim, pooling=1.0, count=n)]
+    family = "recommendation" if tables else "other"
+    try:
+        return ModelSpec(
+            family=family, batch_size=ti.batch_size, macs=ti.macs, params=ti.params,
+            tables=tables, optimizer="adam", gpu_model=gpu_model,
+        )
+    except ValueError as exc:
+        raise SchemaError(f"{ANN_TASK_INFO}: {exc}") from None
+
+
+def from_annotations(annotations: dict[str, str] | None) -> ModelSpec | None:
+    """The spec a pod describes, ``None`` if it carries neither annotation.
+
+    ``sparse.io/model`` wins over ``task_info``; the GPU model is taken from
+    ``sparse.io/gpu-model`` (first of a ``|``-list) for ``task_info``.
+    """
+    ann = annotations or {}
+    if ANN_MODEL in ann:
+        return parse_model(ann[ANN_MODEL])
+    if ANN_TASK_INFO in ann:
+        gpu = (ann.get("sparse.io/gpu-model") or gpus.DEFAULT_GPU).split("|")[0].strip()
+        if gpu not in gpus.CATALOGUE:
+            gpu = gpus.DEFAULT_GPU
+        return from_task_info(ann[ANN_TASK_INFO], gpu_model=gpu)
+    return None
+
+
+def job_class(spec: ModelSpec) -> str:
+    """Coarse class used by the interference model (see extender ``sparse.io/job-class``)."""
+    f = spec.family
+    if f in RECOMMENDATION_FAMILIES:
+        return "recommendation"
+    if f in ("resnet", "cnn", "yolo"):
+        # small CNNs (CIFAR-sized ResNet-18 and below): < 1 GMAC per sample and < 15 M params
+        return "cnn-small" if (spec.macs < 1e9 and spec.params < 15e6) else "cnn"
+    if f in ("bert", "transformer"):
+        return "transformer"
+    if f in ("rnn", "rl", "gan"):
+        return f
+    return "cnn" if spec.macs > 0 and not spec.tables else "recommendation"
+
+
+def mlp_params(spec: ModelSpec) -> float:
+    """Parameters of the bottom/top MLPs (weights + biases), from the declared widths."""
+    total = 0.0
+    prev = spec.dense_features
+    for w in spec.bottom_mlp:
+        total += prev * w + w
+        prev = w
+    emb_out = sum(t.dim * t.count for t in spec.tables)
+    prev = (prev if spec.bottom_mlp else spec.dense_features) + emb_out
+    for w in spec.top_mlp:
+        total += prev * w + w
+        prev = w
+    return total
+
+
+def derive(spec: ModelSpec) -> dict[str, float]:
+    """Numeric features (bytes as MiB) shared by the memory and the compute model."""
+    b = DTYPE_BYTES[spec.dtype]
+    mib = 1.0 / 2**20
+    emb_params = float(sum(t.rows * t.dim * t.count for t in spec.tables))
+    dense_params = max(0.0, spec.params - emb_params) if spec.params else mlp_params(spec)
+    m = OPT_STATE_MULT[spec.optimizer]
+    n_tables = sum(t.count for t in spec.tables)
+    if spec.optimizer == "rowwise_adagrad" and emb_params:
+        m_emb = sum(t.rows * t.count for t in spec.tables) / emb_params  # one state per row
+    else:
+        m_emb = m
+    lookups = sum(t.pooling * t.count for t in spec.tables)  # ids per sample
+    pooled = sum(t.dim * t.count for t in spec.tables)  # pooled embedding width per sample
+    gathered = sum(t.pooling * t.dim * t.count for t in spec.tables)
+    gpu = gpus.get(spec.gpu_model)
+    return {
+        "emb_mib": emb_params * b * mib,
+        "dense_mib": dense_params * b * mib,
+        "m_emb": m_emb,
+        "m_dense": m,
+        "sparse": 1.0 if spec.sparse_grad else 0.0,
+        "act_mib": spec.batch_size * spec.activations * b * mib,
+        "io_mib": spec.batch_size * (lookups * 8 + gathered * b) * mib,
+        "pooled_mib": spec.batch_size * pooled * b * mib,
+        "batch": float(spec.batch_size),
+        "dtype_bytes": float(b),
+        "log_batch": math.log10(spec.batch_size),
+        "log_macs": math.log10(1.0 + spec.macs),
+        "log_flops_step": math.log10(1.0 + 6.0 * spec.macs * spec.batch_size),
+        "log_params": math.log10(1.0 + emb_params + dense_params),
+        "log_dense_params": math.log10(1.0 + dense_params),
+        "log_emb_params": math.log10(1.0 + emb_params),
+        "log_act": math.log10(1.0 + spec.activations * spec.batch_size),
+        "log_lookups": math.log10(1.0 + lookups * spec.batch_size),
+        "n_tables": float(n_tables),
+        "mlp_depth": float(len(spec.bottom_mlp) + len(spec.top_mlp)),
+        "log_peak_flops": math.log10(gpus.peak_flops(gpu, spec.dtype)),
+        "log_mem_bw": math.log10(gpu.mem_bw_gbs * 1e9),
+        "log_intensity": math.log10(1.0 + 6.0 * spec.macs * spec.batch_size)
+        - math.log10(1.0 + spec.batch_size * (lookups * 8 + gathered * b)
+                     + (emb_params * 0 + dense_params) * b * 4),
+    }
+
+
+def to_dict(spec: ModelSpec) -> dict[str, Any]:
+    return msgspec.to_builtins(spec)

@@ -1,0 +1,188 @@
+"""Measure one training step of a real PyTorch model on the CPU (real tensors or FakeTensorMode).
+
+What is measured (all from the actual PyTorch op stream of two training steps, warm-up + steady):
+
+* ``param_bytes``, ``grad_bytes``, ``opt_state_bytes``: ``nbytes`` of ``model.parameters()``,
+  of every ``.grad`` after backward (sparse gradients: indices + values) and of every tensor
+  in ``optimizer.state`` after a real ``optimizer.step()``;
+* ``peak_bytes``: params + batch inputs + the peak of live bytes of every storage created by an
+  aten op during both steps. Storages are tracked by a ``TorchDispatchMode`` with a weakref
+  finalizer per storage, so a tensor counts from the op that creates it until PyTorch frees it
+  (activations saved for backward, gradients, optimizer state and temporaries alike).
+  Allocations *inside* one aten kernel (workspaces) are not visible; the GPU caching allocator's
+  rounding/fragmentation and the CUDA context are not included (see docs/predictor.md);
+* ``act_fwd_bytes``: live new bytes at the end of the steady-state forward (saved activations);
+* ``flops_step`` / ``flops_fwd``: ``torch.utils.flop_counter.FlopCounterMode`` (matmul/conv/
+  attention FLOPs; element-wise ops are not counted by PyTorch's counter);
+* ``bytes_moved_step``: sum over non-view aten ops of input + output bytes; embedding lookups
+  count only the gathered rows, not the whole table;
+* ``n_ops_step``: non-view aten ops per steady-state step (~ kernel launches on a GPU).
+
+Under ``FakeTensorMode`` the same ops run with shape-only tensors: allocation sizes are those
+PyTorch would allocate, without the RAM. ``dataset.py`` re-runs cheap configs for real and
+checks that both modes give the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+from predictor.generate import models
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
+    if t.layout == torch.strided:
+        return [t.untyped_storage()]
+    if t.is_sparse:
+        return [t._indices().untyped_storage(), t._values().untyped_storage()]
+    return []
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return sum(s.nbytes() for s in _storages(t))
+
+
+class StepTracer(TorchDispatchMode):
+    """Live-storage accounting, bytes moved and op count for everything dispatched inside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.cur = 0
+        self.peak = 0
+        self.bytes_moved = 0
+        self.n_ops = 0
+
+    def _free(self, key: int) -> None:
+        nb = self.live.pop(key, None)
+        if nb:
+            self.cur -= nb
+
+    def reset_counters(self) -> None:
+        self.bytes_moved = 0
+        self.n_ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        if func.namespace == "prim":
+            return out
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        for t in outs:
+            for st in _storages(t):
+                key = id(st)
+                if key in self.live:
+                    continue
+                nb = st.nbytes()
+                self.live[key] = nb
+                weakref.finalize(st, self._free, key)
+                self.cur += nb
+        self.peak = max(self.peak, self.cur)
+        if not func.is_view:
+            self.n_ops += 1
+            out_b = sum(t.numel() * t.element_size() for t in outs)
+            ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            if "embedding" in func.name():
+                # a lookup reads the gathered rows (= output size) and the ids, not the table
+                in_b = out_b + sum(t.numel() * t.element_size() for t in ins
+                                   if not t.is_floating_point())
+            else:
+                in_b = sum(t.numel() * t.element_size() for t in ins if t.layout == torch.strided)
+            self.bytes_moved += in_b + out_b
+        return out
+
+
+class _LeafActivations:
+    """Forward output elements of leaf modules (what torchinfo calls forward pass size)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.elems = 0
+        self.handles = [
+            m.register_forward_hook(self._hook)
+            for m in model.modules() if not list(m.children())
+        ]
+
+    def _hook(self, _m, _inp, out) -> None:  # noqa: ANN001
+        self.elems += sum(t.numel() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
+    """Two training steps of ``cfg`` on the CPU; returns the measured columns."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    t0 = time.perf_counter()
+    dtype = DTYPES[cfg["dtype"]]
+    mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
+    with mode:
+        torch.manual_seed(0)
+        model, make_batch, loss_fn = models.build(cfg, dtype)
+        opt = models.make_optimizer(cfg["optimizer"], model)
+        batch = make_batch()
+        param_bytes = sum(tensor_bytes(p) for p in model.parameters())
+        input_bytes = sum(tensor_bytes(t) for t in batch)
+        tracer = StepTracer()
+        flops = FlopCounterMode(display=False)
+        acts = None
+        with tracer, flops:
+            for step in range(2):
+                if step == 1:
+                    tracer.reset_counters()
+                    flops_before = flops.get_total_flops()
+                    acts = _LeafActivations(model)
+                    base = tracer.cur
+                loss = loss_fn(model, batch)
+                if step == 1:
+                    act_fwd = tracer.cur - base
+                    flops_fwd = flops.get_total_flops() - flops_before
+                    acts.remove()
+                loss.backward()
+                del loss
+                if step == 1:
+                    grad_bytes = sum(
+                        tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None
+                    )
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            flops_step = flops.get_total_flops() - flops_before
+        opt_state_bytes = sum(
+            tensor_bytes(v) for st in opt.state.values() for v in st.values()
+            if isinstance(v, torch.Tensor)
+        )
+        n_params = sum(p.numel() for p in model.parameters())
+        emb_params = sum(
+            p.numel() for m in model.modules()
+            if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) for p in m.parameters()
+        )
+    b = cfg["batch_size"]
+    return {
+        "exec_mode": "cpu-fake" if fake else "cpu-real",
+        "label_source": "cpu",
+        "n_params": n_params,
+        "n_emb_params": emb_params,
+        "macs_per_sample": flops_fwd / 2 / b,
+        "activations_per_sample": acts.elems / b if acts else 0,
+        "param_bytes": param_bytes,
+        "grad_bytes": grad_bytes,
+        "opt_state_bytes": opt_state_bytes,
+        "input_bytes": input_bytes,
+        "act_fwd_bytes": act_fwd,
+        "peak_bytes": param_bytes + input_bytes + tracer.peak,
+        "flops_fwd": flops_fwd,
+        "flops_step": flops_step,
+        "bytes_moved_step": tracer.bytes_moved,
+        "n_ops_step": tracer.n_ops,
+        "wall_s": round(time.perf_counter() - t0, 3),
+    }

@@ -1,0 +1,144 @@
+"""GPU-memory model: least squares on degree-2 polynomial features + margin + CUDA context.
+
+``predict_mib(spec) = ceil(ols(spec) * margin + ctx_mib[gpu_model])``
+
+* ``ols`` — statsmodels weighted least squares on all degree-2 products of ``BASE`` (the
+  optimizer-state multipliers times table/dense sizes are among them). Weights are ``1/y²``,
+  i.e. ordinary least squares on relative error, so a 20 MiB job counts as much as a 20 GiB one.
+  Target: measured peak training bytes (params, grads, optimizer state, activations,
+  temporaries) in MiB, without the CUDA context.
+* ``margin`` — a multiplicative safety margin calibrated on leave-one-family-out residuals:
+  the ``MARGIN_QUANTILE`` quantile of ``y / ols`` over held-out predictions.
+* ``ctx_mib`` — per-GPU-model constant, see :mod:`predictor.gpus`.
+
+Prediction needs numpy only; fitting needs statsmodels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from predictor import features, gpus
+
+BASE = ("emb_mib", "dense_mib", "m_emb", "m_dense", "sparse", "act_mib", "io_mib")
+BINARY = frozenset({"sparse"})
+MARGIN_QUANTILE = 0.98
+FORMAT = "sparse-predictor/memory-ols/1"
+
+
+def term_names() -> list[str]:
+    names = list(BASE)
+    for a, b in itertools.combinations_with_replacement(BASE, 2):
+        if a == b and a in BINARY:
+            continue
+        names.append(f"{a}*{b}")
+    return names
+
+
+TERMS = term_names()
+
+
+def design(rows: Sequence[dict[str, float]]) -> np.ndarray:
+    """Design matrix (const + poly-2 terms) for derived feature dicts."""
+    base = np.array([[r[k] for k in BASE] for r in rows], dtype=float)
+    cols = [np.ones(len(rows))]
+    cols += [base[:, i] for i in range(len(BASE))]
+    for i, j in itertools.combinations_with_replacement(range(len(BASE)), 2):
+        if i == j and BASE[i] in BINARY:
+            continue
+        cols.append(base[:, i] * base[:, j])
+    return np.column_stack(cols)
+
+
+def fit_coef(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
+    import statsmodels.api as sm
+
+    x = design(rows)
+    res = sm.WLS(y_mib, x, weights=1.0 / np.maximum(y_mib, 1.0) ** 2).fit()
+    return np.asarray(res.params)
+
+
+def raw_predict(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return np.maximum(design(rows) @ coef, 1.0)
+
+
+def lofo_ratios(
+    rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str]
+) -> np.ndarray:
+    """``y / prediction`` for every row, predicted by a model fitted without its group."""
+    groups_arr = np.asarray(groups)
+    out = np.empty(len(rows))
+    for g in sorted(set(groups)):
+        test = groups_arr == g
+        train = ~test
+        coef = fit_coef([r for r, t in zip(rows, train, strict=True) if t], y_mib[train])
+        out[test] = y_mib[test] / raw_predict(coef, [r for r, t in zip(rows, test, strict=True)
+                                                     if t])
+    return out
+
+
+def calibrate_margin(ratios: np.ndarray, q: float = MARGIN_QUANTILE) -> float:
+    return max(1.0, float(np.quantile(ratios, q)))
+
+
+@dataclass
+class MemoryModel:
+    coef: np.ndarray
+    margin: float = 1.0
+    ctx_mib: dict[str, int] = field(
+        default_factory=lambda: {k: g.ctx_mib for k, g in gpus.CATALOGUE.items()}
+    )
+    version: str = "v1"
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def fit(
+        cls, specs: Sequence[features.ModelSpec], y_mib: np.ndarray, groups: Sequence[str],
+        version: str = "v1",
+    ) -> MemoryModel:
+        rows = [features.derive(s) for s in specs]
+        coef = fit_coef(rows, y_mib)
+        ratios = lofo_ratios(rows, y_mib, groups)
+        return cls(coef=coef, margin=calibrate_margin(ratios), version=version,
+                   meta={"n_rows": len(rows), "groups": sorted(set(groups)),
+                         "margin_quantile": MARGIN_QUANTILE})
+
+    def predict_train_mib(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
+        """OLS estimate of the training-state peak (no margin, no context)."""
+        return raw_predict(self.coef, [features.derive(s) for s in specs])
+
+    def predict_mib(self, spec: features.ModelSpec) -> int:
+        raw = float(self.predict_train_mib([spec])[0])
+        ctx = self.ctx_mib.get(spec.gpu_model, gpus.get(spec.gpu_model).ctx_mib)
+        return int(math.ceil(raw * self.margin + ctx))
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT, "version": self.version, "terms": ["const", *TERMS],
+            "coef": [float(c) for c in self.coef], "margin": self.margin,
+            "ctx_mib": self.ctx_mib, "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> MemoryModel:
+        if d.get("format") != FORMAT:
+            raise ValueError(f"not a memory model artefact (format {d.get('format')!r})")
+        if d["terms"] != ["const", *TERMS]:
+            raise ValueError("memory model terms do not match this code version")
+        return cls(coef=np.array(d["coef"], dtype=float), margin=float(d["margin"]),
+                   ctx_mib={k: int(v) for k, v in d["ctx_mib"].items()},
+                   version=d["version"], meta=d.get("meta", {}))
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> MemoryModel:
+        return cls.from_json(json.loads(path.read_text()))
