@@ -62,5 +62,7 @@ class Settings:
         if self.max_body_mib < 1:
             errors.append("--max-body-mib must be at least 1")
         if self.nodes is None and not self.kube_enabled:
-            errors.append("give --nodes (a node-conf.yaml) or a cluster (--kubeconfig/--in-cluster)")
+            errors.append(
+                "give --nodes (a node-conf.yaml) or a cluster (--kubeconfig/--in-cluster)"
+            )
         return errors

@@ -177,7 +177,9 @@ def pod_demand(pod: Pod, prediction: Prediction | None = None) -> PodDemand:
     milli, mem = declared_milli, declared_mem
     if sharing and prediction is not None:
         mem = max(declared_mem, prediction.gpu_mem_mib)
-        milli = min(declared_milli, prediction.gpu_milli) if declared_milli else prediction.gpu_milli
+        milli = prediction.gpu_milli
+        if declared_milli:
+            milli = min(declared_milli, milli)
     if sharing and mem == 0:
         raise InvalidDemand(
             f"a GPU share needs {RES_GPU_MEM} (MiB) or a predicted demand; without one the"

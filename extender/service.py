@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from extender import protocol
-from extender.binder import BindError, Binder, LedgerOnlyBinder
+from extender.binder import Binder, BindError, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand, wants_gpu
 from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidDemand, InvalidInventory, ReservationConflict

@@ -54,6 +54,7 @@ class SimCluster:
         self.state.host = self.host  # what kube-scheduler knows; read by some baselines
         self.models = set(nodes["model"]) - {""}
         self.caps = self.state.capacities(self.state.gpu_uuid)
+        self.names = np.array(self.state.node_names, dtype=object)
         self.usage = rules.Usage()
         self.placed: dict[str, Placed] = {}
         self.exclusive = bool(getattr(policy, "exclusive", False))
@@ -92,7 +93,7 @@ class SimCluster:
             if j is None:
                 return None
             return self._commit(d, int(cand[j]), None)
-        result = fit(st, d, [st.node_names[i] for i in cand])
+        result = fit(st, d, self.names[cand].tolist(), explain=False)
         j = self._pick(node_costs(st, d, result, self.policy))
         if j is None:
             return None

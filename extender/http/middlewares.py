@@ -34,7 +34,11 @@ def make_middleware(prefix: str) -> web.middleware:
                                 content_type="application/json")
         except web.HTTPException as exc:
             status = exc.status
-            raise
+            if status < 400:
+                raise
+            # Bodies over --max-body-mib, unknown paths...: same JSON shape as other errors.
+            return web.Response(body=encode({"error": exc.text or exc.reason}), status=status,
+                                content_type="application/json")
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             return web.Response(body=encode({"error": "internal error; see extender logs"}),

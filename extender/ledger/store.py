@@ -1,4 +1,7 @@
-"""The contract every ledger backend implements (checked by tests/extender/ledger/test_contract.py)."""
+"""The contract every ledger backend implements.
+
+Checked for both backends by tests/extender/ledger/test_contract.py.
+"""
 
 from __future__ import annotations
 

@@ -72,7 +72,11 @@ def _per_node(mask: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(owner, weights=mask, minlength=n).astype(np.int64)
 
 
-def fit(state: ClusterState, demand: PodDemand, candidates: list[str]) -> FitResult:
+def fit(
+    state: ClusterState, demand: PodDemand, candidates: list[str], explain: bool = True
+) -> FitResult:
+    """Which candidates fit; with ``explain=False`` the per-node reasons for GPU misfits are
+    skipped (``failed``/``unresolvable`` then only name unknown nodes), for bulk callers."""
     known = [name for name in candidates if name in state.node_index]
     unresolvable = {
         name: "node has no GPU inventory known to sparse"
@@ -92,7 +96,7 @@ def fit(state: ClusterState, demand: PodDemand, candidates: list[str]) -> FitRes
         fits = count_free >= w
     failed: dict[str, str] = {}
     bad = np.flatnonzero(~fits)
-    if len(bad):
+    if explain and len(bad):
         _explain(state, demand, nodes, masks, bad, known, failed, unresolvable)
     return FitResult(
         nodes=nodes, names=known, fits=fits, masks=masks, failed=failed, unresolvable=unresolvable

@@ -7,6 +7,8 @@ import json
 import cluster as e2e_cluster
 import pytest
 
+from extender.quantity import parse_int_quantity
+
 pytestmark = pytest.mark.e2e
 
 
@@ -23,11 +25,12 @@ async def test_fake_gpu_nodes_are_ready_with_gpu_resources(clean_cluster, core) 
     clean_cluster.create_gpu_node("smoke-b", gpus=4, model="A100M40", memory_mib=40960)
 
     a = await core.read_node("smoke-a")
-    alloc = a.status.allocatable
-    assert alloc["nvidia.com/gpu"] == "2"
-    assert alloc["sparse.io/gpu-milli"] == "2000"
-    assert alloc["sparse.io/gpu-mem"] == "32768"
-    assert alloc["pods"] == "110"
+    # The API server canonicalises quantities ("2000" comes back as "2k"): always parse them.
+    alloc = {k: parse_int_quantity(v, k) for k, v in a.status.allocatable.items()}
+    assert alloc["nvidia.com/gpu"] == 2
+    assert alloc["sparse.io/gpu-milli"] == 2000
+    assert alloc["sparse.io/gpu-mem"] == 32768
+    assert alloc["pods"] == 110
     assert {c.type: c.status for c in a.status.conditions}["Ready"] == "True"
     assert not a.spec.taints  # TaintNodesByCondition is off: no not-ready taint
     inventory = json.loads(a.metadata.annotations["sparse.io/gpu-inventory"])
@@ -35,7 +38,7 @@ async def test_fake_gpu_nodes_are_ready_with_gpu_resources(clean_cluster, core) 
     assert all(g["uuid"].startswith("GPU-") and g["memory_mib"] == 16384 for g in inventory)
 
     b = await core.read_node("smoke-b")
-    assert b.status.capacity["sparse.io/gpu-mem"] == str(4 * 40960)
+    assert parse_int_quantity(b.status.capacity["sparse.io/gpu-mem"], "mem") == 4 * 40960
     assert json.loads(b.metadata.annotations["sparse.io/gpu-inventory"])[3]["model"] == "A100M40"
 
 

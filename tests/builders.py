@@ -1,0 +1,118 @@
+"""Object builders for tests: pods, nodes and inventories shaped like the real API objects."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from extender.inventory import Gpu, Inventory, NodeGpus, annotation_value
+
+_uid = itertools.count(1)
+
+
+def gpu_node(name: str, count: int = 4, model: str = "V100M32", memory_mib: int = 32768,
+             gpus: list[Gpu] | None = None) -> NodeGpus:
+    gpus = gpus or [Gpu(f"GPU-{name}-{i}", i, model, memory_mib) for i in range(count)]
+    return NodeGpus(name=name, gpus=tuple(gpus))
+
+
+def inventory(*nodes: NodeGpus) -> Inventory:
+    return Inventory.of(nodes)
+
+
+def pod(name: str | None = None, *, containers: list[dict[str, Any]] | None = None,
+        mem: int | None = None, milli: int | None = None, gpus: int | None = None,
+        job_class: str | None = None, models: str | None = None, uid: str | None = None,
+        namespace: str = "ml", use_requests: bool = False) -> dict[str, Any]:
+    """A Pod as kube-scheduler sends it (camelCase inside, plus the noise real pods carry)."""
+    n = next(_uid)
+    name = name or f"train-{n}"
+    if containers is None:
+        limits: dict[str, str] = {"cpu": "2", "memory": "8Gi"}
+        if mem is not None:
+            limits["sparse.io/gpu-mem"] = str(mem)
+        if milli is not None:
+            limits["sparse.io/gpu-milli"] = str(milli)
+        if gpus is not None:
+            limits["nvidia.com/gpu"] = str(gpus)
+        key = "requests" if use_requests else "limits"
+        containers = [{"name": "main", "image": "pytorch:2.3", "resources": {key: limits}}]
+    annotations = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    if job_class:
+        annotations["sparse.io/job-class"] = job_class
+    if models:
+        annotations["sparse.io/gpu-model"] = models
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name, "namespace": namespace, "uid": uid or f"uid-{name}-{n}",
+            "resourceVersion": "1234", "creationTimestamp": "2026-11-30T10:00:00Z",
+            "labels": {"app": "train"}, "annotations": annotations,
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+        },
+        "spec": {
+            "containers": containers, "restartPolicy": "Never",
+            "schedulerName": "sparse-scheduler", "tolerations": [],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+        "status": {"phase": "Pending", "conditions": []},
+    }
+
+
+def container(name: str, mem: int | None = None, milli: int | None = None,
+              gpus: int | None = None) -> dict[str, Any]:
+    limits = {}
+    if mem is not None:
+        limits["sparse.io/gpu-mem"] = str(mem)
+    if milli is not None:
+        limits["sparse.io/gpu-milli"] = str(milli)
+    if gpus is not None:
+        limits["nvidia.com/gpu"] = str(gpus)
+    return {"name": name, "image": "x", "resources": {"limits": limits}}
+
+
+def node_object(node: NodeGpus, with_inventory: bool = True) -> dict[str, Any]:
+    """A full Node object like nodeCacheCapable=false sends (status and images included)."""
+    annotations = {"node.alpha.kubernetes.io/ttl": "0",
+                   "volumes.kubernetes.io/controller-managed-attach-detach": "true"}
+    if with_inventory:
+        annotations["sparse.io/gpu-inventory"] = annotation_value(node.gpus)
+    capacity = {"cpu": "96", "memory": "792Gi", "pods": "110",
+                "nvidia.com/gpu": str(len(node.gpus))}
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": node.name, "uid": f"node-uid-{node.name}", "resourceVersion": "98765",
+            "labels": {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
+                       "node.kubernetes.io/instance-type": "gpu.8xlarge",
+                       "topology.kubernetes.io/zone": "zone-a"},
+            "annotations": annotations,
+        },
+        "spec": {"podCIDR": "10.244.1.0/24", "providerID": f"fake://{node.name}"},
+        "status": {
+            "capacity": capacity, "allocatable": capacity,
+            "conditions": [
+                {"type": t, "status": "False" if t != "Ready" else "True",
+                 "lastHeartbeatTime": "2026-11-30T10:00:00Z",
+                 "lastTransitionTime": "2026-11-01T10:00:00Z",
+                 "reason": f"Kubelet{t}", "message": f"kubelet reports {t}"}
+                for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
+                          {"type": "Hostname", "address": node.name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"kubeletVersion": "v1.36.3", "containerRuntimeVersion": "containerd://2.1",
+                         "kernelVersion": "6.8.0", "osImage": "Ubuntu 24.04",
+                         "architecture": "amd64", "operatingSystem": "linux",
+                         "machineID": "m", "systemUUID": "s", "bootID": "b",
+                         "kubeProxyVersion": "v1.36.3"},
+            "images": [
+                {"names": [f"registry.example.com/team/image-{i}@sha256:{'a' * 64}",
+                           f"registry.example.com/team/image-{i}:v{i}"],
+                 "sizeBytes": 1_000_000 + i}
+                for i in range(30)
+            ],
+        },
+    }

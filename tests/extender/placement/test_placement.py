@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from builders import gpu_node, inventory
+
+from extender.demand import ContainerRequest, PodDemand
+from extender.interference import default_matrix
+from extender.inventory import Gpu
+from extender.ledger.rules import Allocation, Reservation
+from extender.placement import (
+    ClusterState,
+    assign,
+    fit,
+    make_policy,
+    node_costs,
+    reservation_for,
+    scores_from_costs,
+)
+
+
+def share(uid="p", mem=4096, milli=200, job_class="unknown", models=None):
+    return PodDemand(uid=uid, namespace="ml", name=uid,
+                     containers=(ContainerRequest("c", 0, milli, mem),), whole_gpus=0,
+                     share_milli=milli, share_mem_mib=mem, job_class=job_class,
+                     allowed_models=frozenset(models) if models else None,
+                     share_containers=(ContainerRequest("c", 0, milli, mem),))
+
+
+def whole(uid="w", n=2, models=None):
+    return PodDemand(uid=uid, namespace="ml", name=uid,
+                     containers=(ContainerRequest("c", n, 0, 0),), whole_gpus=n,
+                     share_milli=0, share_mem_mib=0,
+                     allowed_models=frozenset(models) if models else None)
+
+
+def booked(uid, gpu, mem, milli, job_class="unknown", node="a"):
+    return Reservation(pod_uid=uid, namespace="ml", name=uid, node=node,
+                       allocations=(Allocation(gpu, "c", mem, milli),), job_class=job_class)
+
+
+@pytest.fixture
+def state():
+    inv = inventory(gpu_node("a", 2, "V100M16", 16384), gpu_node("b", 4, "V100M32", 32768),
+                    gpu_node("c", 1, "A100", 81920))
+    return ClusterState.build(inv, default_matrix())
+
+
+def test_fit_reasons(state):
+    state.apply(booked("x", "GPU-a-0", 16000, 100))
+    result = fit(state, share(mem=8192), ["a", "b", "c", "ghost"])
+    assert result.fits.tolist() == [True, True, True]
+    result = fit(state, share(mem=20000), ["a", "b", "ghost"])
+    assert result.fits.tolist() == [False, True]
+    assert result.unresolvable == {
+        "a": "no GPU on this node has 20000 MiB of memory in total",
+        "ghost": "node has no GPU inventory known to sparse",
+    }
+    result = fit(state, whole(n=2), ["a", "b", "c"])
+    assert result.fits.tolist() == [False, True, False]
+    assert result.failed == {"a": "needs 2 free whole GPU(s), 1 free"}
+    assert result.unresolvable == {"c": "pod needs 2 GPUs, node has 1 usable"}
+    result = fit(state, share(models={"A100"}), ["a", "c"])
+    assert result.fits.tolist() == [False, True]
+    assert result.unresolvable == {"a": "no GPU of model A100 on this node"}
+
+
+def test_busy_gpu_is_failed_not_unresolvable(state):
+    state.apply(booked("x", "GPU-c-0", 80000, 900, node="c"))
+    result = fit(state, share(mem=4096, milli=200), ["c"])
+    assert not result.fits[0]
+    assert result.failed["c"].startswith("no GPU with 4096 MiB and 200 milli free")
+
+
+def test_whole_plus_share_needs_distinct_gpus():
+    state = ClusterState.build(inventory(gpu_node("a", 2)), default_matrix())
+    mixed = PodDemand(uid="m", namespace="ml", name="m",
+                      containers=(ContainerRequest("w", 2, 0, 0),
+                                  ContainerRequest("s", 0, 100, 10)),
+                      whole_gpus=2, share_milli=100, share_mem_mib=10,
+                      share_containers=(ContainerRequest("s", 0, 100, 10),))
+    assert not fit(state, mixed, ["a"]).fits[0]
+    assert assign(state, mixed, "a", make_policy("sparse")) is None
+    state3 = ClusterState.build(inventory(gpu_node("a", 3)), default_matrix())
+    choice = assign(state3, mixed, "a", make_policy("sparse"))
+    assert choice is not None and choice.share not in choice.whole and len(set(choice.whole)) == 2
+
+
+def test_sparse_avoids_bad_co_runner():
+    inv = inventory(gpu_node("bad", 1), gpu_node("good", 1))
+    state = ClusterState.build(inv, default_matrix(), [
+        booked("r50", "GPU-bad-0", 8192, 400, "cnn", node="bad"),
+        booked("r18", "GPU-good-0", 8192, 400, "cnn-small", node="good"),
+    ])
+    rec = share(mem=4096, milli=300, job_class="recommendation")
+    result = fit(state, rec, ["bad", "good"])
+    costs = node_costs(state, rec, result, make_policy("sparse"))
+    assert scores_from_costs(costs) == [0, 10]
+    # binpack does not care about classes: both GPUs are equally full
+    costs = node_costs(state, rec, result, make_policy("binpack"))
+    assert costs[0] == pytest.approx(costs[1])
+
+
+def test_sparse_prefers_empty_gpu_over_harmful_pairing_but_packs_good_pairs():
+    inv = inventory(gpu_node("n", 2))
+    state = ClusterState.build(inv, default_matrix(),
+                               [booked("r50", "GPU-n-0", 8192, 400, "cnn", node="n")])
+    policy = make_policy("sparse")
+    assert assign(state, share(job_class="recommendation"), "n", policy).share == "GPU-n-1"
+    assert assign(state, share(job_class="cnn-small"), "n", policy).share == "GPU-n-0"
+
+
+def test_binpack_and_spread(state):
+    state.apply(booked("x", "GPU-b-2", 16384, 500, node="b"))
+    d = share(mem=4096)
+    assert assign(state, d, "b", make_policy("binpack")).share == "GPU-b-2"
+    assert assign(state, d, "b", make_policy("spread")).share != "GPU-b-2"
+
+
+def test_scores():
+    assert scores_from_costs(np.array([1.0, 2.0, np.inf, 1.5])) == [10, 0, 0, 5]
+    assert scores_from_costs(np.array([3.0, 3.0])) == [10, 10]
+    assert scores_from_costs(np.array([np.inf])) == [0]
+    assert all(isinstance(s, int) for s in scores_from_costs(np.array([0.1, 0.7])))
+
+
+def test_reservation_for_whole_gpus_takes_full_capacity(state):
+    choice = assign(state, whole(n=2), "b", make_policy("sparse"))
+    r = reservation_for(whole(n=2), choice, state, now=10.0, ttl_s=5.0)
+    assert r.expires_at == 15.0
+    assert [(a.mem_mib, a.milli) for a in r.allocations] == [(32768, 1000)] * 2
+    state.apply(r)
+    assert fit(state, whole(n=3), ["b"]).failed == {"b": "needs 3 free whole GPU(s), 2 free"}
+
+
+def test_mixed_sizes_on_one_node():
+    node = gpu_node("m", gpus=[Gpu("big", 0, "A100", 81920), Gpu("small", 1, "T4", 16384)])
+    state = ClusterState.build(inventory(node), default_matrix())
+    choice = assign(state, share(mem=30000), "m", make_policy("binpack"))
+    assert choice.share == "big"
+    choice = assign(state, share(mem=8000), "m", make_policy("binpack"))
+    assert choice.share == "small"  # tighter fit
+
+
+def test_state_copy_is_independent(state):
+    other = state.copy()
+    other.apply(booked("x", "GPU-a-0", 100, 10))
+    assert state.mem_used.sum() == 0 and other.mem_used.sum() == 100
+    assert "x" not in state.reservations
+
+
+def test_orphaned_reservation_survives_inventory_change(state):
+    state.apply(booked("x", "GPU-gone-0", 100, 10, node="gone"))
+    assert "x" in state.orphans
+    grown = state.with_inventory(state.inventory.with_node(gpu_node("gone", 1)))
+    assert "x" in grown.reservations and grown.mem_used[grown.gpu_index["GPU-gone-0"]] == 100
