@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from extender import protocol
+from extender.annotations import ANN_GPU_INVENTORY
 from extender.binder import Binder, BindError, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand, wants_gpu
 from extender.demandsource import DemandSource, NoPredictions
@@ -86,6 +87,7 @@ class Scheduler:
         self.observers = list(observers)
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
+        self._seen_annotation: dict[str, str] = {}
 
     # --- state ----------------------------------------------------------------------------
 
@@ -114,12 +116,17 @@ class Scheduler:
     def update_node(self, name: str, annotations: dict[str, str] | None,
                     labels: dict[str, str] | None = None) -> bool:
         """Refresh one node from its annotations; True when the inventory changed."""
+        raw = (annotations or {}).get(ANN_GPU_INVENTORY)
+        if raw is not None and self._seen_annotation.get(name) == raw:
+            return False  # the common case on every full-Node request: nothing changed
         try:
             node = node_from_annotations(name, annotations, labels)
         except InvalidInventory as exc:
             log.warning("ignoring node %s: %s", name, exc)
             return False
         current = self.inventory.nodes.get(name)
+        if node is not None:
+            self._seen_annotation[name] = raw
         if node is None or (current is not None and current.gpus == node.gpus):
             return False
         try:
@@ -130,6 +137,7 @@ class Scheduler:
         return True
 
     def remove_node(self, name: str) -> None:
+        self._seen_annotation.pop(name, None)
         if name in self.inventory.nodes:
             self.set_inventory(self.inventory.without_node(name))
 

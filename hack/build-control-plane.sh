@@ -44,6 +44,8 @@ if ! flock -n 9; then
   flock 9
 fi
 if built; then log "built by a concurrent run"; echo "$BIN"; exit 0; fi
+# Leftovers of an interrupted run (we hold the lock, so nobody else is using them).
+rm -rf "$ROOT"/.tmp-* "$DEST"
 
 WORK=$(mktemp -d "$ROOT/.tmp-v$K8S-etcd$ETCD.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

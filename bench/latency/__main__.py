@@ -1,0 +1,124 @@
+"""python -m bench.latency: filter + prioritize latency of the extender vs a null server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import click
+import numpy as np
+
+from bench.latency.cluster import request_bodies, synthetic_inventory
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _wait_ready(port: int, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"server on port {port} did not become ready")
+
+
+async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str, float]:
+    """Each pod = filter then prioritize, as one scheduling cycle does; ``concurrency``
+    cycles in flight (1 = the scheduler's serial cycle)."""
+    latencies: list[float] = []
+    queue = list(enumerate(bodies))
+    base = f"http://127.0.0.1:{port}/scheduler"
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def worker() -> None:
+            while queue:
+                _, body = queue.pop()
+                started = time.perf_counter()
+                for verb in ("filter", "prioritize"):
+                    async with session.post(f"{base}/{verb}", data=body,
+                                            headers={"Content-Type": "application/json"}) as r:
+                        await r.read()
+                        if r.status != 200:
+                            raise RuntimeError(f"{verb} -> HTTP {r.status}")
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    ms = np.array(latencies) * 1000
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+            "pods_per_s": len(latencies) / elapsed}
+
+
+@click.command()
+@click.option("--nodes", default=5000, show_default=True)
+@click.option("--gpus", default=8, show_default=True)
+@click.option("--candidates", default=500, show_default=True)
+@click.option("--requests", "count", default=400, show_default=True,
+              help="Pods per measurement (after 20 warm-up pods).")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("results/latency.json"),
+              show_default=True)
+def main(nodes: int, gpus: int, candidates: int, count: int, out: Path) -> None:
+    """Filter + prioritize latency and throughput: NodeNames and full Node objects, each
+    against a null server in the same run; prints the ratios."""
+    inventory = synthetic_inventory(nodes, gpus)
+    results: dict[str, dict[str, float]] = {}
+    procs = {}
+    try:
+        for kind in ("extender", "null"):
+            port = _free_port()
+            procs[kind] = (port, subprocess.Popen(
+                [sys.executable, "-m", "bench.latency.servers", kind, str(port), str(nodes),
+                 str(gpus)]))
+        for kind, (port, _) in procs.items():
+            asyncio.run(_wait_ready(port))
+        for mode, full in (("NodeNames", False), ("full Nodes", True)):
+            click.echo(f"building {count + 20} {mode} requests of {candidates} candidates ...",
+                       err=True)
+            bodies = request_bodies(inventory, count + 20, candidates, full)
+            click.echo(f"  body size {len(bodies[0]) / 1024:.0f} KiB", err=True)
+            for kind, (port, _) in procs.items():
+                asyncio.run(_measure(port, bodies[:20], 1))  # warm-up
+                for conc in (1, 4):
+                    results[f"{kind} | {mode} | c={conc}"] = asyncio.run(
+                        _measure(port, bodies[20:], conc))
+    finally:
+        for _, proc in procs.values():
+            proc.terminate()
+            proc.wait(10)
+    header = f"{'server | request | concurrency':40} {'p50 ms':>8} {'p99 ms':>8} {'pods/s':>8}"
+    click.echo(f"\n{nodes} nodes x {gpus} GPUs at ~50% occupancy, {candidates} candidates\n")
+    click.echo(header)
+    for key, r in results.items():
+        click.echo(f"{key:40} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['pods_per_s']:8.0f}")
+    click.echo("\nratios extender / null (p99; goals: NodeNames p99 <= 5 ms, full Nodes <= 25 ms,"
+               " ratio <= 2.0):")
+    for mode in ("NodeNames", "full Nodes"):
+        ext, null = results[f"extender | {mode} | c=1"], results[f"null | {mode} | c=1"]
+        click.echo(f"  {mode:11} p99 {ext['p99_ms']:.2f} ms vs {null['p99_ms']:.2f} ms ->"
+                   f" {ext['p99_ms'] / null['p99_ms']:.2f}x; throughput (c=4)"
+                   f" {results[f'extender | {mode} | c=4']['pods_per_s']:.0f} vs"
+                   f" {results[f'null | {mode} | c=4']['pods_per_s']:.0f} pods/s")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    click.echo(f"\nwritten {out}")
+
+
+if __name__ == "__main__":
+    main()

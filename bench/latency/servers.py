@@ -1,0 +1,64 @@
+"""The two servers under test, each run in its own process: the real extender app over a
+pre-booked in-memory ledger, and a null aiohttp server that only parses and echoes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import msgspec
+from aiohttp import web
+
+from extender.config import Settings
+from extender.http.app import make_app
+from extender.interference import default_matrix
+from extender.ledger.memory import MemoryLedger
+from extender.placement import make_policy
+from extender.service import Scheduler
+
+from bench.latency.cluster import half_occupancy, synthetic_inventory
+
+
+def extender_app(nodes: int, gpus: int) -> web.Application:
+    inventory = synthetic_inventory(nodes, gpus)
+    ledger = MemoryLedger()
+    capacities = {g.uuid: g.memory_mib for n in inventory.nodes.values() for g in n.gpus}
+
+    async def book() -> None:
+        from extender.ledger.rules import GpuCapacity
+
+        for r in half_occupancy(inventory):
+            await ledger.reserve(r, {u: GpuCapacity(capacities[u]) for u in r.gpus})
+
+    asyncio.run(book())
+    scheduler = Scheduler(inventory=inventory, ledger=ledger, matrix=default_matrix(),
+                          policy=make_policy("sparse"))
+    return make_app(Settings(max_body_mib=256), scheduler=scheduler)
+
+
+def null_app() -> web.Application:
+    """Parses the body as JSON and echoes what a filter/prioritize reply needs, nothing else."""
+
+    async def handle(request: web.Request) -> web.Response:
+        args = msgspec.json.decode(await request.read())
+        names = args.get("NodeNames")
+        if request.path.endswith("/prioritize"):
+            hosts = names or [n["metadata"]["name"] for n in args["Nodes"]["items"]]
+            reply = [{"Host": h, "Score": 0} for h in hosts]
+        elif names is not None:
+            reply = {"NodeNames": names, "FailedNodes": {}, "Error": ""}
+        else:
+            reply = {"Nodes": args["Nodes"], "FailedNodes": {}, "Error": ""}
+        return web.Response(body=msgspec.json.encode(reply), content_type="application/json")
+
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app.router.add_post("/scheduler/filter", handle)
+    app.router.add_post("/scheduler/prioritize", handle)
+    app.router.add_get("/readyz", lambda r: web.Response(text="ok"))
+    return app
+
+
+if __name__ == "__main__":
+    kind, port, nodes, gpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    app = extender_app(nodes, gpus) if kind == "extender" else null_app()
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
