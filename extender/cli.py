@@ -82,6 +82,7 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 
+main.add_command(__import__("extender.webhook.cli", fromlist=["webhook"]).webhook)
 
 if __name__ == "__main__":
     main()

@@ -8,13 +8,14 @@ raw JSON so a filter reply can echo them without re-encoding.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
 from extender.errors import InvalidRequest
 
 Quantity = str | int | float
+NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
 
 
 class ObjectMeta(msgspec.Struct, omit_defaults=True):
@@ -68,11 +69,11 @@ class _RawNodeList(msgspec.Struct):
 class _ExtenderArgsWire(msgspec.Struct):
     Pod: Pod | None = None
     Nodes: _RawNodeList | None = None
-    NodeNames: list[str] | None = None
+    NodeNames: list[NodeName] | None = None
     pod: Pod | None = None
     nodes: _RawNodeList | None = None
-    nodenames: list[str] | None = None
-    nodeNames: list[str] | None = None  # noqa: N815
+    nodenames: list[NodeName] | None = None
+    nodeNames: list[NodeName] | None = None  # noqa: N815
 
 
 class ExtenderArgs(msgspec.Struct):
@@ -180,8 +181,6 @@ _pod_decoder = msgspec.json.Decoder(_MetaPod)
 _full_pod_decoder = msgspec.json.Decoder(Pod)
 _encoder = msgspec.json.Encoder()
 
-MAX_NODE_NAME = 253
-
 
 def _decode(decoder: msgspec.json.Decoder, body: bytes, what: str) -> Any:
     if not body:
@@ -210,8 +209,6 @@ def decode_extender_args(body: bytes, what: str = "ExtenderArgs") -> ExtenderArg
     names = _first(wire.NodeNames, wire.nodenames, wire.nodeNames)
     node_list = _first(wire.Nodes, wire.nodes)
     if names is not None:
-        if any(not n or len(n) > MAX_NODE_NAME for n in names):
-            raise InvalidRequest(f"{what}: NodeNames holds an empty or over-long name")
         return ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
     if node_list is not None:
         raws = node_list.items or []

@@ -22,7 +22,7 @@ from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidDemand, InvalidInventory, ReservationConflict
 from extender.interference import InterferenceMatrix
 from extender.inventory import Inventory, node_from_annotations
-from extender.ledger.rules import STATE_BOUND, Reservation
+from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
 from extender.placement import (
     ClusterState,
@@ -57,10 +57,16 @@ class Outcome:
     """Observers (metrics, Kubernetes events) hear about decisions through this."""
 
     verb: str
-    pod: str
+    namespace: str
+    name: str
+    uid: str
     ok: bool
     message: str = ""
     reservation: Reservation | None = None
+
+    @property
+    def pod(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class Scheduler:
@@ -193,14 +199,14 @@ class Scheduler:
             demand = await self.demand_of(pod)
         except InvalidDemand as exc:
             reason = f"invalid GPU request: {exc}"
-            self._notify(Outcome("filter", pod_key(pod), False, reason))
+            self._notify(Outcome("filter", *pod_ref(pod), False, reason))
             return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
         state = self._own_excluded(await self.view(), demand.uid)
         result = fit(state, demand, args.node_names)
         passed = [result.names[i] for i in np.flatnonzero(result.fits)]
         if not passed:
-            self._notify(Outcome("filter", demand.key, False, summarize(result.failed,
-                                                                         result.unresolvable)))
+            why = summarize(result.failed, result.unresolvable)
+            self._notify(Outcome("filter", *pod_ref(pod), False, why))
         return protocol.filter_result(passed, result.failed, result.unresolvable, args)
 
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
@@ -214,10 +220,12 @@ class Scheduler:
             return zero
         state = self._own_excluded(await self.view(), demand.uid)
         result = fit(state, demand, args.node_names)
-        scores = dict(zip(result.names,
-                          scores_from_costs(node_costs(state, demand, result, self.policy)),
-                          strict=True))
-        return [HostPriority(Host=n, Score=scores.get(n, 0)) for n in args.node_names]
+        scores = scores_from_costs(node_costs(state, demand, result, self.policy))
+        if len(result.names) == len(args.node_names):  # every candidate known: same order
+            return [HostPriority(Host=n, Score=s) for n, s in zip(result.names, scores,
+                                                                  strict=True)]
+        by_name = dict(zip(result.names, scores, strict=True))
+        return [HostPriority(Host=n, Score=by_name.get(n, 0)) for n in args.node_names]
 
     async def _demand_for_bind(self, args: BindingArgs) -> PodDemand | None:
         cached = self._pending.get(args.pod_uid)
@@ -230,23 +238,24 @@ class Scheduler:
 
     async def bind(self, args: BindingArgs) -> BindingResult:
         key = f"{args.pod_namespace}/{args.pod_name}"
+        ref = (args.pod_namespace, args.pod_name, args.pod_uid)
         try:
             reservation = await self._reserve_for_bind(args)
         except (InvalidDemand, ReservationConflict, LookupError) as exc:
-            self._notify(Outcome("bind", key, False, str(exc)))
+            self._notify(Outcome("bind", *ref, False, str(exc)))
             return BindingResult(Error=str(exc))
         try:
             await self.binder.bind(args, reservation)
         except BindError as exc:
             await self.release(args.pod_uid, keep_pending=True)
             log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
-            self._notify(Outcome("bind", key, False, f"binding failed: {exc}"))
+            self._notify(Outcome("bind", *ref, False, f"binding failed: {exc}"))
             return BindingResult(Error=f"binding {key} to {args.node} failed: {exc}")
         confirmed = await self.ledger.confirm(args.pod_uid)
         if confirmed is not None:
             self._after_change(await self.ledger.version(), add=confirmed)
         self._pending.pop(args.pod_uid, None)
-        self._notify(Outcome("bind", key, True, reservation=confirmed or reservation))
+        self._notify(Outcome("bind", *ref, True, reservation=confirmed or reservation))
         return BindingResult()
 
     async def _reserve_for_bind(self, args: BindingArgs) -> Reservation:
@@ -296,17 +305,22 @@ class Scheduler:
             self._pending.pop(pod_uid, None)
         return dropped
 
-    async def adopt(self, reservation: Reservation) -> None:
+    async def adopt(self, reservation: Reservation) -> bool:
         """Record a booking found on an API object (start-up rebuild, or another replica's
         pod seen by the watch). Already present: nothing to do."""
+        state = self._state
+        # A GPU that left the inventory still holds what the pod holds: record the fact.
+        capacities = {g: (state.capacities([g])[g] if g in state.gpu_index
+                          else GpuCapacity(mem_mib=2**40, milli=2**40))
+                      for g in reservation.gpus}
         try:
-            version = await self.ledger.reserve(reservation, self._state.capacities(
-                [g for g in reservation.gpus if g in self._state.gpu_index]))
+            version = await self.ledger.reserve(reservation, capacities)
         except ReservationConflict as exc:
             log.error("cannot adopt reservation of %s/%s: %s", reservation.namespace,
                       reservation.name, exc)
-            return
+            return False
         self._after_change(version, add=reservation)
+        return True
 
     async def expire(self) -> list[Reservation]:
         dropped = await self.ledger.expire(self.clock())
@@ -343,8 +357,8 @@ class Scheduler:
         return PreemptionResult(NodeNameToMetaVictims=out)
 
 
-def pod_key(pod: Pod) -> str:
-    return f"{pod.metadata.namespace or 'default'}/{pod.metadata.name}"
+def pod_ref(pod: Pod) -> tuple[str, str, str]:
+    return (pod.metadata.namespace or "default", pod.metadata.name, pod.metadata.uid)
 
 
 def summarize(failed: dict[str, str], unresolvable: dict[str, str], limit: int = 3) -> str:

@@ -49,6 +49,13 @@ OPT_STATE_MULT: dict[str, float] = {
     "adamw": 2.0, "sparse_adam": 2.0, "rmsprop": 1.0,
 }
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+# Optimizer implementations with the same state/temporary pattern share one indicator.
+# rowwise_adagrad (FBGEMM, not in the CPU dataset) is priced as full Adagrad: conservative.
+OPT_GROUP = {
+    "sgd": "sgd", "momentum": "momentum", "adagrad": "adagrad", "rowwise_adagrad": "adagrad",
+    "adam": "adam", "adamw": "adam", "sparse_adam": "sparse_adam", "rmsprop": "rmsprop",
+}
+OPT_GROUPS = ("sgd", "momentum", "adagrad", "adam", "sparse_adam", "rmsprop")
 
 
 class SchemaError(ValueError):
@@ -218,14 +225,17 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     pooled = sum(t.dim * t.count for t in spec.tables)  # pooled embedding width per sample
     gathered = sum(t.pooling * t.dim * t.count for t in spec.tables)
     gpu = gpus.get(spec.gpu_model)
+    opt_group = OPT_GROUP[spec.optimizer]
+    onehot = {f"o_{g}": 1.0 if g == opt_group else 0.0 for g in OPT_GROUPS}
     return {
+        **onehot,
         "emb_mib": emb_params * b * mib,
         "dense_mib": dense_params * b * mib,
         "m_emb": m_emb,
         "m_dense": m,
         "sparse": 1.0 if spec.sparse_grad else 0.0,
         "act_mib": spec.batch_size * spec.activations * b * mib,
-        "io_mib": spec.batch_size * (lookups * 8 + gathered * b) * mib,
+        "io_mib": spec.batch_size * (lookups * 8 + pooled * b) * mib,
         "pooled_mib": spec.batch_size * pooled * b * mib,
         "batch": float(spec.batch_size),
         "dtype_bytes": float(b),

@@ -2,9 +2,9 @@
 
 ``predict_mib(spec) = ceil(ols(spec) * margin + ctx_mib[gpu_model])``
 
-* ``ols`` — statsmodels weighted least squares on all degree-2 products of ``BASE`` (the
-  optimizer-state multipliers times table/dense sizes are among them). Weights are ``1/y²``,
-  i.e. ordinary least squares on relative error, so a 20 MiB job counts as much as a 20 GiB one.
+* ``ols`` — statsmodels weighted least squares on degree-2 polynomial terms (``TERMS``):
+  sizes, and table / dense sizes times optimizer indicators and the sparse-gradient flag. Weights are ``1/y²``,
+  i.e. ordinary least squares on relative error (a 20 MiB job counts as much as a 20 GiB one).
   Target: measured peak training bytes (params, grads, optimizer state, activations,
   temporaries) in MiB, without the CUDA context.
 * ``margin`` — a multiplicative safety margin calibrated on leave-one-family-out residuals:
@@ -16,7 +16,6 @@ Prediction needs numpy only; fitting needs statsmodels.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -27,33 +26,33 @@ import numpy as np
 
 from predictor import features, gpus
 
-BASE = ("emb_mib", "dense_mib", "m_emb", "m_dense", "sparse", "act_mib", "io_mib")
-BINARY = frozenset({"sparse"})
+SIZES = ("emb_mib", "dense_mib", "act_mib", "io_mib")
+OPT_ONEHOT = tuple(f"o_{g}" for g in features.OPT_GROUPS)
 MARGIN_QUANTILE = 0.98
-FORMAT = "sparse-predictor/memory-ols/1"
+FORMAT = "sparse-predictor/memory-ols/2"
 
 
-def term_names() -> list[str]:
-    names = list(BASE)
-    for a, b in itertools.combinations_with_replacement(BASE, 2):
-        if a == b and a in BINARY:
-            continue
-        names.append(f"{a}*{b}")
-    return names
+def term_pairs() -> list[tuple[str, str | None]]:
+    """Degree-2 polynomial terms used: every size alone, table and dense sizes times each
+    optimizer indicator (state + optimizer temporaries scale with the parameters they belong
+    to), table size times the sparse-gradient flag. Size x size products are left out: they
+    are the terms that extrapolate wildly to an unseen family (see docs/predictor.md)."""
+    terms: list[tuple[str, str | None]] = [(k, None) for k in SIZES]
+    for size in ("emb_mib", "dense_mib"):
+        terms += [(size, o) for o in OPT_ONEHOT]
+    terms.append(("emb_mib", "sparse"))
+    return terms
 
 
-TERMS = term_names()
+TERMS = [a if b is None else f"{a}*{b}" for a, b in term_pairs()]
+_PAIRS = term_pairs()
 
 
 def design(rows: Sequence[dict[str, float]]) -> np.ndarray:
-    """Design matrix (const + poly-2 terms) for derived feature dicts."""
-    base = np.array([[r[k] for k in BASE] for r in rows], dtype=float)
+    """Design matrix (const + degree-2 terms) for derived feature dicts."""
     cols = [np.ones(len(rows))]
-    cols += [base[:, i] for i in range(len(BASE))]
-    for i, j in itertools.combinations_with_replacement(range(len(BASE)), 2):
-        if i == j and BASE[i] in BINARY:
-            continue
-        cols.append(base[:, i] * base[:, j])
+    for a, b in _PAIRS:
+        cols.append(np.array([r[a] * (1.0 if b is None else r[b]) for r in rows], dtype=float))
     return np.column_stack(cols)
 
 
@@ -61,7 +60,7 @@ def fit_coef(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
     import statsmodels.api as sm
 
     x = design(rows)
-    res = sm.WLS(y_mib, x, weights=1.0 / np.maximum(y_mib, 1.0) ** 2).fit()
+    res = sm.WLS(y_mib, x, weights=1.0 / np.maximum(y_mib, 1.0) ** 2).fit(method="pinv")
     return np.asarray(res.params)
 
 

@@ -9,14 +9,13 @@ import sys
 import msgspec
 from aiohttp import web
 
+from bench.latency.cluster import half_occupancy, synthetic_inventory
 from extender.config import Settings
 from extender.http.app import make_app
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
 from extender.placement import make_policy
 from extender.service import Scheduler
-
-from bench.latency.cluster import half_occupancy, synthetic_inventory
 
 
 def extender_app(nodes: int, gpus: int) -> web.Application:

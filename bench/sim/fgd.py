@@ -107,6 +107,20 @@ class FgdRun:
     def unallocated_gpus_100(self) -> float:
         return self.total_gpus * (100.0 - self.alloc[100]) / 100.0
 
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in ("workload", "policy", "seed", "tune", "pods",
+                                              "failed", "total_gpus", "seconds", "extra")}
+        for k in ("alloc", "frag", "frag_rate"):
+            out[k] = [None if np.isnan(v) else float(v) for v in getattr(self, k)]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> FgdRun:
+        data = dict(data)
+        for k in ("alloc", "frag", "frag_rate"):
+            data[k] = np.array([np.nan if v is None else v for v in data[k]], dtype=np.float64)
+        return cls(**data)
+
     def row(self) -> dict:
         return {
             "workload": self.workload, "policy": self.policy, "seed": self.seed,

@@ -8,6 +8,7 @@ GPUs and P those that can take the share (each restricted to the allowed models)
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,13 +78,20 @@ def fit(
 ) -> FitResult:
     """Which candidates fit; with ``explain=False`` the per-node reasons for GPU misfits are
     skipped (``failed``/``unresolvable`` then only name unknown nodes), for bulk callers."""
-    known = [name for name in candidates if name in state.node_index]
-    unresolvable = {
-        name: "node has no GPU inventory known to sparse"
-        for name in candidates
-        if name not in state.node_index
-    }
-    nodes = np.array([state.node_index[n] for n in known], dtype=np.int64)
+    unresolvable: dict[str, str] = {}
+    try:  # the common case, every candidate known: one C-level lookup
+        found = operator.itemgetter(*candidates)(state.node_index) if candidates else ()
+        nodes = np.array(found if len(candidates) != 1 else [found], dtype=np.int64)
+        known = list(candidates)
+    except KeyError:
+        lookup = state.node_index.get
+        index = np.array([lookup(name, -1) for name in candidates], dtype=np.int64)
+        present = index >= 0
+        known = [name for name, ok in zip(candidates, present, strict=True) if ok]
+        nodes = index[present]
+        for name, ok in zip(candidates, present, strict=True):
+            if not ok:
+                unresolvable[name] = "node has no GPU inventory known to sparse"
     masks = gpu_masks(state, demand, nodes)
     n = len(nodes)
     count_free = _per_node(masks.free, masks.owner, n)
@@ -120,11 +128,12 @@ def _explain(
     big_enough = masks.model_ok & (state.mem_cap[masks.gpus] >= demand.share_mem_mib)
     count_big = _per_node(big_enough, masks.owner, n)
     best_mem = np.zeros(n, dtype=np.int64)
-    np.maximum.at(best_mem, masks.owner, np.where(masks.model_ok, state.mem_free[masks.gpus], 0))
+    gpus = masks.gpus
+    mem_free = state.mem_cap[gpus] - state.mem_used[gpus]
+    milli_free = state.milli_cap[gpus] - state.milli_used[gpus]
+    np.maximum.at(best_mem, masks.owner, np.where(masks.model_ok, mem_free, 0))
     best_milli = np.zeros(n, dtype=np.int64)
-    np.maximum.at(
-        best_milli, masks.owner, np.where(masks.model_ok, state.milli_free[masks.gpus], 0)
-    )
+    np.maximum.at(best_milli, masks.owner, np.where(masks.model_ok, milli_free, 0))
     count_free = _per_node(masks.free, masks.owner, n)
     slots = demand.slot_count
     for i in bad:

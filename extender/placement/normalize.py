@@ -19,4 +19,4 @@ def scores_from_costs(costs: np.ndarray) -> list[int]:
         out[finite] = MAX_SCORE
     else:
         out[finite] = np.rint(MAX_SCORE * (hi - costs[finite]) / (hi - lo)).astype(np.int64)
-    return [int(x) for x in out]
+    return out.tolist()  # Python ints: JSON integers, never floats

@@ -40,7 +40,9 @@ class ClusterState:
         self.mem_used = np.zeros(len(gpus), dtype=np.int64)
         self.milli_used = np.zeros(len(gpus), dtype=np.int64)
         # Resident pods per GPU and class, for the interference term.
-        self.class_count = np.zeros((len(gpus), len(matrix.classes)), dtype=np.int64)
+        # float64 so the interference product runs in BLAS; counts stay exact.
+        self.class_count = np.zeros((len(gpus), len(matrix.classes)), dtype=np.float64)
+        self.residents = np.zeros(len(gpus), dtype=np.int64)
         self.reservations: dict[str, Reservation] = {}
         self.orphans: dict[str, Reservation] = {}
         self.version = -1  # ledger version these bookings reflect
@@ -73,7 +75,7 @@ class ClusterState:
     def copy(self) -> ClusterState:
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
-        for name in ("mem_used", "milli_used", "class_count"):
+        for name in ("mem_used", "milli_used", "class_count", "residents"):
             setattr(other, name, getattr(self, name).copy())
         other.reservations = dict(self.reservations)
         other.orphans = dict(self.orphans)
@@ -88,6 +90,7 @@ class ClusterState:
             self.mem_used[i] += sign * mem
             self.milli_used[i] += sign * milli
             self.class_count[i, cls_idx] += sign
+            self.residents[i] += sign
 
     def apply(self, reservation: Reservation) -> None:
         if reservation.pod_uid in self.reservations or reservation.pod_uid in self.orphans:
@@ -130,4 +133,4 @@ class ClusterState:
         return out
 
     def resident_count(self) -> np.ndarray:
-        return self.class_count.sum(axis=1)
+        return self.residents

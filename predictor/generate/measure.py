@@ -16,7 +16,10 @@ What is measured (all from the actual PyTorch op stream of two training steps, w
   attention FLOPs; element-wise ops are not counted by PyTorch's counter);
 * ``bytes_moved_step``: sum over non-view aten ops of input + output bytes; embedding lookups
   count only the gathered rows, not the whole table;
-* ``n_ops_step``: non-view aten ops per steady-state step (~ kernel launches on a GPU).
+* ``n_ops_step``: non-view aten ops per steady-state step (~ kernel launches on a GPU);
+* ``activations_per_sample``: elements of all non-view op outputs of one forward pass
+  (incl. the loss) divided by the batch size — the ``activations`` feature of the schema;
+  ``leaf_activations_per_sample`` is the narrower torchinfo-style sum over leaf modules.
 
 Under ``FakeTensorMode`` the same ops run with shape-only tensors: allocation sizes are those
 PyTorch would allocate, without the RAM. ``dataset.py`` re-runs cheap configs for real and
@@ -62,6 +65,8 @@ class StepTracer(TorchDispatchMode):
         self.peak = 0
         self.bytes_moved = 0
         self.n_ops = 0
+        self.count_fwd = False
+        self.fwd_elems = 0
 
     def _free(self, key: int) -> None:
         nb = self.live.pop(key, None)
@@ -89,6 +94,8 @@ class StepTracer(TorchDispatchMode):
         self.peak = max(self.peak, self.cur)
         if not func.is_view:
             self.n_ops += 1
+            if self.count_fwd:
+                self.fwd_elems += sum(t.numel() for t in outs)
             out_b = sum(t.numel() * t.element_size() for t in outs)
             ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             if "embedding" in func.name():
@@ -143,8 +150,10 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
                     flops_before = flops.get_total_flops()
                     acts = _LeafActivations(model)
                     base = tracer.cur
+                    tracer.count_fwd = True
                 loss = loss_fn(model, batch)
                 if step == 1:
+                    tracer.count_fwd = False
                     act_fwd = tracer.cur - base
                     flops_fwd = flops.get_total_flops() - flops_before
                     acts.remove()
@@ -173,7 +182,8 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
         "n_params": n_params,
         "n_emb_params": emb_params,
         "macs_per_sample": flops_fwd / 2 / b,
-        "activations_per_sample": acts.elems / b if acts else 0,
+        "activations_per_sample": tracer.fwd_elems / b,
+        "leaf_activations_per_sample": acts.elems / b if acts else 0,
         "param_bytes": param_bytes,
         "grad_bytes": grad_bytes,
         "opt_state_bytes": opt_state_bytes,

@@ -95,3 +95,18 @@ def plain_scheduler(cluster: e2e_cluster.LocalCluster) -> Iterator[e2e_cluster.P
         yield proc
     finally:
         cluster.stop_scheduler()
+
+
+@pytest.fixture
+def extender(cluster: e2e_cluster.LocalCluster, tmp_path: Path) -> Iterator[Any]:
+    """A fresh cluster state, an in-memory extender on it and kube-scheduler pointed at it."""
+    from extender_proc import Extender
+
+    cluster.reset()
+    ext = Extender(tmp_path, cluster.kubeconfig).start()
+    cluster.start_scheduler(ext.url)
+    try:
+        yield ext
+    finally:
+        cluster.stop_scheduler()
+        ext.stop()

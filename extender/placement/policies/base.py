@@ -24,8 +24,9 @@ class Policy(Protocol):
 
 def gpu_free_after(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.ndarray:
     """Mean of the memory and compute fractions a GPU would have left after taking the share."""
-    mem = (state.mem_free[gpus] - demand.share_mem_mib) / state.mem_cap[gpus]
-    milli = (state.milli_free[gpus] - demand.share_milli) / state.milli_cap[gpus]
+    mem_cap, milli_cap = state.mem_cap[gpus], state.milli_cap[gpus]
+    mem = (mem_cap - state.mem_used[gpus] - demand.share_mem_mib) / mem_cap
+    milli = (milli_cap - state.milli_used[gpus] - demand.share_milli) / milli_cap
     return (mem + milli) / 2.0
 
 

@@ -27,7 +27,6 @@ from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.common import (
     TIE,
-    all_milli_left,
     candidate_nodes,
     host_of,
     local_index,
@@ -82,6 +81,33 @@ class FragModel:
     def __init__(self, tasks: TypicalTasks) -> None:
         self.tasks = tasks
         self._model_ok: tuple[int, np.ndarray] | None = None
+        self._memo: tuple | None = None  # (key, left, count_ge, lt, u) for a whole state
+
+    def state_aggregates(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """count_ge, lt (nodes, M) and U (nodes,) for every node of the state. Memoised: only
+        nodes whose GPUs changed since the previous call (same inventory) are recomputed."""
+        left = state.milli_free
+        key = (id(state.gpu_uuid), id(state.node_start), len(left))
+        memo = self._memo
+        if memo is None or memo[0] != key:
+            n = len(state.node_names)
+            count_ge, lt = self.aggregates(left.astype(np.float64), state.gpu_node, n)
+            u = segment_sum(left, state.gpu_node, n)
+            self._memo = (key, left.copy(), count_ge, lt, u)
+            return count_ge, lt, u
+        _, old, count_ge, lt, u = memo
+        changed = np.flatnonzero(left != old)
+        if len(changed):
+            nodes = np.unique(state.gpu_node[changed])
+            counts = state.node_stop[nodes] - state.node_start[nodes]
+            owner = np.repeat(np.arange(len(nodes)), counts)
+            gpus = np.repeat(state.node_start[nodes], counts) + (
+                np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+            sub = left[gpus].astype(np.float64)
+            count_ge[nodes], lt[nodes] = self.aggregates(sub, owner, len(nodes))
+            u[nodes] = segment_sum(sub, owner, len(nodes))
+            old[changed] = left[changed]
+        return count_ge, lt, u
 
     def model_ok(self, state: ClusterState) -> np.ndarray:
         key = id(state.models)
@@ -145,25 +171,30 @@ class FGD:
     def deltas(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(share_delta per candidate GPU, whole_delta per candidate node): F_n - F_n'."""
+        """(share_delta per candidate GPU, whole_delta per candidate node): F_n - F_n'.
+        share_delta is computed where ``masks.share`` holds (0 elsewhere)."""
         fm = self.model
         nodes = candidate_nodes(state, masks)
-        n = len(nodes)
-        left = state.milli_free[masks.gpus].astype(np.float64)
-        count_ge, lt = fm.aggregates(left, masks.owner, n)
-        u = segment_sum(left, masks.owner, n)
+        all_ge, all_lt, all_u = fm.state_aggregates(state)
+        count_ge, lt, u = all_ge[nodes], all_lt[nodes], all_u[nodes]
         cpu = host_of(state).cpu_left[nodes].astype(np.float64)
         c_p = pod_cpu(demand)
         mok = fm.model_ok(state)[node_model(state, nodes)]
         before = fm.frag(count_ge, lt, u, cpu, mok)
-        milli = fm.tasks.milli
         w = demand.whole_gpus
         # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
         whole_after = fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok)
         whole_delta = before - whole_after
-        share_delta = np.zeros(len(left))
-        if demand.has_share:
-            o = masks.owner
+        share_delta = np.zeros(len(masks.gpus))
+        sel = np.flatnonzero(masks.share)
+        if demand.has_share and len(sel):
+            left_all = state.milli_free[masks.gpus[sel]]
+            # GPUs of one node with the same milli left give the same node after the share.
+            keys, first, inverse = np.unique(
+                masks.owner[sel] * 2048 + left_all, return_index=True, return_inverse=True)
+            o = masks.owner[sel][first]
+            left = left_all[first].astype(np.float64)
+            milli = fm.tasks.milli
             m_p = float(demand.share_milli)
             new = left - m_p
             ge_old = left[:, None] >= milli
@@ -171,7 +202,7 @@ class FGD:
             cge = count_ge[o] - w - ge_old + ge_new
             lt2 = lt[o] - np.where(ge_old, 0.0, left[:, None]) + np.where(ge_new, 0.0, new[:, None])
             after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o])
-            share_delta = before[o] - after
+            share_delta[sel] = (before[o] - after)[inverse.reshape(-1)]
         return share_delta, whole_delta
 
     def costs(
@@ -183,15 +214,16 @@ class FGD:
         whole = -fgd_score(whole_delta)[masks.owner] / max(demand.whole_gpus, 1) + TIE * idx
         return share, whole
 
-    def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
+    def host_deltas(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray
+                    ) -> np.ndarray:
+        """F_n - F_n' per node for a pod without GPUs (only its CPU changes n)."""
         fm = self.model
-        gpus_owner = state.gpu_node
-        left = state.milli_free.astype(np.float64)
-        count_ge, lt = fm.aggregates(left, gpus_owner, len(state.node_names))
-        count_ge, lt = count_ge[nodes], lt[nodes]
-        u = all_milli_left(state)[nodes]
+        all_ge, all_lt, all_u = fm.state_aggregates(state)
+        count_ge, lt, u = all_ge[nodes], all_lt[nodes], all_u[nodes]
         cpu = host_of(state).cpu_left[nodes].astype(np.float64)
         mok = fm.model_ok(state)[node_model(state, nodes)]
         before = fm.frag(count_ge, lt, u, cpu, mok)
-        after = fm.frag(count_ge, lt, u, cpu - pod_cpu(demand), mok)
-        return -fgd_score(before - after)
+        return before - fm.frag(count_ge, lt, u, cpu - pod_cpu(demand), mok)
+
+    def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
+        return -fgd_score(self.host_deltas(state, demand, nodes))

@@ -5,22 +5,31 @@ For a share of class a on GPU g with resident pods of classes b1..bk:
     share cost(g) = interference_weight * sum_i loss(a, bi)          (see extender/interference)
                   + open_gpu_cost            if g is empty (sharing nothing costs a GPU)
                   + fit_weight * free fraction left on g after the share   (best fit)
+                  + frag_weight * dF(g) / 1000
     whole cost(g) = fit_weight * fraction of g's node still free     (keep empty nodes whole)
+                  + frag_weight * dF(node) / 1000 / W
 
 ``loss`` is the throughput both jobs lose, in GPUs' worth of work, so with the defaults a share
 joins a GPU when the pair together does more than one GPU alone (loss < 1) and opens an empty
 GPU otherwise. With no class information every pair gets the mean loss of the matrix.
+
+``dF`` is the growth of the node's expected fragmentation (FGD's measure, Weng et al. ATC '23,
+see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
+GPUs that typical pods can no longer use. It is exact (no score quantisation). The typical pods
+are a generic mix unless ``set_workload`` gives the cluster's own (the trace simulator does).
+``frag_weight = 0`` gives the policy without the fragmentation term.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
+from extender.placement.policies.fgd import FGD, TypicalTasks
 from extender.placement.state import ClusterState
 
 NAME = "sparse"
@@ -31,7 +40,12 @@ class Sparse:
     interference_weight: float = 1.0
     open_gpu_cost: float = 1.0
     fit_weight: float = 0.1
+    frag_weight: float = 0.25
     name: str = NAME
+    _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
+
+    def set_workload(self, tasks: TypicalTasks) -> None:
+        self._frag.set_workload(tasks)
 
     def costs(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
@@ -47,4 +61,16 @@ class Sparse:
             + self.fit_weight * gpu_free_after(state, demand, gpus)
         )
         whole = self.fit_weight * node_free_fraction(state, masks)
+        if self.frag_weight and len(gpus):
+            share_delta, whole_delta = self._frag.deltas(state, demand, masks)
+            share = share - self.frag_weight * share_delta / 1000.0
+            whole = whole - self.frag_weight * whole_delta[masks.owner] / 1000.0 / max(
+                demand.whole_gpus, 1)
         return share, whole
+
+    def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
+        """Pods without GPUs (simulator only; kube-scheduler places them in a real cluster):
+        the node where their CPU adds the least fragmentation."""
+        if not self.frag_weight:
+            return np.zeros(len(nodes))
+        return -self.frag_weight * self._frag.host_deltas(state, demand, nodes) / 1000.0

@@ -1,0 +1,127 @@
+"""Wires the Scheduler to a cluster: binder, watches, ledger rebuild, events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from extender.config import Settings
+from extender.inventory import Inventory
+from extender.kube.assignment import LABEL_MANAGED, pod_is_finished, reservation_from_pod
+from extender.kube.binder import KubeBinder
+from extender.kube.client import make_api_client, to_dict
+from extender.kube.events import EventRecorder
+from extender.kube.watching import Watcher
+from extender.ledger.rules import STATE_BOUND, STATE_RESERVED
+from extender.service import Scheduler
+
+log = logging.getLogger("sparse.kube")
+
+
+class KubeIntegration:
+    def __init__(self, settings: Settings, scheduler: Scheduler) -> None:
+        self.settings = settings
+        self.scheduler = scheduler
+        self._file_inventory = scheduler.inventory  # nodes from --nodes stay known
+        self._tasks: list[asyncio.Task[None]] = []
+        self.api: client.ApiClient | None = None
+        self.events: EventRecorder | None = None
+
+    async def start(self) -> None:
+        self.api = await make_api_client(self.settings.kubeconfig, self.settings.in_cluster)
+        core = client.CoreV1Api(self.api)
+        self.scheduler.binder = KubeBinder(self.api)
+        self.events = EventRecorder(self.api)
+        self.scheduler.observers.append(self.events.observe)
+
+        def convert(obj: Any) -> dict[str, Any]:
+            return to_dict(self.api, obj)
+
+        nodes = Watcher("nodes", core.list_node, convert, self._resync_nodes, self._on_node)
+        pods = Watcher("pods", core.list_pod_for_all_namespaces, convert, self._resync_pods,
+                       self._on_pod, label_selector=f"{LABEL_MANAGED}=true")
+        # Inventory first (capacities), then the ledger rebuild; only then ready.
+        node_rv = await nodes.relist()
+        pod_rv = await pods.relist()
+        self._tasks = [asyncio.create_task(nodes.run(node_rv)),
+                       asyncio.create_task(pods.run(pod_rv))]
+        log.info("kubernetes ready: %d GPU nodes, %d reservations",
+                 len(self.scheduler.inventory.nodes), len(self.scheduler.state.reservations))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.events is not None:
+            await self.events.drain()
+        if self.api is not None:
+            await self.api.close()
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    async def _resync_nodes(self, items: list[dict[str, Any]]) -> None:
+        self.scheduler.set_inventory(self._file_inventory)
+        for node in items:
+            meta = node.get("metadata") or {}
+            self.scheduler.update_node(meta.get("name", ""), meta.get("annotations"),
+                                       meta.get("labels"))
+
+    async def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
+        if kind == "DELETED":
+            if name not in self._file_inventory.nodes:
+                self.scheduler.remove_node(name)
+            return
+        self.scheduler.update_node(name, meta.get("annotations"), meta.get("labels"))
+
+    # --- pods -------------------------------------------------------------------------------
+
+    async def _resync_pods(self, items: list[dict[str, Any]]) -> None:
+        """Make the ledger agree with the API server (the source of truth)."""
+        live: set[str] = set()
+        for pod in items:
+            uid = (pod.get("metadata") or {}).get("uid", "")
+            if pod_is_finished(pod):
+                await self.scheduler.release(uid)
+                continue
+            live.add(uid)
+            await self._adopt(pod)
+        _, reservations = await self.scheduler.ledger.snapshot()
+        for uid, r in reservations.items():
+            # Reserved-but-unbound ones belong to binds in flight (maybe on another replica):
+            # expiry handles those. Bound ones whose pod is gone were missed deletions.
+            if r.state == STATE_BOUND and uid not in live:
+                log.info("releasing %s/%s: pod no longer exists", r.namespace, r.name)
+                await self.scheduler.release(uid)
+
+    async def _adopt(self, pod: dict[str, Any]) -> None:
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return  # annotated but never bound: a failed bind, nothing is held
+        reservation = reservation_from_pod(pod)
+        if reservation is None:
+            return
+        existing = await self.scheduler.ledger.get(reservation.pod_uid)
+        if existing is None:
+            await self.scheduler.adopt(reservation)
+        elif existing.state == STATE_RESERVED:
+            await self.scheduler.ledger.confirm(reservation.pod_uid)
+            self.scheduler.state.version = -1
+
+    async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        if kind == "DELETED" or pod_is_finished(pod):
+            if await self.scheduler.release(uid) is not None:
+                log.info("released GPUs of %s/%s", pod["metadata"].get("namespace"),
+                         pod["metadata"].get("name"))
+            return
+        await self._adopt(pod)
+
+
+__all__ = ["Inventory", "KubeIntegration"]
