@@ -17,7 +17,9 @@ from extender.annotations import (
     RES_GPU_MILLI,
     RES_WHOLE_GPU,
 )
+from extender.errors import SparseError
 from extender.inventory import Gpu, annotation_value
+from extender.quantity import parse_int_quantity
 
 MILLI_PER_GPU = 1000
 
@@ -155,5 +157,18 @@ def needs_update(
     ann_stale = (node_annotations or {}).get(ANN_GPU_INVENTORY) != want_ann
     want = extended_resources(devices, whole_gpus=whole_gpus)
     cap, alloc = node_capacity or {}, node_allocatable or {}
-    status_stale = any(cap.get(k) != v or alloc.get(k) != v for k, v in want.items())
+    status_stale = any(
+        not _same_quantity(cap.get(k), v) or not _same_quantity(alloc.get(k), v)
+        for k, v in want.items()
+    )
     return ann_stale, status_stale
+
+
+def _same_quantity(have: Any, want: str) -> bool:
+    """The API server canonicalises quantities ("4000" comes back as "4k"): compare values."""
+    if have is None:
+        return False
+    try:
+        return parse_int_quantity(have, "node status") == int(want)
+    except SparseError:
+        return False

@@ -140,13 +140,19 @@ def fgd(workloads, nodes, policies, seeds, tune, workers, out) -> None:
               help="share of GPU-sharing jobs labelled recommendation")
 @click.option("--jobs", "n_jobs", default=2000, show_default=True,
               help="jobs sampled from the trace per run (0 = all)")
+@click.option("--overload", default=4.0, show_default=True,
+              help="cluster size = job GPU-seconds / (overload x longest job)")
+@click.option("--load", default=1.0, show_default=True,
+              help="continuous mode: offered load the arrival times are compressed to")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--out", default=None, help="results folder (default results/replay-<time>)")
-def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, workers, out) -> None:
+def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, workers,
+           out) -> None:
     """Time replay: queueing, retries, durations, interference slowdowns."""
-    from bench.sim.replay import write_replay
+    from bench.sim.report import write_replay
 
-    kw = {"nodes_path": nodes, "rec_share": rec_share, "n_jobs": n_jobs}
+    kw = {"nodes_path": nodes, "rec_share": rec_share, "n_jobs": n_jobs, "overload": overload,
+          "load": load}
     jobs = [(workload, p, s, {**kw, "mode": m}) for m in mode for p in policies
             for s in parse_seeds(seeds)]
     folder = _out_dir(out, "replay")

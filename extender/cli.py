@@ -41,6 +41,11 @@ def main() -> None:
 @click.option("--tls-client-ca", type=_file, help="Require client certificates signed by this CA.")
 @click.option("--kubeconfig", type=_file, help="Talk to a cluster with this kubeconfig.")
 @click.option("--in-cluster", is_flag=True, help="Talk to the cluster the pod runs in.")
+@click.option("--pod-selector", default="spec.schedulerName=sparse-scheduler", show_default=True,
+              help="Field selector of the pods to follow (those this extender schedules);"
+                   " '' follows every pod.")
+@click.option("--success-events/--no-success-events", default=False, show_default=True,
+              help="Post a Normal event naming the GPUs of every bound pod.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True,
@@ -59,7 +64,8 @@ def serve(**options: object) -> None:
         reservation_ttl_s=options["reservation_ttl"], max_body_mib=options["max_body_mib"],
         tls_cert=options["tls_cert"], tls_key=options["tls_key"],
         tls_client_ca=options["tls_client_ca"], kubeconfig=options["kubeconfig"],
-        in_cluster=bool(options["in_cluster"]),
+        in_cluster=bool(options["in_cluster"]), pod_selector=options["pod_selector"],
+        success_events=bool(options["success_events"]),
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:

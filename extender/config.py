@@ -31,6 +31,9 @@ class Settings:
     kubeconfig: Path | None = None
     in_cluster: bool = False
     expire_interval_s: float = 10.0
+    # Pods the watch follows: those of the scheduler profile that calls this extender.
+    pod_selector: str = "spec.schedulerName=sparse-scheduler"
+    success_events: bool = False  # a Normal event per bound pod (the scheduler posts one too)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

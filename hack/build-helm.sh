@@ -33,12 +33,20 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/pub/bin"
 export CGO_ENABLED=0 GOWORK=off GOFLAGS="-modcacherw"
 log "helm v$HELM, go $("$GO" env GOVERSION), -p $P"
-# Stamp the version the way Helm's Makefile does (internal/version.version).
-GOBIN="$WORK/pub/bin" "$GO" install -p "$P" -trimpath \
-  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
-  "helm.sh/helm/v3/cmd/helm@v$HELM" >&2
+# Stamp versions the way Helm's Makefile does. Without the k8sVersion* variables, Helm's default
+# .Capabilities.KubeVersion (helm template, helm lint) stays at v1.20.0 and charts with a
+# kubeVersion constraint fail to render. They come from the client-go version in Helm's go.mod.
+GOMODFILE=$("$GO" mod download -json "helm.sh/helm/v3@v$HELM" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+KMINOR=$(sed -n 's#^[[:space:]]*k8s.io/client-go v0\.\([0-9]*\)\..*#\1#p' "$GOMODFILE" | head -1)
+[ -n "$KMINOR" ] || { log "cannot find k8s.io/client-go in $GOMODFILE"; exit 1; }
+H=helm.sh/helm/v3
+LD="-s -w -X $H/internal/version.version=v$HELM -X $H/internal/version.gitTreeState=clean"
+for pkg in pkg/lint/rules pkg/chartutil; do
+  LD="$LD -X $H/$pkg.k8sVersionMajor=1 -X $H/$pkg.k8sVersionMinor=$KMINOR"
+done
+GOBIN="$WORK/pub/bin" "$GO" install -p "$P" -trimpath -ldflags "$LD" "$H/cmd/helm@v$HELM" >&2
 "$WORK/pub/bin/helm" version --short >&2
-printf 'helm=v%s\ngo=%s\nbuilt=%s\n' "$HELM" "$("$GO" env GOVERSION)" "$(date -u +%FT%TZ)" \
+printf 'helm=v%s\ndefault-kube=v1.%s.0\ngo=%s\nbuilt=%s\n' "$HELM" "$KMINOR" "$("$GO" env GOVERSION)" "$(date -u +%FT%TZ)" \
   > "$WORK/pub/VERSIONS"
 mv "$WORK/pub" "$DEST"
 log "done in $(( $(date +%s) - START ))s"

@@ -237,6 +237,8 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "act_mib": spec.batch_size * spec.activations * b * mib,
         "io_mib": spec.batch_size * (lookups * 8 + pooled * b) * mib,
         "pooled_mib": spec.batch_size * pooled * b * mib,
+        # uncoalesced sparse gradient of the lookups: values + int64 ids
+        "gathered_mib": spec.batch_size * (gathered * b + lookups * 8) * mib,
         "batch": float(spec.batch_size),
         "dtype_bytes": float(b),
         "log_batch": math.log10(spec.batch_size),

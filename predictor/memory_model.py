@@ -35,12 +35,12 @@ FORMAT = "sparse-predictor/memory-ols/2"
 def term_pairs() -> list[tuple[str, str | None]]:
     """Degree-2 polynomial terms used: every size alone, table and dense sizes times each
     optimizer indicator (state + optimizer temporaries scale with the parameters they belong
-    to), table size times the sparse-gradient flag. Size x size products are left out: they
+    to), table size and gathered-lookup size times the sparse-gradient flag. Size x size products are left out: they
     are the terms that extrapolate wildly to an unseen family (see docs/predictor.md)."""
     terms: list[tuple[str, str | None]] = [(k, None) for k in SIZES]
     for size in ("emb_mib", "dense_mib"):
         terms += [(size, o) for o in OPT_ONEHOT]
-    terms.append(("emb_mib", "sparse"))
+    terms += [("emb_mib", "sparse"), ("gathered_mib", "sparse")]
     return terms
 
 
@@ -57,10 +57,14 @@ def design(rows: Sequence[dict[str, float]]) -> np.ndarray:
 
 
 def fit_coef(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
+    import warnings
+
     import statsmodels.api as sm
 
     x = design(rows)
-    res = sm.WLS(y_mib, x, weights=1.0 / np.maximum(y_mib, 1.0) ** 2).fit(method="pinv")
+    with warnings.catch_warnings():  # indicator columns can be collinear: pinv handles it
+        warnings.simplefilter("ignore")
+        res = sm.WLS(y_mib, x, weights=1.0 / np.maximum(y_mib, 1.0) ** 2).fit(method="pinv")
     return np.asarray(res.params)
 
 

@@ -181,6 +181,8 @@ def run_fgd(
     specs = order["gpu_spec"].to_numpy()
     names = order["name"].to_numpy()
     arrived_milli = failed = 0
+    # GPU request of failed pods up to arrived = 100 %, by pod shape
+    lost = {"share": 0, "one": 0, "multi": 0, "cpu_only_pods": 0}
     for i in range(n):
         d = sim.demand(names[i], int(cols[0][i]), int(cols[1][i]), int(cols[2][i]),
                        int(cols[3][i]), specs[i])
@@ -188,6 +190,10 @@ def run_fgd(
         placed = sim.schedule(d)
         if placed is None:
             failed += 1
+            if arrived_milli <= capacity:
+                shape = ("cpu_only_pods" if not d.gpu_request else "share"
+                         if d.gpu_milli < 1000 else "one" if d.num_gpu == 1 else "multi")
+                lost[shape] += 1 if shape == "cpu_only_pods" else d.gpu_request
         else:
             new = float(frag_model.node_frag(sim.state, np.array([placed.node]))[0])
             frag_total += new - node_frag[placed.node]
@@ -203,4 +209,5 @@ def run_fgd(
         alloc=bucketize(pct, alloc / capacity * 100.0),
         frag=bucketize(pct, frag / capacity * 100.0),
         frag_rate=bucketize(pct, np.where(idle > 0, frag / np.maximum(idle, 1) * 100.0, 0.0)),
+        extra={"failed_gpu_milli_to_100": lost},
     )

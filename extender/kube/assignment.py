@@ -1,9 +1,10 @@
 """Pod annotations that record an assignment, and the reservation they describe. Pure.
 
-Written at bind, before the Binding: ``sparse.io/gpu-uuids`` (all UUIDs, comma-separated, what
-the webhook exposes as NVIDIA_VISIBLE_DEVICES), ``sparse.io/node`` and ``sparse.io/assignment``
-(JSON: job class and, per container, the GPUs with the memory and compute booked on each).
-Read back at start-up to rebuild the ledger from the API server, the source of truth.
+Written at bind, on the Binding itself (the API server copies them onto the pod):
+``sparse.io/gpu-uuids`` (all UUIDs, comma-separated, what the webhook exposes as
+NVIDIA_VISIBLE_DEVICES), ``sparse.io/node`` and ``sparse.io/assignment`` (JSON: job class and,
+per container, the GPUs with the memory and compute booked on each). Read back at start-up to
+rebuild the ledger from the API server, the source of truth.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from typing import Any
 
 from extender.annotations import ANN_ASSIGNMENT, ANN_GPU_UUIDS, ANN_NODE
 from extender.ledger.rules import STATE_BOUND, Allocation, Reservation
-
-LABEL_MANAGED = "sparse.io/managed"  # set at bind: lets watches select only our pods
 
 
 def annotations_for(reservation: Reservation) -> dict[str, str]:

@@ -1,67 +1,66 @@
-"""Binding through the API server: annotate the pod with its GPUs, then create the Binding."""
+"""Binding through the API server, in one call.
+
+The Binding carries the assignment annotations: the API server copies a Binding's annotations
+onto the pod in the same write that sets ``spec.nodeName`` (``BindingREST.assignPod`` in
+kube-apiserver), so a pod is never bound without its GPU annotations, nor annotated without
+being bound, and nothing needs undoing when the call fails.
+"""
 
 from __future__ import annotations
 
 import logging
 
+import msgspec
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from extender.binder import BindError
-from extender.kube.assignment import LABEL_MANAGED, annotations_for
-from extender.kube.client import create_binding, to_dict
+from extender.kube.assignment import annotations_for
 from extender.ledger.rules import Reservation
-from extender.protocol import BindingArgs, Pod, pod_from_dict
+from extender.protocol import BindingArgs, Pod, decode_pod
 
 log = logging.getLogger("sparse.kube.binder")
 
 
 def _why(exc: ApiException) -> str:
-    return f"HTTP {exc.status} {exc.reason}".strip()
+    body = ""
+    if exc.body:
+        try:
+            body = msgspec.json.decode(exc.body).get("message", "")
+        except (msgspec.DecodeError, AttributeError):
+            body = ""
+    return f"HTTP {exc.status} {exc.reason or ''} {body}".strip()
 
 
 class KubeBinder:
     def __init__(self, api: client.ApiClient) -> None:
-        self._api = api
         self._core = client.CoreV1Api(api)
 
     async def bind(self, args: BindingArgs, reservation: Reservation) -> None:
-        ns, name = args.pod_namespace, args.pod_name
-        patch = {"metadata": {"labels": {LABEL_MANAGED: "true"},
-                              "annotations": annotations_for(reservation)}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            # The UID makes the API server refuse a same-named pod created since we decided.
+            "metadata": {"name": args.pod_name, "namespace": args.pod_namespace,
+                         "uid": args.pod_uid, "annotations": annotations_for(reservation)},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
+        }
         try:
-            patched = await self._core.patch_namespaced_pod(name, ns, patch)
+            # Reply not decoded: the generated client raises 'Invalid value for target' on
+            # it although the pod is bound (kubernetes-client/python #825).
+            response = await self._core.create_namespaced_binding(
+                args.pod_namespace, body, _preload_content=False)
+            response.release()
         except ApiException as exc:
-            raise BindError(f"annotating the pod failed: {_why(exc)}") from exc
-        if patched.metadata.uid != args.pod_uid:
-            await self._unannotate(ns, name)
-            raise BindError(f"pod {ns}/{name} was replaced (UID {patched.metadata.uid})")
-        try:
-            await create_binding(self._core, ns, name, args.pod_uid, args.node)
-        except ApiException as exc:
-            await self._unannotate(ns, name)
             raise BindError(f"creating the Binding failed: {_why(exc)}") from exc
-
-    async def _unannotate(self, namespace: str, name: str) -> None:
-        """Best effort: a pod that was not bound must not advertise GPUs it does not hold."""
-        patch = {"metadata": {"labels": {LABEL_MANAGED: None},
-                              "annotations": dict.fromkeys(annotations_for_keys())}}
-        try:
-            await self._core.patch_namespaced_pod(name, namespace, patch)
-        except ApiException as exc:
-            log.warning("could not clear annotations of %s/%s: %s", namespace, name, _why(exc))
 
     async def fetch_pod(self, namespace: str, name: str) -> Pod | None:
         try:
-            pod = await self._core.read_namespaced_pod(name, namespace)
+            response = await self._core.read_namespaced_pod(name, namespace,
+                                                            _preload_content=False)
+            raw = await response.read()
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return pod_from_dict(to_dict(self._api, pod))
-
-
-def annotations_for_keys() -> list[str]:
-    from extender.annotations import ANN_ASSIGNMENT, ANN_GPU_UUIDS, ANN_NODE
-
-    return [ANN_GPU_UUIDS, ANN_NODE, ANN_ASSIGNMENT]
+        return decode_pod(raw)

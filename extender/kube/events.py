@@ -21,14 +21,15 @@ MAX_MESSAGE = 1000
 
 
 class EventRecorder:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, success_events: bool = False) -> None:
+        self._success = success_events
         self._core = client.CoreV1Api(api)
         self._last: dict[tuple[str, str], float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._instance = socket.gethostname()
 
     def observe(self, outcome: Outcome) -> None:
-        if outcome.ok and outcome.reservation is not None:
+        if outcome.ok and outcome.reservation is not None and self._success:
             gpus = ",".join(outcome.reservation.gpus)
             self._post(outcome, "Normal", "GPUsAssigned",
                        f"GPUs {gpus} on {outcome.reservation.node}")
@@ -61,7 +62,9 @@ class EventRecorder:
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
         try:
-            await self._core.create_namespaced_event(outcome.namespace, body)
+            response = await self._core.create_namespaced_event(
+                outcome.namespace, body, _preload_content=False)
+            response.release()
         except ApiException as exc:
             log.debug("event for %s not posted: %s", outcome.pod, exc.status)
 

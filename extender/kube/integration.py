@@ -11,9 +11,9 @@ from kubernetes_asyncio import client
 
 from extender.config import Settings
 from extender.inventory import Inventory
-from extender.kube.assignment import LABEL_MANAGED, pod_is_finished, reservation_from_pod
+from extender.kube.assignment import pod_is_finished, reservation_from_pod
 from extender.kube.binder import KubeBinder
-from extender.kube.client import make_api_client, to_dict
+from extender.kube.client import make_api_client
 from extender.kube.events import EventRecorder
 from extender.kube.watching import Watcher
 from extender.ledger.rules import STATE_BOUND, STATE_RESERVED
@@ -35,15 +35,14 @@ class KubeIntegration:
         self.api = await make_api_client(self.settings.kubeconfig, self.settings.in_cluster)
         core = client.CoreV1Api(self.api)
         self.scheduler.binder = KubeBinder(self.api)
-        self.events = EventRecorder(self.api)
+        self.events = EventRecorder(self.api, success_events=self.settings.success_events)
         self.scheduler.observers.append(self.events.observe)
 
-        def convert(obj: Any) -> dict[str, Any]:
-            return to_dict(self.api, obj)
-
-        nodes = Watcher("nodes", core.list_node, convert, self._resync_nodes, self._on_node)
-        pods = Watcher("pods", core.list_pod_for_all_namespaces, convert, self._resync_pods,
-                       self._on_pod, label_selector=f"{LABEL_MANAGED}=true")
+        nodes = Watcher("nodes", core.list_node, self._resync_nodes, self._on_node)
+        selector = {"field_selector": self.settings.pod_selector} if self.settings.pod_selector \
+            else {}
+        pods = Watcher("pods", core.list_pod_for_all_namespaces, self._resync_pods,
+                       self._on_pod, **selector)
         # Inventory first (capacities), then the ledger rebuild; only then ready.
         node_rv = await nodes.relist()
         pod_rv = await pods.relist()

@@ -91,14 +91,6 @@ def _containers(spec: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, An
     return out
 
 
-def wants_gpu(pod: Any, config: PatchConfig) -> bool:
-    spec = _mapping(_mapping(pod, "object").get("spec"), "spec")
-    return any(
-        any(r in _container_resources(c, f"spec.{kind}[{i}]") for r in config.resources)
-        for kind, i, c in _containers(spec)
-    )
-
-
 def _env_ops(kind: str, i: int, c: Mapping[str, Any], wanted: list[dict[str, Any]]) -> list[dict]:
     base = f"/spec/{kind}/{i}/env"
     env = _list(c.get("env"), f"spec.{kind}[{i}].env")
@@ -142,7 +134,8 @@ def compute_patch(pod: Any, config: PatchConfig) -> list[dict[str, Any]]:
 
     Raises :class:`InvalidPod` for objects that are not a well-formed Pod.
     """
-    pod = _mapping(pod, "object")
+    if not isinstance(pod, Mapping):
+        raise InvalidPod(f"object must be a Pod object, got {type(pod).__name__}")
     spec = _mapping(pod.get("spec"), "spec")
     containers = _containers(spec)
     per_container = {

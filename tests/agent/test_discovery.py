@@ -86,6 +86,11 @@ def test_needs_update() -> None:
     # a kubelet restart wiped the extended resource from capacity only
     cap = {k: v for k, v in res.items() if k != RES_GPU_MILLI}
     assert d.needs_update(ann, cap, res, devices, whole_gpus=False) == (False, True)
+    # the API server's canonical form ("1k") is the same value: no rewrite
+    canon = {RES_GPU_MILLI: "1k", RES_GPU_MEM: res[RES_GPU_MEM]}
+    assert d.needs_update(ann, canon, canon, devices, whole_gpus=False) == (False, False)
+    assert d.needs_update(ann, {**canon, RES_GPU_MEM: "junk"}, canon, devices,
+                          whole_gpus=False) == (False, True)
     # nvidia.com/gpu asked for but missing
     assert d.needs_update(ann, res, res, devices, whole_gpus=True) == (False, True)
 

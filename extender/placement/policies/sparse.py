@@ -17,7 +17,10 @@ GPU otherwise. With no class information every pair gets the mean loss of the ma
 see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
 GPUs that typical pods can no longer use. It is exact (no score quantisation). The typical pods
 are a generic mix unless ``set_workload`` gives the cluster's own (the trace simulator does).
-``frag_weight = 0`` gives the policy without the fragmentation term.
+``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
+``order_weight * (node position / node count)`` (nodes sorted by name): a fixed node order that
+fills nodes one after another unless another node is better by more than that, which keeps the
+last nodes whole for large pods.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Sparse:
     open_gpu_cost: float = 1.0
     fit_weight: float = 0.1
     frag_weight: float = 0.25
+    order_weight: float = 0.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
 
@@ -66,11 +70,14 @@ class Sparse:
             share = share - self.frag_weight * share_delta / 1000.0
             whole = whole - self.frag_weight * whole_delta[masks.owner] / 1000.0 / max(
                 demand.whole_gpus, 1)
+        if self.order_weight:
+            order = self.order_weight * state.gpu_node[gpus] / max(len(state.node_names), 1)
+            share = share + order
+            whole = whole + order / max(demand.whole_gpus, 1)
         return share, whole
 
     def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
         """Pods without GPUs (simulator only; kube-scheduler places them in a real cluster):
         the node where their CPU adds the least fragmentation."""
-        if not self.frag_weight:
-            return np.zeros(len(nodes))
-        return -self.frag_weight * self._frag.host_deltas(state, demand, nodes) / 1000.0
+        cost = -self.frag_weight * self._frag.host_deltas(state, demand, nodes) / 1000.0
+        return cost + self.order_weight * nodes / max(len(state.node_names), 1)

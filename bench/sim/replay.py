@@ -1,0 +1,230 @@
+"""Experiment ``replay``: jobs arrive, queue, retry, run for their recorded durations and slow
+each other down when they share a GPU.
+
+Rules (all seeded by the run's seed):
+
+* Jobs: ``n_jobs`` GPU pods sampled from the pod list (CPU-only pods left out). Duration =
+  ``deletion_time - scheduled_time`` (``creation_time`` when never scheduled), clipped to
+  [60 s, the 95th percentile] so one months-long pod cannot set the makespan alone.
+* Job classes: every job is ``recommendation`` with probability ``rec_share``, otherwise one of
+  the other classes of the interference matrix, uniformly.
+* Cluster: nodes sampled uniformly from the node list until the cluster has
+  ``GPU-seconds of all jobs / (overload x longest duration)`` GPUs (``overload`` 4 by
+  default): run back to back on whole GPUs the jobs would take ~4 longest jobs, so queueing,
+  not the single longest job, sets the makespan.
+* Modes: ``high-load``: every job submitted at t = 0. ``continuous``: jobs submitted in their
+  trace creation order, arrival times compressed linearly so that the offered load (GPU-seconds
+  of work / (cluster GPUs x submission span)) is ``load`` (1.0 by default).
+* Scheduling: FIFO queue; a job is tried when it arrives and again after every departure (jobs
+  whose shape dominates one that already failed in the same round are skipped, they cannot
+  fit either). The placement itself is the core's (``SimCluster``).
+* Speed: a job alone on its GPUs runs at 1; a share next to co-runners of classes b1..bk runs
+  at prod_i norm(a|b_i) (the interference matrix). Whole GPUs are never shared.
+* ``kube-exclusive`` gives a share a whole GPU (so never slows down).
+
+Metrics: makespan, mean and p95 JCT (completion - submission), mean queueing delay, time-
+averaged GPU allocation, useful work per GPU-hour (solo GPU-seconds of the jobs / (cluster GPUs
+x makespan)).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.sim.cluster import SimCluster
+from bench.sim.fgd import typical_tasks
+from bench.sim.trace import NODE_LIST, load_nodes, load_pods, workload_name, workload_path
+from extender.interference.matrix import default_matrix
+from extender.placement.policies import REGISTRY
+
+ANCHORS = {  # makespan vs kube-exclusive in the original system
+    ("high-load", "sparse"): 0.78, ("continuous", "sparse"): 0.85,
+    ("high-load", "kube-shared"): 0.92, ("continuous", "kube-shared"): 0.89,
+}
+
+
+@dataclass
+class ReplayRun:
+    workload: str
+    policy: str
+    seed: int
+    mode: str
+    jobs: int
+    gpus: int
+    makespan: float
+    jct_mean: float
+    jct_p95: float
+    queue_mean: float
+    alloc_mean: float  # % of cluster GPU, time-averaged
+    work_per_gpu_hour: float
+    seconds: float
+    jct: list = field(default_factory=list)
+
+    def row(self) -> dict:
+        return {k: getattr(self, k) for k in (
+            "workload", "policy", "seed", "mode", "jobs", "gpus", "makespan", "jct_mean",
+            "jct_p95", "queue_mean", "alloc_mean", "work_per_gpu_hour", "seconds")}
+
+    def to_json(self) -> dict:
+        return {**self.row(), "jct": self.jct}
+
+
+def sample_jobs(pods, n_jobs: int, rng: np.random.Generator):
+    gpu = pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)].copy()
+    start = gpu["scheduled_time"].where(gpu["scheduled_time"].notna(), gpu["creation_time"])
+    dur = (gpu["deletion_time"] - start).fillna(0).to_numpy(dtype=np.float64)
+    gpu["duration"] = np.clip(dur, 60.0, max(60.0, float(np.nanpercentile(dur, 95))))
+    if n_jobs and n_jobs < len(gpu):
+        gpu = gpu.iloc[np.sort(rng.choice(len(gpu), n_jobs, replace=False))]
+    return gpu.sort_values("creation_time", kind="stable").reset_index(drop=True)
+
+
+def sample_nodes(nodes, gpus_wanted: float, rng: np.random.Generator):
+    order = rng.permutation(len(nodes))
+    counts = nodes["gpu"].to_numpy()[order]
+    k = int(np.searchsorted(np.cumsum(counts), gpus_wanted) + 1)
+    return nodes.iloc[np.sort(order[:k])].reset_index(drop=True)
+
+
+def run_replay(
+    workload: str, policy: str, seed: int, *, mode: str = "high-load", n_jobs: int = 2000,
+    rec_share: float = 0.3, overload: float = 4.0, load: float = 1.0,
+    nodes_path: str | None = None,
+) -> ReplayRun:
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    matrix = default_matrix()
+    pods = load_pods(workload_path(workload))
+    jobs = sample_jobs(pods, n_jobs, rng)
+    others = [c for c in matrix.classes if c not in ("recommendation", "unknown")]
+    classes = np.where(rng.random(len(jobs)) < rec_share, "recommendation",
+                       rng.choice(others, len(jobs)))
+    request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
+    work = jobs["duration"].to_numpy()
+    gpu_seconds = float((work * np.ceil(request)).sum())
+    nodes = sample_nodes(load_nodes(nodes_path or NODE_LIST),
+                         gpu_seconds / (overload * work.max()), rng)
+    pol = REGISTRY[policy]()
+    if hasattr(pol, "reseed"):
+        pol.reseed(seed)
+    if hasattr(pol, "set_workload"):
+        pol.set_workload(typical_tasks(jobs))
+    sim = SimCluster(nodes, list(nodes["sn"]), pol, matrix)
+    n_gpus = sim.total_milli // 1000
+    cols = {c: jobs[c].to_numpy() for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")}
+    specs = jobs["gpu_spec"].to_numpy()
+    shapes = [(int(a), int(b), int(c), int(d), e) for a, b, c, d, e in zip(
+        cols["num_gpu"], cols["gpu_milli"], cols["cpu_milli"], cols["memory_mib"], specs,
+        strict=True)]
+    if mode == "high-load":
+        arrive = np.zeros(len(jobs))
+    else:
+        created = jobs["creation_time"].to_numpy(dtype=np.float64)
+        created = created - created.min()
+        span = (work * request).sum() / (n_gpus * load)
+        arrive = created / max(created.max(), 1.0) * span
+    norm = matrix.norm
+    cls_idx = np.array([matrix.index(c) for c in classes])
+
+    remaining = work.copy()
+    speed = np.zeros(len(jobs))
+    last = np.zeros(len(jobs))  # time of the last speed change
+    version = np.zeros(len(jobs), dtype=np.int64)
+    started = np.full(len(jobs), np.nan)
+    done = np.full(len(jobs), np.nan)
+    gpu_jobs: dict[int, set[int]] = {}  # share GPU index -> running jobs on it
+    job_gpu: dict[int, int] = {}
+    events: list[tuple[float, int, int, int]] = []  # (time, kind 0=finish 1=arrive, job, ver)
+    for j in range(len(jobs)):
+        heapq.heappush(events, (float(arrive[j]), 1, j, 0))
+    pending: list[int] = []
+    alloc_area = 0.0
+    t_prev = 0.0
+    now = 0.0
+
+    def set_speed(j: int, value: float) -> None:
+        remaining[j] -= (now - last[j]) * speed[j]
+        last[j] = now
+        speed[j] = value
+        version[j] += 1
+        eta = now + max(remaining[j], 0.0) / value
+        heapq.heappush(events, (eta, 0, j, int(version[j])))
+
+    def refresh(g: int) -> None:
+        members = gpu_jobs.get(g, ())
+        for j in members:
+            s = 1.0
+            for k in members:
+                if k != j:
+                    s *= norm[cls_idx[j], cls_idx[k]]
+            if s != speed[j]:
+                set_speed(j, s)
+
+    def try_start(j: int) -> bool:
+        num, milli, cpu, mem, spec = shapes[j]
+        d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
+        placed = sim.schedule(d, now)
+        if placed is None:
+            return False
+        started[j] = now
+        last[j] = now
+        if d.has_share:
+            g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
+            gpu_jobs.setdefault(g, set()).add(j)
+            job_gpu[j] = g
+            speed[j] = 0.0
+            refresh(g)
+        else:
+            set_speed(j, 1.0)
+        return True
+
+    def retry() -> None:
+        failed: list[tuple] = []
+        keep = []
+        for j in pending:
+            s = shapes[j]
+            if any(f[4] == s[4] and all(a >= b for a, b in zip(s[:4], f[:4], strict=True))
+                   for f in failed):
+                keep.append(j)
+            elif not try_start(j):
+                failed.append(s)
+                keep.append(j)
+        pending[:] = keep
+
+    while events:
+        t, kind, j, ver = heapq.heappop(events)
+        if kind == 0 and (ver != version[j] or not np.isnan(done[j])):
+            continue  # superseded by a speed change
+        alloc_area += sim.allocated_milli * (t - t_prev)
+        t_prev = now = t
+        if kind == 1:
+            if pending or not try_start(j):
+                pending.append(j)
+                if len(pending) == 1:
+                    retry()
+            # batch arrivals at the same instant: retry happens on departures
+        else:
+            done[j] = now
+            sim.release(f"job-{j}")
+            g = job_gpu.pop(j, None)
+            if g is not None:
+                gpu_jobs[g].discard(j)
+                refresh(g)
+            retry()
+    makespan = float(np.nanmax(done) - arrive.min())
+    jct = done - arrive
+    gpu_work = float((work * request).sum())
+    return ReplayRun(
+        workload=workload_name(workload), policy=policy, seed=seed, mode=mode, jobs=len(jobs),
+        gpus=n_gpus, makespan=makespan, jct_mean=float(np.nanmean(jct)),
+        jct_p95=float(np.nanpercentile(jct, 95)),
+        queue_mean=float(np.nanmean(started - arrive)),
+        alloc_mean=alloc_area / max(t_prev, 1e-9) / sim.total_milli * 100.0,
+        work_per_gpu_hour=gpu_work / (n_gpus * makespan) if makespan else 0.0,
+        seconds=time.perf_counter() - t0,
+        jct=[round(float(x), 1) for x in np.sort(jct)],
+    )

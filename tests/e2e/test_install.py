@@ -1,0 +1,342 @@
+"""Install proof against the local control plane: the Helm chart, the webhook, the node agent.
+
+* ``helm lint`` / ``helm template`` are clean, and manifests/ is what the chart renders;
+* the rendered chart applies to the real API server (namespaces first, then everything);
+* the API server calls the webhook over TLS with the chart-generated certificate and caBundle,
+  and a GPU pod comes back with ``schedulerName`` and ``NVIDIA_VISIBLE_DEVICES`` injected;
+* the agent in fake mode registers GPUs on a Node (capacity, allocatable, annotation);
+* kube-scheduler runs with the chart's KubeSchedulerConfiguration and places the webhook-mutated
+  pod on the agent's node through the extender (UUIDs written at bind are the agent's).
+
+Helm comes from hack/build-helm.sh (cached under ~/.cache/sparse/helm); without it (or without
+the control plane) the tests skip, unless SPARSE_E2E_REQUIRE=1.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cluster as e2e_cluster
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+ROOT = e2e_cluster.REPO_ROOT
+CHART = ROOT / "charts" / "sparse"
+NAMESPACE = "sparse-system"
+GPU_LIMITS = {"sparse.io/gpu-milli": "500", "sparse.io/gpu-mem": "4096"}
+
+
+def _required() -> bool:
+    return os.environ.get("SPARSE_E2E_REQUIRE", "") not in ("", "0")
+
+
+def helm_path() -> Path:
+    override = os.environ.get("SPARSE_HELM")
+    if override:
+        return Path(override)
+    text = (ROOT / "hack" / "build-helm.sh").read_text()
+    version = text.split("HELM_VERSION:-", 1)[1].split("}", 1)[0].lstrip("v")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "sparse" / "helm" / f"v{version}" / "bin" / "helm"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    path = helm_path()
+    if not os.access(path, os.X_OK):
+        msg = f"helm not built ({path}); run hack/build-helm.sh (~6 min cold)"
+        if _required():
+            pytest.fail(f"SPARSE_E2E_REQUIRE is set: {msg}", pytrace=False)
+        pytest.skip(msg)
+    return path
+
+
+def run(*argv: str | Path, env: dict[str, str] | None = None, timeout: float = 120,
+        input: str | None = None) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, **(env or {})}, input=input)
+    assert res.returncode == 0, f"{argv}: rc={res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res
+
+
+def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
+    k8s = e2e_cluster.read_versions()["K8S_VERSION"]
+    args = [helm, "template", "sparse", CHART, "--namespace", NAMESPACE, "--kube-version", k8s]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(run(*args).stdout) if d]
+
+
+# ------------------------------------------------------------------------------ helm only
+
+
+def test_helm_lint_is_clean(helm: Path) -> None:
+    for extra in ([], ["--set", "metrics.serviceMonitor.enabled=true,webhook.mps.enabled=true,"
+                              "redis.enabled=false,redis.externalUrl=redis://r:6379/0,"
+                              "agent.fake.enabled=true,webhook.captureWholeGpuPods=true"]):
+        out = run(helm, "lint", "--strict", CHART, *extra).stdout
+        assert "0 chart(s) failed" in out and "[WARNING]" not in out and "[ERROR]" not in out
+
+
+def test_helm_template_variants(helm: Path) -> None:
+    docs = template(helm)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for want in [("Deployment", "sparse-extender"), ("Deployment", "sparse-scheduler"),
+                 ("Deployment", "sparse-predictor"), ("Deployment", "sparse-webhook"),
+                 ("StatefulSet", "sparse-redis"), ("DaemonSet", "sparse-agent"),
+                 ("MutatingWebhookConfiguration", "sparse-webhook"),
+                 ("PodDisruptionBudget", "sparse-extender"), ("ConfigMap", "sparse-dashboard")]:
+        assert want in kinds, want
+    ext = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] ==
+               "sparse-extender")
+    assert ext["spec"]["replicas"] >= 2
+    assert any(a.startswith("--store=redis://") for a in
+               ext["spec"]["template"]["spec"]["containers"][0]["args"])
+    # external Redis, no bundled one
+    docs = template(helm, "redis.enabled=false", "redis.externalUrl=redis://ext:6379/1")
+    assert not any(d["kind"] == "StatefulSet" for d in docs)
+    assert "--store=redis://ext:6379/1" in json.dumps(docs)
+    # user-provided TLS Secret: no generated Secret, caBundle passed through
+    docs = template(helm, "webhook.tls.existingSecret=mine", "webhook.tls.caBundle=Zm9v")
+    assert not any(d["kind"] == "Secret" for d in docs)
+    mwc = next(d for d in docs if d["kind"] == "MutatingWebhookConfiguration")
+    assert mwc["webhooks"][0]["clientConfig"]["caBundle"] == "Zm9v"
+    # ServiceMonitors only when asked
+    docs = template(helm, "metrics.serviceMonitor.enabled=true")
+    assert sum(d["kind"] == "ServiceMonitor" for d in docs) == 3
+
+
+def test_manifests_match_the_chart(helm: Path) -> None:
+    run(ROOT / "hack" / "render-manifests.sh", "--check", env={"HELM": str(helm)})
+
+
+# ------------------------------------------------------------------------------ on the cluster
+
+
+def _apply(cluster: e2e_cluster.LocalCluster, docs: list[dict[str, Any]]) -> None:
+    """Namespaces and CRDs first (later objects need them), then everything else."""
+    first = [d for d in docs if d["kind"] in ("Namespace", "CustomResourceDefinition")]
+    rest = [d for d in docs if d not in first]
+    for batch in (first, rest):
+        if batch:
+            cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(batch))
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: e2e_cluster.LocalCluster, helm: Path) -> Iterator[list[dict[str, Any]]]:
+    docs = template(helm, "createNamespace=true", "webhook.tls.ipSANs={127.0.0.1}")
+    try:
+        _apply(cluster, docs)
+        yield docs
+    finally:
+        # The webhook is only reachable while this module runs; never leave it registered.
+        cluster.kubectl("delete", "mutatingwebhookconfiguration", "sparse-webhook",
+                        "--ignore-not-found", check=False)
+
+
+def test_rendered_chart_applies_to_the_api_server(cluster, installed) -> None:
+    for d in installed:
+        ns = d["metadata"].get("namespace")
+        args = ["get", d["kind"].lower(), d["metadata"]["name"], "-o", "name"]
+        if ns:
+            args += ["-n", ns]
+        assert cluster.kubectl(*args).stdout.strip(), d["kind"]
+    # Server-side validation with strict field checking of everything once more.
+    cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-",
+                    input=yaml.safe_dump_all(installed))
+
+
+class Webhook:
+    """``sparse-extender webhook`` as a process, serving the chart-generated certificate."""
+
+    def __init__(self, workdir: Path, secret: dict[str, Any]) -> None:
+        self.cert, self.key = workdir / "tls.crt", workdir / "tls.key"
+        self.cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+        self.key.write_bytes(base64.b64decode(secret["data"]["tls.key"]))
+        self.key.chmod(0o600)
+        self.ca = workdir / "ca.crt"
+        self.ca.write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+        (self.port,) = e2e_cluster.free_ports(1)
+        self.log = workdir / "webhook.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Webhook:
+        import ssl
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "extender", "webhook", "--host", "127.0.0.1", "--port",
+             str(self.port), "--tls-cert", str(self.cert), "--tls-key", str(self.key)],
+            stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+        )
+        ctx = ssl.create_default_context(cafile=str(self.ca))  # proves the chain and IP SAN
+        deadline = time.monotonic() + 30
+        while True:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/healthz",
+                                            context=ctx, timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                assert time.monotonic() < deadline, self.log.read_text()
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster, installed, tmp_path_factory) -> Iterator[Webhook]:
+    secret = cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/sparse-webhook-tls")
+    hook = Webhook(tmp_path_factory.mktemp("webhook"), secret).start()
+    # The chart points the API server at the Service; the test API server runs on loopback
+    # without a cluster network, so repoint the same configuration (caBundle untouched) at
+    # the local process.
+    patch = [{"op": "remove", "path": "/webhooks/0/clientConfig/service"},
+             {"op": "add", "path": "/webhooks/0/clientConfig/url",
+              "value": f"https://127.0.0.1:{hook.port}/mutate"}]
+    cluster.kubectl("patch", "mutatingwebhookconfiguration", "sparse-webhook", "--type=json",
+                    "-p", json.dumps(patch))
+    mwc = cluster.request("GET", "/apis/admissionregistration.k8s.io/v1/"
+                          "mutatingwebhookconfigurations/sparse-webhook")
+    assert mwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    try:
+        yield hook
+    finally:
+        hook.stop()
+
+
+def _pod(name: str, limits: dict[str, str] | None, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 0, **spec, "containers": [
+                {"name": "main", "image": "registry.invalid/cuda:12",
+                 "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                 **({"resources": {"limits": limits}} if limits else {})},
+                {"name": "sidecar", "image": "registry.invalid/log:1"}]}}
+
+
+def _create(cluster, pod: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+    # A short wait: the API server may need a moment to load the patched webhook config.
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return cluster.request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+        except e2e_cluster.ClusterError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _delete_pod(cluster, name: str) -> None:
+    cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}",
+                    {"gracePeriodSeconds": 0}, expect=(200, 202, 404))
+
+
+def test_webhook_mutates_gpu_pods_over_tls(cluster, webhook) -> None:
+    try:
+        created = _create(cluster, _pod("wh-gpu", GPU_LIMITS))
+        spec = created["spec"]
+        assert spec["schedulerName"] == "sparse-scheduler"
+        want = {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.annotations['sparse.io/gpu-uuids']"}}}
+        for c in spec["containers"]:
+            assert [e for e in c["env"] if e["name"] == "NVIDIA_VISIBLE_DEVICES"] == [want]
+        # A pod without sparse resources is not even sent (matchConditions): untouched.
+        plain = _create(cluster, _pod("wh-plain", None))
+        assert plain["spec"]["schedulerName"] == "default-scheduler"
+        assert plain["spec"]["containers"][0]["env"] == [
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    finally:
+        _delete_pod(cluster, "wh-gpu")
+        _delete_pod(cluster, "wh-plain")
+    assert "mutated pod default/wh-gpu" in webhook.log.read_text()
+    assert "wh-plain" not in webhook.log.read_text()
+
+
+def _bare_node(cluster, name: str) -> None:
+    """A Ready node with CPU/memory/pods but no GPU resources or annotation."""
+    res = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"capacity": res, "allocatable": res,
+                       "conditions": [e2e_cluster.ready_condition()]}}
+    cluster.request("POST", "/api/v1/nodes", node)
+    cluster.request("PATCH", f"/api/v1/nodes/{name}/status",
+                    {"status": {"conditions": [e2e_cluster.ready_condition()]}},
+                    content_type="application/merge-patch+json")
+
+
+def _agent(cluster, node: str, *extra: str) -> None:
+    run(sys.executable, "-m", "agent.cli", "run", "--once", "--node-name", node,
+        "--kubeconfig", cluster.kubeconfig, "--fake-gpus", "4", "--fake-model", "V100M16",
+        "--fake-memory-mib", "16384", *extra)
+
+
+def test_agent_registers_fake_gpus(cluster) -> None:
+    from extender.inventory import node_from_annotations
+    from extender.quantity import parse_int_quantity
+
+    cluster.delete_node("agent-node")
+    _bare_node(cluster, "agent-node")
+    _agent(cluster, "agent-node")
+    node = cluster.request("GET", "/api/v1/nodes/agent-node")
+    for section in ("capacity", "allocatable"):
+        got = node["status"][section]
+        assert parse_int_quantity(got["sparse.io/gpu-milli"], "m") == 4000  # comes back as "4k"
+        assert parse_int_quantity(got["sparse.io/gpu-mem"], "m") == 4 * 16384
+        assert "nvidia.com/gpu" not in node["status"][section]
+    inv = node_from_annotations("agent-node", node["metadata"]["annotations"])
+    assert inv is not None and [g.index for g in inv.gpus] == [0, 1, 2, 3]
+    rv = node["metadata"]["resourceVersion"]
+    _agent(cluster, "agent-node")  # nothing changed: no write
+    assert cluster.request("GET", "/api/v1/nodes/agent-node")["metadata"]["resourceVersion"] == rv
+    cluster.delete_node("agent-node")
+
+
+async def test_chart_scheduler_places_webhook_pod_on_agent_node(cluster, core, webhook, installed,
+                                                                tmp_path) -> None:
+    from extender_proc import Extender
+
+    cm = next(d for d in installed if d["kind"] == "ConfigMap"
+              and d["metadata"]["name"] == "sparse-scheduler-config")
+    chart_cfg = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    cluster.reset()
+    _bare_node(cluster, "agent-node-a")
+    _bare_node(cluster, "agent-node-b")
+    _agent(cluster, "agent-node-a")
+    _agent(cluster, "agent-node-b")
+    ext = Extender(tmp_path, cluster.kubeconfig).start()
+    try:
+        extenders = [dict(e, urlPrefix=ext.url) for e in chart_cfg["extenders"]]
+        # Everything but the cluster-specific connection comes from the chart's ConfigMap.
+        cluster.start_scheduler(ext.url, overrides={"extenders": extenders,
+                                                    "profiles": chart_cfg["profiles"]})
+        _create(cluster, _pod("placed", GPU_LIMITS))
+        node = await e2e_cluster.wait_for_pod_bound(core, "placed", timeout=60)
+        assert node in ("agent-node-a", "agent-node-b")
+        pod = cluster.request("GET", "/api/v1/namespaces/default/pods/placed")
+        uuids = pod["metadata"]["annotations"]["sparse.io/gpu-uuids"].split(",")
+        inv = json.loads(cluster.request("GET", f"/api/v1/nodes/{node}")["metadata"]
+                         ["annotations"]["sparse.io/gpu-inventory"])
+        assert uuids and set(uuids) <= {g["uuid"] for g in inv}
+        events = await e2e_cluster.list_pod_events(core, "placed")
+        assert any(e["reason"] == "Scheduled" and e["source"] == "sparse-scheduler"
+                   for e in events), events
+    finally:
+        cluster.stop_scheduler()
+        ext.stop()
+        _delete_pod(cluster, "placed")
+        cluster.delete_node("agent-node-a")
+        cluster.delete_node("agent-node-b")

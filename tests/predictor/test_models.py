@@ -1,0 +1,123 @@
+"""train -> save -> load -> predict round trip, shipped artefacts, and the no-torch rule."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from predictor import dataset, estimate, features, training
+from predictor.cli import main
+from predictor.compute_model import ComputeModel
+from predictor.memory_model import MemoryModel
+
+SPEC = {"family": "deepfm", "batch_size": 4096, "optimizer": "adam", "gpu_model": "A100",
+        "macs": 2e5, "params": 6.5e7, "activations": 1500,
+        "tables": [{"rows": 2000000, "dim": 32, "pooling": 2, "count": 1}],
+        "dense_features": 13, "top_mlp": [400, 400]}
+
+
+@pytest.fixture(scope="module")
+def small_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every third row of the committed dataset (keeps the round trip fast)."""
+    df = dataset.load()
+    path = tmp_path_factory.mktemp("ds") / "small.csv"
+    df.iloc[::3].to_csv(path, index=False)
+    return path
+
+
+def test_round_trip(small_csv: Path, tmp_path: Path) -> None:
+    manifest = training.train(small_csv, tmp_path, version="t1")
+    assert manifest["version"] == "t1" and (tmp_path / "manifest.json").exists()
+    est = estimate.Estimator.load(tmp_path)
+    df = dataset.load(small_csv)
+    specs = dataset.specs(df)[:20]
+    # the loaded memory model reproduces a fresh fit exactly
+    train_df = df[~training.holdout_mask(df)]
+    fresh = MemoryModel.fit(dataset.specs(train_df), training.memory_target_mib(train_df),
+                            list(train_df["family"]))
+    np.testing.assert_allclose(est.memory.predict_train_mib(specs),
+                               fresh.predict_train_mib(specs), rtol=1e-9)
+    assert est.memory.margin == pytest.approx(fresh.margin)
+    # LightGBM text model round trip
+    comp = ComputeModel.load(tmp_path / manifest["compute"])
+    np.testing.assert_allclose(comp.predict_many(specs), est.compute.predict_many(specs))
+    p = est.predict(features.parse_model(json.dumps(SPEC)))
+    assert 1 <= p.gpu_milli <= 1000 and p.gpu_mem_mib > 1500 and p.model_version == "t1"
+
+
+def test_shipped_artefacts_match_committed_dataset() -> None:
+    import hashlib
+
+    manifest = json.loads((estimate.MODELS_DIR / "manifest.json").read_text())
+    digest = hashlib.sha256(dataset.DEFAULT_CSV.read_bytes()).hexdigest()
+    assert manifest["dataset_sha256"] == digest, "retrain: sparse-predictor train"
+    assert manifest["compute_label"] in ("cpu-flop-roofline-proxy", "gpu-measured")
+
+
+def test_memory_model_is_monotone_in_tables_and_optimizer() -> None:
+    est = estimate.Estimator.load()
+    base = features.parse_model(json.dumps(SPEC))
+    import msgspec
+
+    bigger = msgspec.structs.replace(base, tables=[features.Table(rows=20_000_000, dim=32)])
+    sgd = msgspec.structs.replace(base, optimizer="sgd")
+    assert est.predict(bigger).gpu_mem_mib > est.predict(base).gpu_mem_mib
+    assert est.predict(sgd).gpu_mem_mib < est.predict(base).gpu_mem_mib
+    # context constant differs per GPU
+    t4 = msgspec.structs.replace(base, gpu_model="T4")
+    assert est.predict(base).gpu_mem_mib - est.predict(t4).gpu_mem_mib == pytest.approx(500, abs=2)
+
+
+def test_memory_artefact_rejects_foreign_json(tmp_path: Path) -> None:
+    (tmp_path / "m.json").write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError, match="not a memory model"):
+        MemoryModel.load(tmp_path / "m.json")
+
+
+def test_cli_predict_features_and_pod(tmp_path: Path) -> None:
+    runner = CliRunner()
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps(SPEC))
+    r = runner.invoke(main, ["predict", "--features", str(f)])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["job_class"] == "recommendation" and out["gpu_model"] == "A100"
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: t\n  annotations:\n"
+        f"    sparse.io/model: '{json.dumps(SPEC)}'\n"
+    )
+    r = runner.invoke(main, ["predict", "--pod", str(pod), "--gpu-model", "T4"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["gpu_model"] == "T4"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"family": "dlrm", "batch_size": 0}')
+    r = runner.invoke(main, ["predict", "--features", str(bad)])
+    assert r.exit_code != 0 and "$.batch_size" in r.output
+    r = runner.invoke(main, ["predict", "--features", str(f), "--gpu-model", "RTX9090"])
+    assert r.exit_code != 0 and "unknown gpu_model" in r.output
+
+
+def test_generate_cuda_without_gpu_fails_clearly(tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # only meaningful where the generator can run
+    import importlib
+
+    torch = importlib.import_module("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    r = CliRunner().invoke(main, ["generate", "--device", "cuda", "--out", str(tmp_path / "x")])
+    assert r.exit_code != 0 and "CUDA" in r.output
+
+
+def test_serving_path_does_not_import_torch() -> None:
+    code = ("import sys, predictor.cli, predictor.worker, predictor.estimate, "
+            "predictor.training, predictor.evaluation, predictor.dataset; "
+            "predictor.estimate.Estimator.load(); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
