@@ -11,6 +11,7 @@ from extender import logs
 from extender.config import DEFAULT_MAX_BODY_MIB, DEFAULT_RESERVATION_TTL_S, Settings
 from extender.errors import SparseError
 from extender.placement.policies import REGISTRY
+from extender.webhook import cli as webhook_cli
 
 _file = click.Path(dir_okay=False, path_type=Path)
 
@@ -88,7 +89,7 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 
-main.add_command(__import__("extender.webhook.cli", fromlist=["webhook"]).webhook)
+main.add_command(webhook_cli.webhook)
 
 if __name__ == "__main__":
     main()
