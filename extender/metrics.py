@@ -40,10 +40,19 @@ class Metrics:
             ["verb", "result"],
             registry=self.registry,
         )
+        self.interference = Histogram(
+            "sparse_extender_placement_interference",
+            "Throughput lost (GPUs' worth, pairwise model) by each bound share with the jobs"
+            " already on its GPU; 0 = an empty GPU.",
+            buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+            registry=self.registry,
+        )
         self.registry.register(_LedgerCollector(state))
 
     def observe(self, outcome: Outcome) -> None:
         self.decisions.labels(outcome.verb, "ok" if outcome.ok else "rejected").inc()
+        if outcome.ok and outcome.interference is not None:
+            self.interference.observe(outcome.interference)
 
 
 class _LedgerCollector(Collector):

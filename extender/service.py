@@ -25,6 +25,7 @@ from extender.inventory import Inventory, node_from_annotations
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
 from extender.placement import (
+    Assignment,
     ClusterState,
     Policy,
     assign,
@@ -63,6 +64,7 @@ class Outcome:
     ok: bool
     message: str = ""
     reservation: Reservation | None = None
+    interference: float | None = None  # throughput lost with the share GPU's residents
 
     @property
     def pod(self) -> str:
@@ -94,6 +96,7 @@ class Scheduler:
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
+        self._last_interference: dict[str, float] = {}
 
     # --- state ----------------------------------------------------------------------------
 
@@ -255,7 +258,8 @@ class Scheduler:
         if confirmed is not None:
             self._after_change(await self.ledger.version(), add=confirmed)
         self._pending.pop(args.pod_uid, None)
-        self._notify(Outcome("bind", *ref, True, reservation=confirmed or reservation))
+        self._notify(Outcome("bind", *ref, True, reservation=confirmed or reservation,
+                             interference=self._last_interference.pop(args.pod_uid, None)))
         return BindingResult()
 
     async def _reserve_for_bind(self, args: BindingArgs) -> Reservation:
@@ -293,6 +297,7 @@ class Scheduler:
                 self._state.version = -1  # re-read the ledger before planning again
                 continue
             self._after_change(version, add=reservation)
+            self._last_interference[demand.uid] = placement_loss(state, demand, choice)
             return reservation
         raise ReservationConflict(f"node {args.node}: GPUs taken concurrently ({last})")
 
@@ -355,6 +360,15 @@ class Scheduler:
                     NumPDBViolations=victims.num_pdb_violations,
                 )
         return PreemptionResult(NodeNameToMetaVictims=out)
+
+
+def placement_loss(state: ClusterState, demand: PodDemand, choice: Assignment) -> float | None:
+    """Pairwise throughput lost by a share with the jobs already on its GPU (before booking)."""
+    if choice.share is None:
+        return None
+    i = state.gpu_index[choice.share]
+    row = state.matrix.loss[state.matrix.index(demand.job_class)]
+    return float(state.class_count[i] @ row)
 
 
 def pod_ref(pod: Pod) -> tuple[str, str, str]:

@@ -11,12 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from builders import free_port
 
 
 class RedisServer:

@@ -18,8 +18,10 @@ Rules (all seeded by the run's seed):
 * Scheduling: FIFO queue; a job is tried when it arrives and again after every departure (jobs
   whose shape dominates one that already failed in the same round are skipped, they cannot
   fit either). The placement itself is the core's (``SimCluster``).
-* Speed: a job alone on its GPUs runs at 1; a share next to co-runners of classes b1..bk runs
-  at prod_i norm(a|b_i) (the interference matrix). Whole GPUs are never shared.
+* Speed: a job alone on its GPUs runs at 1; a share of class a next to co-runners of classes
+  b1..bk holding m1..mk milli runs at prod_i norm(a|b_i) ** (m_i / 1000): the measured pair
+  slowdown (two jobs each using a whole GPU) scaled, in log space, by how much of the GPU the
+  co-runner uses. Whole GPUs are never shared.
 * ``kube-exclusive`` gives a share a whole GPU (so never slows down).
 
 Metrics: makespan, mean and p95 JCT (completion - submission), mean queueing delay, time-
@@ -160,7 +162,7 @@ def run_replay(
             s = 1.0
             for k in members:
                 if k != j:
-                    s *= norm[cls_idx[j], cls_idx[k]]
+                    s *= norm[cls_idx[j], cls_idx[k]] ** (shapes[k][1] / 1000.0)
             if s != speed[j]:
                 set_speed(j, s)
 

@@ -46,10 +46,11 @@ def solve(matrix: np.ndarray) -> tuple[np.ndarray, float] | None:
     if matrix.shape[0] > matrix.shape[1]:
         return None
     rows, cols = linear_sum_assignment(matrix)
-    total = float(matrix[rows, cols].sum())
-    if total >= INFEASIBLE:
+    chosen = matrix[rows, cols]
+    # Cell by cell: policy costs may be negative, so a sum could hide an infeasible cell.
+    if (chosen >= INFEASIBLE / 2).any():
         return None
-    return cols[np.argsort(rows)], total
+    return cols[np.argsort(rows)], float(chosen.sum())
 
 
 def assign(

@@ -13,8 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
-from builders import pod
-from conftest import free_port
+from builders import free_port, pod
 
 from extender.ledger.rules import from_json
 

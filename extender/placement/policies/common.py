@@ -4,8 +4,9 @@ The baselines score *nodes* (kube-scheduler score plugins); the core asks a poli
 costs. They are mapped onto that interface so that the core's optimum reproduces the node
 score exactly:
 
-* whole-GPU slots cost ``-score / W`` each (W slots sum to ``-score``), share slots cost
-  ``-score``;
+* whole-GPU slots cost ``(100 - score) / W`` each (W slots sum to ``100 - score``), share
+  slots cost ``100 - score`` (scores are 0..100; costs stay non-negative, which the core's
+  infeasibility test relies on);
 * the GPU the original picks inside the node gets the smallest offset ``TIE * rank`` (ranks
   < 1e5, so offsets stay far below one score point); the simulator rounds node costs to
   ``score_step`` before taking the minimum, so nodes with equal scores tie exactly and the
@@ -123,13 +124,13 @@ def node_score_costs(
     state: ClusterState, demand: PodDemand, masks: GpuMasks, score: np.ndarray,
     share_rank: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-GPU costs that make the core's node optimum ``-score[node]`` (see module doc)."""
-    per_gpu = score[masks.owner].astype(np.float64)
+    """Per-GPU costs that make the core's node optimum ``100 - score[node]`` (module doc)."""
+    per_gpu = MAX_NODE_SCORE - score[masks.owner].astype(np.float64)
     idx = local_index(state, masks.gpus)
     if share_rank is None:
         share_rank = best_gpu_rank(state, demand, masks.gpus)
-    share = -per_gpu + TIE * share_rank
-    whole = -per_gpu / max(demand.whole_gpus, 1) + TIE * idx
+    share = per_gpu + TIE * share_rank
+    whole = per_gpu / max(demand.whole_gpus, 1) + TIE * idx
     return share, whole
 
 

@@ -210,8 +210,9 @@ class FGD:
     ) -> tuple[np.ndarray, np.ndarray]:
         share_delta, whole_delta = self.deltas(state, demand, masks)
         idx = local_index(state, masks.gpus)
-        share = -fgd_score(share_delta) + TIE * idx
-        whole = -fgd_score(whole_delta)[masks.owner] / max(demand.whole_gpus, 1) + TIE * idx
+        share = 100.0 - fgd_score(share_delta) + TIE * idx  # costs stay >= 0
+        whole_score = (100.0 - fgd_score(whole_delta))[masks.owner]
+        whole = whole_score / max(demand.whole_gpus, 1) + TIE * idx
         return share, whole
 
     def host_deltas(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray

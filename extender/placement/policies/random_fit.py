@@ -33,13 +33,13 @@ class RandomFit:
         feasible = np.flatnonzero(node_fits(demand, masks, n))
         if len(feasible):
             score[self.rng.choice(feasible)] = 100.0
-        per_gpu = -score[masks.owner]
+        per_gpu = 100.0 - score[masks.owner]
         share = per_gpu + TIE * self.rng.permutation(len(masks.gpus))
         whole = per_gpu / max(demand.whole_gpus, 1) + TIE * local_index(state, masks.gpus)
         return share, whole
 
     def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
-        out = np.zeros(len(nodes))
+        out = np.full(len(nodes), 100.0)
         if len(nodes):
-            out[self.rng.integers(len(nodes))] = -100.0
+            out[self.rng.integers(len(nodes))] = 0.0
         return out

@@ -67,9 +67,12 @@ class Sparse:
         whole = self.fit_weight * node_free_fraction(state, masks)
         if self.frag_weight and len(gpus):
             share_delta, whole_delta = self._frag.deltas(state, demand, masks)
-            share = share - self.frag_weight * share_delta / 1000.0
-            whole = whole - self.frag_weight * whole_delta[masks.owner] / 1000.0 / max(
-                demand.whole_gpus, 1)
+            # dF >= -F_n >= -(GPUs per node): the offset keeps costs >= 0 (the core's
+            # infeasibility test needs that) and is the same for every node.
+            offset = float((state.node_stop - state.node_start).max(initial=1))
+            share = share + self.frag_weight * (offset - share_delta / 1000.0)
+            whole = whole + self.frag_weight * (
+                offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
         if self.order_weight:
             order = self.order_weight * state.gpu_node[gpus] / max(len(state.node_names), 1)
             share = share + order

@@ -54,7 +54,8 @@ def share_pod(milli=500, cpu=4000):
 
 
 def choose(state, demand, policy):
-    """Node costs rounded to whole score points, first minimum wins (the simulator's rule)."""
+    """Node costs (100 - score) rounded to whole points, first minimum wins (the simulator's
+    rule)."""
     result = fit(state, demand, state.node_names)
     costs = node_costs(state, demand, result, policy)
     rounded = np.round(costs / getattr(policy, "score_step", 1.0))
@@ -72,14 +73,14 @@ def test_share_memory_is_proportional_to_smallest_model():
 def test_best_fit(state):
     # n1: 1 - (0.5*4000/128000 + 0.5*800/8000) = 0.934 -> 93; n2: 0.5625 -> 56; n3: 0.55 -> 55
     costs, a = choose(state, share_pod(), make_policy("best-fit"))
-    assert costs == [-93, -56, -55]
+    assert costs == [7, 44, 45]
     assert (a.node, a.share) == ("n1", "GPU-n1-1")
 
 
 def test_dot_product_prefers_smallest_product(state):
     # dp/2: n1 0.00605 -> 99; n2 0.02295 -> 97; n3 0.02861 -> 97
     costs, a = choose(state, share_pod(), make_policy("dot-product"))
-    assert costs == [-99, -97, -97]
+    assert costs == [1, 3, 3]
     assert (a.node, a.share) == ("n1", "GPU-n1-1")
 
 
@@ -87,7 +88,7 @@ def test_gpu_packing(state):
     # n1: needs a fully free GPU -> case 2: 50 - 1 = 49; n2: all free -> case 3: 33 - 4 = 29;
     # n3: GPU1 (700 left) fits -> case 1: 100 - (700*100//1000)//10 = 93
     costs, a = choose(state, share_pod(), make_policy("gpu-packing"))
-    assert costs == [-49, -29, -93]
+    assert costs == [51, 71, 7]
     assert (a.node, a.share) == ("n3", "GPU-n3-1")
 
 
@@ -95,14 +96,14 @@ def test_gpu_packing_best_gpu_is_least_left(state):
     # a 200-milli share fits n1's GPU0 (300 left): case 1, 100 - 30//10 = 97 beats n3's 93,
     # and inside n1 "best" takes GPU0 (least left), not the free GPU1
     costs, a = choose(state, share_pod(milli=200), make_policy("gpu-packing"))
-    assert costs == [-97, -29, -93]
+    assert costs == [3, 71, 7]
     assert (a.node, a.share) == ("n1", "GPU-n1-0")
 
 
 def test_gpu_clustering(state):
     # n1 only shares: 75 + 25*6700//8000 = 75 + 20; n2 empty: 25 + 12; n3 mixed: 50 + 4
     costs, a = choose(state, share_pod(), make_policy("gpu-clustering"))
-    assert costs == [-95, -37, -54]
+    assert costs == [5, 63, 46]
     assert a.node == "n1"
 
 
@@ -113,13 +114,13 @@ def test_fgd(state):
     # n3 350 -> 200 on GPU1 (score int(100 sigmoid(0.15)) = 53), -> 600 on a free GPU (43)
     assert fgd_score(np.array([-250.0, 150.0])).tolist() == [43, 53]
     costs, a = choose(state, share_pod(), policy)
-    assert costs == [-43, -43, -53]
+    assert costs == [57, 57, 47]
     assert (a.node, a.share) == ("n3", "GPU-n3-1")
     # a whole GPU changes no node's F (n1: 300 -> 300 left, all of it a fragment either way):
     # score 50 everywhere, the first node wins and gets its only free GPU
     w = make_demand("w", 1000, 1024, 1, 1000, "", MODELS)
     costs, a = choose(state, w, policy)
-    assert costs == [-50, -50, -50]
+    assert costs == [50, 50, 50]
     assert a.node == "n1" and a.whole == ("GPU-n1-1",)
 
 
@@ -130,7 +131,7 @@ def test_fgd_cpu_only_pod_avoids_starving_typical_tasks(state):
     costs = policy.host_costs(state, cpu_pod, np.arange(3))
     # n3 (20000 left) drops below 10000: its 6.7 idle GPUs become fragments -> score 0;
     # n1 cannot run the task before or after (cpu 8000 < 15000 is filtered by the simulator)
-    assert costs[2] == -fgd_score(np.array([-6700.0]))[0]
+    assert costs[2] == -fgd_score(np.array([-6700.0]))[0] == 0
     assert costs[1] == -50.0  # n2: 60000 -> 45000, still fits the task: no change
 
 
@@ -148,7 +149,7 @@ def test_kube_exclusive_spreads_on_cpu_and_memory(state):
     # least allocated: n1 (4000*100//32000 + 261120*100//262144)//2 = (12 + 99)//2 = 55
     # n2 (56000*100//64000=87 + 99)//2 = 93; n3 (16000*100//96000=16 + 99)//2 = 57
     costs, a = choose(state, d, make_policy("kube-exclusive"))
-    assert costs == [-55, -93, -57]
+    assert costs == [45, 7, 43]
     assert a.node == "n2" and a.whole == ("GPU-n2-0",) and a.share is None
 
 
