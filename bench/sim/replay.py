@@ -204,11 +204,8 @@ def run_replay(
         alloc_area += sim.allocated_milli * (t - t_prev)
         t_prev = now = t
         if kind == 1:
-            if pending or not try_start(j):
+            if not try_start(j):
                 pending.append(j)
-                if len(pending) == 1:
-                    retry()
-            # batch arrivals at the same instant: retry happens on departures
         else:
             done[j] = now
             sim.release(f"job-{j}")
