@@ -55,3 +55,12 @@ bench-throughput: setup control-plane
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
+
+# Demand predictor: regenerate the measured dataset (needs the torch extra), retrain, evaluate.
+predictor-data: setup
+	$(BIN)/pip install -q -e '.[torch]'
+	$(BIN)/sparse-predictor generate --device cpu
+
+predictor-train: setup
+	$(BIN)/sparse-predictor train
+	$(BIN)/sparse-predictor evaluate

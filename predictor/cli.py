@@ -30,7 +30,8 @@ def generate(out: Path, device: str, seed: int, limit: int | None,
     try:
         n = dataset.run(out, device=device, seed=seed, limit=limit, families=families or None)
     except ImportError as exc:
-        raise click.ClickException(f"generate needs torch: pip install 'sparse[torch]' ({exc})")
+        raise click.ClickException(
+            f"generate needs torch: pip install 'sparse[torch]' ({exc})") from None
     except RuntimeError as exc:  # GpuUnavailable
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {n} rows to {out}")

@@ -39,7 +39,8 @@ MAX_TABLE_BYTES = 48 * 2**30  # keep every config trainable on one 80 GB GPU
 
 MEASURED = (
     "exec_mode", "label_source", "gpu_model", "n_params", "n_emb_params", "macs_per_sample",
-    "activations_per_sample", "leaf_activations_per_sample", "param_bytes", "grad_bytes", "opt_state_bytes", "input_bytes",
+    "activations_per_sample", "leaf_activations_per_sample", "param_bytes", "grad_bytes",
+    "opt_state_bytes", "input_bytes",
     "act_fwd_bytes", "peak_bytes", "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
     "wall_s", "fake_real_rel_diff",
     # GPU mode only (empty for CPU rows)

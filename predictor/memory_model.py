@@ -3,8 +3,9 @@
 ``predict_mib(spec) = ceil(ols(spec) * margin + ctx_mib[gpu_model])``
 
 * ``ols`` — statsmodels weighted least squares on degree-2 polynomial terms (``TERMS``):
-  sizes, and table / dense sizes times optimizer indicators and the sparse-gradient flag. Weights are ``1/y²``,
-  i.e. ordinary least squares on relative error (a 20 MiB job counts as much as a 20 GiB one).
+  sizes, and table / dense sizes times optimizer indicators and the sparse-gradient flag.
+  Weights are ``1/y²``, i.e. ordinary least squares on relative error (a 20 MiB job counts
+  as much as a 20 GiB one).
   Target: measured peak training bytes (params, grads, optimizer state, activations,
   temporaries) in MiB, without the CUDA context.
 * ``margin`` — a multiplicative safety margin calibrated on leave-one-family-out residuals:
@@ -35,8 +36,9 @@ FORMAT = "sparse-predictor/memory-ols/2"
 def term_pairs() -> list[tuple[str, str | None]]:
     """Degree-2 polynomial terms used: every size alone, table and dense sizes times each
     optimizer indicator (state + optimizer temporaries scale with the parameters they belong
-    to), table size and gathered-lookup size times the sparse-gradient flag. Size x size products are left out: they
-    are the terms that extrapolate wildly to an unseen family (see docs/predictor.md)."""
+    to), table size and gathered-lookup size times the sparse-gradient flag. Size x size
+    products are left out: they are the terms that extrapolate wildly to an unseen family
+    (see docs/predictor.md)."""
     terms: list[tuple[str, str | None]] = [(k, None) for k in SIZES]
     for size in ("emb_mib", "dense_mib"):
         terms += [(size, o) for o in OPT_ONEHOT]
