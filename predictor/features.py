@@ -56,6 +56,22 @@ OPT_GROUP = {
     "adam": "adam", "adamw": "adam", "sparse_adam": "sparse_adam", "rmsprop": "rmsprop",
 }
 OPT_GROUPS = ("sgd", "momentum", "adagrad", "adam", "sparse_adam", "rmsprop")
+# Parameter-sized temporaries of the foreach optimizer step (PyTorch implementation: Adam/AdamW,
+# Adagrad, RMSprop and SparseAdam take a sqrt of their second-moment state into a new buffer;
+# SGD and momentum update in place).
+OPT_STEP_TEMP: dict[str, float] = {
+    "sgd": 0.0, "momentum": 0.0, "adagrad": 1.0, "rowwise_adagrad": 1.0, "adam": 1.0,
+    "adamw": 1.0, "sparse_adam": 1.0, "rmsprop": 1.0,
+}
+# Fraction of the forward op outputs (``activations``) a CNN keeps for backward, from the block
+# structure: conv -> BN -> in-place activation keeps conv and BN outputs (2 of 3 outputs);
+# a ResNet basic block (conv, BN, ReLU_, conv, BN, add, ReLU_) keeps 4 of 7; a Darknet
+# residual (two conv-BN-LeakyReLU_ + add) keeps 5 of 7.
+# With sparse gradients every optimizer, SGD included, adds the coalesced sparse gradient into a
+# dense parameter-sized buffer (``add_``/``addcmul_`` of a sparse tensor into dense state).
+OPT_STEP_TEMP_SPARSE = 1.0
+CNN_SAVED_FRACTION = {"resnet": 4 / 7, "yolo": 5 / 7, "cnn": 2 / 3}
+OTHER_SAVED_FRACTION = 0.5  # MLP-style nets: a non-in-place activation saves its output only
 
 
 class SchemaError(ValueError):
@@ -209,6 +225,41 @@ def mlp_params(spec: ModelSpec) -> float:
     return total
 
 
+def transformer_shape(spec: ModelSpec) -> tuple[int, float, int, int, float] | None:
+    """(d_model, seq_len, vocab, heads, layers) of a BERT-style encoder described by its token
+    table (rows = vocab, dim = d_model, pooling = tokens per sample) and ``params``; heads are
+    d/64 (BERT convention), layers solve ``params = tables + head + L (12 d^2 + 13 d)``."""
+    if not spec.tables:
+        return None
+    tok = max(spec.tables, key=lambda t: t.rows * t.dim)
+    d, seq, vocab = tok.dim, tok.pooling, tok.rows
+    emb = sum(t.rows * t.dim * t.count for t in spec.tables)
+    head = d * vocab + vocab
+    layers = max(1.0, (spec.params - emb - head) / (12 * d * d + 13 * d)) if spec.params else 1.0
+    return d, seq, vocab, max(1, d // 64), layers
+
+
+def saved_activation_bytes(spec: ModelSpec) -> float:
+    """Analytic bytes of the activations kept for backward, per family structure.
+
+    Transformers (post-LN encoder, explicit attention with dropout): per token and layer
+    ``b (17 d + 2 h s) + (h s + 2 d)`` (d-wide tensors: LN/qkv/attention/proj/FFN outputs,
+    two s-wide attention maps per head, 1-byte dropout masks) plus logits and log-softmax over
+    the vocabulary (``2 V b`` per token). CNNs: ``CNN_SAVED_FRACTION`` of the forward op
+    outputs. Others: ``OTHER_SAVED_FRACTION`` of them.
+    """
+    b = DTYPE_BYTES[spec.dtype]
+    bsz = spec.batch_size
+    if spec.family in ("bert", "transformer"):
+        shape = transformer_shape(spec)
+        if shape is not None:
+            d, seq, vocab, h, layers = shape
+            per_tok_layer = b * (17 * d + 2 * h * seq) + (h * seq + 2 * d)
+            return bsz * seq * (layers * per_tok_layer + 2 * vocab * b)
+    frac = CNN_SAVED_FRACTION.get(spec.family, OTHER_SAVED_FRACTION)
+    return frac * bsz * spec.activations * b
+
+
 def derive(spec: ModelSpec) -> dict[str, float]:
     """Numeric features (bytes as MiB) shared by the memory and the compute model."""
     b = DTYPE_BYTES[spec.dtype]
@@ -225,6 +276,16 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     pooled = sum(t.dim * t.count for t in spec.tables)  # pooled embedding width per sample
     gathered = sum(t.pooling * t.dim * t.count for t in spec.tables)
     gpu = gpus.get(spec.gpu_model)
+    # analytic memory phases (MiB): optimizer step vs backward
+    p_mib = (emb_params + dense_params) * b * mib
+    grad_mib = ((dense_params * b + spec.batch_size * (gathered * b + lookups * 8)) * mib
+                if spec.sparse_grad else p_mib)
+    hold_mib = emb_params * b * mib * (1 + m_emb) + dense_params * b * mib * (1 + m)
+    temp = OPT_STEP_TEMP_SPARSE if spec.sparse_grad else OPT_STEP_TEMP[spec.optimizer]
+    step_mib = hold_mib + grad_mib + p_mib * temp
+    saved_mib = saved_activation_bytes(spec) * mib
+    io_mib = spec.batch_size * (lookups * 8 + pooled * b) * mib
+    step_regime = 1.0 if step_mib > hold_mib + saved_mib + io_mib else 0.0
     opt_group = OPT_GROUP[spec.optimizer]
     onehot = {f"o_{g}": 1.0 if g == opt_group else 0.0 for g in OPT_GROUPS}
     return {
@@ -235,7 +296,13 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "m_dense": m,
         "sparse": 1.0 if spec.sparse_grad else 0.0,
         "act_mib": spec.batch_size * spec.activations * b * mib,
-        "io_mib": spec.batch_size * (lookups * 8 + pooled * b) * mib,
+        "io_mib": io_mib,
+        "step_mib": step_mib,
+        "hold_mib": hold_mib,
+        "grad_mib": grad_mib,
+        "saved_mib": saved_mib,
+        "step_regime": step_regime,
+        "bwd_regime": 1.0 - step_regime,
         "pooled_mib": spec.batch_size * pooled * b * mib,
         # uncoalesced sparse gradient of the lookups: values + int64 ids
         "gathered_mib": spec.batch_size * (gathered * b + lookups * 8) * mib,

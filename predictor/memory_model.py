@@ -3,7 +3,8 @@
 ``predict_mib(spec) = ceil(ols(spec) * margin + ctx_mib[gpu_model])``
 
 * ``ols`` — statsmodels weighted least squares on degree-2 polynomial terms (``TERMS``):
-  sizes, and table / dense sizes times optimizer indicators and the sparse-gradient flag.
+  analytic memory-phase sizes (optimizer step / backward, see :func:`term_pairs`) times the
+  indicator of the phase that is larger, plus lookup I/O terms.
   Weights are ``1/y²``, i.e. ordinary least squares on relative error (a 20 MiB job counts
   as much as a 20 GiB one).
   Target: measured peak training bytes (params, grads, optimizer state, activations,
@@ -27,23 +28,33 @@ import numpy as np
 
 from predictor import features, gpus
 
-SIZES = ("emb_mib", "dense_mib", "act_mib", "io_mib")
-OPT_ONEHOT = tuple(f"o_{g}" for g in features.OPT_GROUPS)
 MARGIN_QUANTILE = 0.98
-FORMAT = "sparse-predictor/memory-ols/2"
+FORMAT = "sparse-predictor/memory-ols/3"
 
 
 def term_pairs() -> list[tuple[str, str | None]]:
-    """Degree-2 polynomial terms used: every size alone, table and dense sizes times each
-    optimizer indicator (state + optimizer temporaries scale with the parameters they belong
-    to), table size and gathered-lookup size times the sparse-gradient flag. Size x size
-    products are left out: they are the terms that extrapolate wildly to an unseen family
-    (see docs/predictor.md)."""
-    terms: list[tuple[str, str | None]] = [(k, None) for k in SIZES]
-    for size in ("emb_mib", "dense_mib"):
-        terms += [(size, o) for o in OPT_ONEHOT]
-    terms += [("emb_mib", "sparse"), ("gathered_mib", "sparse")]
-    return terms
+    """Degree-2 terms: analytic memory phases times the regime indicator.
+
+    The peak of a training step is the larger of two phases (see ``features.derive``):
+
+    * optimizer step: params x (1 + optimizer-state multiplier) + gradients + the step's
+      parameter-sized temporaries (``step_mib``);
+    * backward: params x (1 + state multiplier) + gradients being produced + activations kept
+      for backward (``hold_mib``, ``grad_mib``, ``saved_mib``).
+
+    ``step_regime`` / ``bwd_regime`` say which one the analytic sizes make larger; each phase
+    size enters multiplied by its indicator, so the fit learns one coefficient per physical
+    term instead of a max(). Lookup I/O (``io_mib``) and the gathered embedding rows
+    (``gathered_mib``, the embedding backward's intermediate) enter in both regimes.
+    """
+    return [
+        ("step_mib", "step_regime"),
+        ("hold_mib", "bwd_regime"),
+        ("saved_mib", "bwd_regime"),
+        ("grad_mib", "bwd_regime"),
+        ("io_mib", None),
+        ("gathered_mib", None),
+    ]
 
 
 TERMS = [a if b is None else f"{a}*{b}" for a, b in term_pairs()]

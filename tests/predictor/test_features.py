@@ -168,3 +168,21 @@ def test_spec_is_immutable() -> None:
     with pytest.raises(AttributeError):
         spec.batch_size = 1  # type: ignore[misc]
     assert msgspec.structs.replace(spec, batch_size=1).batch_size == 1
+
+
+def test_transformer_shape_and_saved_activations() -> None:
+    d, seq, vocab, layers = 256, 128.0, 8192, 4
+    params = vocab * d + seq * d + (d * vocab + vocab) + layers * (12 * d * d + 13 * d)
+    spec = parse({"family": "bert", "batch_size": 8, "params": params, "optimizer": "adam",
+                  "tables": [{"rows": vocab, "dim": d, "pooling": seq},
+                             {"rows": int(seq), "dim": d, "pooling": seq}]})
+    assert features.transformer_shape(spec) == (d, seq, vocab, 4, pytest.approx(layers))
+    fp32 = features.saved_activation_bytes(spec)
+    half = features.saved_activation_bytes(msgspec.structs.replace(spec, dtype="bf16"))
+    assert half < fp32 < 2 * half + 8 * seq * layers * (4 * seq + 2 * d)  # 1-byte masks
+    cnn = parse({"family": "resnet", "batch_size": 4, "activations": 1000})
+    assert features.saved_activation_bytes(cnn) == pytest.approx(4 / 7 * 4 * 1000 * 4)
+    d2 = features.derive(spec)
+    assert d2["step_regime"] + d2["bwd_regime"] == 1.0
+    # Adam step: params + grads + 2 states + 1 temporary
+    assert d2["step_mib"] == pytest.approx(5 * params * 4 / 2**20)
