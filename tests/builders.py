@@ -35,15 +35,10 @@ def pod(name: str | None = None, *, containers: list[dict[str, Any]] | None = No
     n = next(_uid)
     name = name or f"train-{n}"
     if containers is None:
-        limits: dict[str, str] = {"cpu": "2", "memory": "8Gi"}
-        if mem is not None:
-            limits["sparse.io/gpu-mem"] = str(mem)
-        if milli is not None:
-            limits["sparse.io/gpu-milli"] = str(milli)
-        if gpus is not None:
-            limits["nvidia.com/gpu"] = str(gpus)
-        key = "requests" if use_requests else "limits"
-        containers = [{"name": "main", "image": "pytorch:2.3", "resources": {key: limits}}]
+        main = container("main", mem, milli, gpus)
+        limits = {"cpu": "2", "memory": "8Gi", **main["resources"]["limits"]}
+        main["resources"] = {"requests" if use_requests else "limits": limits}
+        containers = [main]
     annotations = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
     if job_class:
         annotations["sparse.io/job-class"] = job_class
@@ -69,7 +64,7 @@ def pod(name: str | None = None, *, containers: list[dict[str, Any]] | None = No
 
 def container(name: str, mem: int | None = None, milli: int | None = None,
               gpus: int | None = None) -> dict[str, Any]:
-    limits = {}
+    limits: dict[str, str] = {}
     if mem is not None:
         limits["sparse.io/gpu-mem"] = str(mem)
     if milli is not None:
