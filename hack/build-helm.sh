@@ -4,14 +4,18 @@
 #
 #   hack/build-helm.sh          # build (or no-op) and print the helm binary path on stdout
 #
-# Version: HELM_VERSION (default below). Output:
+# Version: HELM_VERSION from hack/versions.env (the environment overrides it). Output:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/sparse/helm/v<version>/bin/helm
 # No-op when the binary exists. Built into a temp dir and moved into place with one rename, so an
 # interrupted run leaves nothing half-built; a flock serialises concurrent runs.
 # Log lines go to stderr; only the binary path goes to stdout.
 set -euo pipefail
 
-HELM=${HELM_VERSION:-3.22.0}; HELM=${HELM#v}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ENV_HELM=${HELM_VERSION:-}
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+HELM=${ENV_HELM:-$HELM_VERSION}; HELM=${HELM#v}
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 ROOT=${XDG_CACHE_HOME:-$HOME/.cache}/sparse/helm
 DEST=$ROOT/v$HELM

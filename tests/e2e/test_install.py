@@ -28,6 +28,7 @@ from typing import Any
 import cluster as e2e_cluster
 import pytest
 import yaml
+from tooling import helm_path
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +40,6 @@ GPU_LIMITS = {"sparse.io/gpu-milli": "500", "sparse.io/gpu-mem": "4096"}
 
 def _required() -> bool:
     return os.environ.get("SPARSE_E2E_REQUIRE", "") not in ("", "0")
-
-
-def helm_path() -> Path:
-    override = os.environ.get("SPARSE_HELM")
-    if override:
-        return Path(override)
-    text = (ROOT / "hack" / "build-helm.sh").read_text()
-    version = text.split("HELM_VERSION:-", 1)[1].split("}", 1)[0].lstrip("v")
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "sparse" / "helm" / f"v{version}" / "bin" / "helm"
 
 
 @pytest.fixture(scope="module")

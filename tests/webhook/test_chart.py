@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tooling import helm_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "sparse"
@@ -42,12 +43,7 @@ def test_scheduler_config_has_what_the_chart_needs() -> None:
 
 
 def _helm() -> Path | None:
-    if os.environ.get("SPARSE_HELM"):
-        return Path(os.environ["SPARSE_HELM"])
-    text = (ROOT / "hack" / "build-helm.sh").read_text()
-    version = re.search(r"HELM_VERSION:-v?([0-9.]+)", text).group(1)  # type: ignore[union-attr]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    path = cache / "sparse" / "helm" / f"v{version}" / "bin" / "helm"
+    path = helm_path()
     return path if os.access(path, os.X_OK) else None
 
 
