@@ -86,7 +86,7 @@ def main(nodes: int, gpus: int, candidates: int, count: int, out: Path) -> None:
             procs[kind] = (port, subprocess.Popen(
                 [sys.executable, "-m", "bench.latency.servers", kind, str(port), str(nodes),
                  str(gpus)]))
-        for kind, (port, _) in procs.items():
+        for port, _ in procs.values():
             asyncio.run(_wait_ready(port))
         for mode, full in (("NodeNames", False), ("full Nodes", True)):
             click.echo(f"building {count + 20} {mode} requests of {candidates} candidates ...",

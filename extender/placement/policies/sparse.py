@@ -15,7 +15,9 @@ GPU otherwise. With no class information every pair gets the mean loss of the ma
 
 ``dF`` is the growth of the node's expected fragmentation (FGD's measure, Weng et al. ATC '23,
 see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
-GPUs that typical pods can no longer use. It is exact (no score quantisation). The typical pods
+GPUs that typical pods can no longer use. It is exact (no score quantisation); a constant (the
+largest node's GPU count) is added per slot so costs stay non-negative, as the core's
+infeasibility test needs, without changing any comparison. The typical pods
 are a generic mix unless ``set_workload`` gives the cluster's own (the trace simulator does).
 ``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
 ``order_weight * (node position / node count)`` (nodes sorted by name): a fixed node order that
@@ -43,7 +45,7 @@ class Sparse:
     interference_weight: float = 1.0
     open_gpu_cost: float = 1.0
     fit_weight: float = 0.1
-    frag_weight: float = 0.25
+    frag_weight: float = 1.0
     order_weight: float = 0.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
