@@ -51,6 +51,10 @@ log = logging.getLogger("sparse.service")
 
 BIND_ATTEMPTS = 3  # a conflict means another replica booked first: re-plan on fresh state
 PENDING_PODS = 50_000  # filter-time demands kept for bind
+# Prioritize comes right after filter in one scheduling cycle: it reuses the costs filter
+# computed if they are this fresh (it only advises; bind re-plans on the current ledger).
+CYCLE_COSTS = 4096
+CYCLE_COSTS_MAX_AGE_S = 1.0
 
 
 @dataclass
@@ -97,6 +101,7 @@ class Scheduler:
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
         self._last_interference: dict[str, float] = {}
+        self._cycle_costs: OrderedDict[str, tuple[float, dict[str, float]]] = OrderedDict()
 
     # --- state ----------------------------------------------------------------------------
 
@@ -206,10 +211,18 @@ class Scheduler:
             return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
         state = self._own_excluded(await self.view(), demand.uid)
         result = fit(state, demand, args.node_names)
-        passed = [result.names[i] for i in np.flatnonzero(result.fits)]
+        fitting = np.flatnonzero(result.fits)
+        passed = [result.names[i] for i in fitting]
         if not passed:
             why = summarize(result.failed, result.unresolvable)
             self._notify(Outcome("filter", *pod_ref(pod), False, why))
+        elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
+            costs = node_costs(state, demand, result, self.policy)[fitting]
+            self._cycle_costs[demand.uid] = (self.clock(), dict(zip(passed, costs.tolist(),
+                                                                    strict=True)))
+            self._cycle_costs.move_to_end(demand.uid)
+            while len(self._cycle_costs) > CYCLE_COSTS:
+                self._cycle_costs.popitem(last=False)
         return protocol.filter_result(passed, result.failed, result.unresolvable, args)
 
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
@@ -217,6 +230,12 @@ class Scheduler:
         zero = [HostPriority(Host=n, Score=0) for n in args.node_names]
         if not wants_gpu(pod):
             return zero
+        cached = self._cycle_costs.pop(pod.metadata.uid, None)
+        if cached is not None and self.clock() - cached[0] <= CYCLE_COSTS_MAX_AGE_S:
+            by_node = cached[1]  # nodes filter rejected are absent: infeasible, score 0
+            costs = np.array([by_node.get(n, np.inf) for n in args.node_names])
+            return [HostPriority(Host=n, Score=s) for n, s in
+                    zip(args.node_names, scores_from_costs(costs), strict=True)]
         try:
             demand = await self.demand_of(pod)
         except InvalidDemand:

@@ -58,9 +58,8 @@ class Sparse:
     ) -> tuple[np.ndarray, np.ndarray]:
         gpus = masks.gpus
         loss_row = state.matrix.loss[state.matrix.index(demand.job_class)]
-        residents = state.class_count[gpus]
-        interference = residents @ loss_row
-        empty = residents.sum(axis=1) == 0
+        interference = state.class_count[gpus] @ loss_row
+        empty = state.residents[gpus] == 0
         share = (
             self.interference_weight * interference
             + self.open_gpu_cost * empty
