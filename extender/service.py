@@ -273,9 +273,7 @@ class Scheduler:
             log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
             self._notify(Outcome("bind", *ref, False, f"binding failed: {exc}"))
             return BindingResult(Error=f"binding {key} to {args.node} failed: {exc}")
-        confirmed = await self.ledger.confirm(args.pod_uid)
-        if confirmed is not None:
-            self._after_change(await self.ledger.version(), add=confirmed)
+        confirmed = await self.confirm(args.pod_uid)
         self._pending.pop(args.pod_uid, None)
         self._notify(Outcome("bind", *ref, True, reservation=confirmed or reservation,
                              interference=self._last_interference.pop(args.pod_uid, None)))
@@ -319,6 +317,13 @@ class Scheduler:
             self._last_interference[demand.uid] = placement_loss(state, demand, choice)
             return reservation
         raise ReservationConflict(f"node {args.node}: GPUs taken concurrently ({last})")
+
+    async def confirm(self, pod_uid: str) -> Reservation | None:
+        """The pod is bound: its reservation no longer expires."""
+        confirmed = await self.ledger.confirm(pod_uid)
+        if confirmed is not None:
+            self._after_change(await self.ledger.version(), add=confirmed)
+        return confirmed
 
     async def release(self, pod_uid: str, keep_pending: bool = False) -> Reservation | None:
         """The pod is gone or finished (or its binding failed): give its GPUs back."""

@@ -110,8 +110,7 @@ class KubeIntegration:
         if existing is None:
             await self.scheduler.adopt(reservation)
         elif existing.state == STATE_RESERVED:
-            await self.scheduler.ledger.confirm(reservation.pod_uid)
-            self.scheduler.state.version = -1
+            await self.scheduler.confirm(reservation.pod_uid)
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
