@@ -21,7 +21,7 @@ from extender.demand import PodDemand, pod_demand, wants_gpu
 from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidDemand, InvalidInventory, ReservationConflict
 from extender.interference import InterferenceMatrix
-from extender.inventory import Inventory, node_from_annotations
+from extender.inventory import Inventory, NodeGpus, node_from_annotations
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
 from extender.placement import (
@@ -48,6 +48,8 @@ from extender.protocol import (
 )
 
 log = logging.getLogger("sparse.service")
+
+NodeMeta = tuple[str, dict[str, str] | None, dict[str, str] | None]  # name, annotations, labels
 
 BIND_ATTEMPTS = 3  # a conflict means another replica booked first: re-plan on fresh state
 PENDING_PODS = 50_000  # filter-time demands kept for bind
@@ -130,25 +132,47 @@ class Scheduler:
     def update_node(self, name: str, annotations: dict[str, str] | None,
                     labels: dict[str, str] | None = None) -> bool:
         """Refresh one node from its annotations; True when the inventory changed."""
-        raw = (annotations or {}).get(ANN_GPU_INVENTORY)
-        if raw is not None and self._seen_annotation.get(name) == raw:
-            return False  # the common case on every full-Node request: nothing changed
-        try:
-            node = node_from_annotations(name, annotations, labels)
-        except InvalidInventory as exc:
-            log.warning("ignoring node %s: %s", name, exc)
-            return False
-        current = self.inventory.nodes.get(name)
-        if node is not None:
+        return self.update_nodes([(name, annotations, labels)]) > 0
+
+    def update_nodes(self, nodes: Iterable[NodeMeta], base: Inventory | None = None) -> int:
+        """Refresh nodes from their inventory annotations, rebuilding the state once.
+
+        With ``base`` the inventory is replaced: ``base`` (e.g. the --nodes file) plus every
+        given node that carries the annotation (a re-list). Returns how many nodes changed."""
+        current = base if base is not None else self.inventory
+        if base is not None:
+            self._seen_annotation = {}
+        changed: dict[str, NodeGpus] = {}
+        for name, node_annotations, labels in nodes:
+            raw = (node_annotations or {}).get(ANN_GPU_INVENTORY)
+            if raw is None or self._seen_annotation.get(name) == raw:
+                continue  # the common case on every full-Node request: nothing changed
             self._seen_annotation[name] = raw
-        if node is None or (current is not None and current.gpus == node.gpus):
-            return False
-        try:
-            self.set_inventory(self.inventory.with_node(node))
-        except InvalidInventory as exc:
-            log.warning("ignoring node %s: %s", name, exc)
-            return False
-        return True
+            try:
+                node = node_from_annotations(name, node_annotations, labels)
+            except InvalidInventory as exc:
+                log.warning("ignoring node %s: %s", name, exc)
+                continue
+            known = current.nodes.get(name)
+            if node is not None and (known is None or known.gpus != node.gpus):
+                changed[name] = node
+        if not changed and base is None:
+            return 0
+        merged = dict(current.nodes)
+        owner = {g.uuid: n.name for n in merged.values() for g in n.gpus}
+        for name, node in changed.items():
+            clash = [g.uuid for g in node.gpus if owner.get(g.uuid, name) != name]
+            if clash:
+                log.warning("ignoring node %s: GPU %s already belongs to node %s", name,
+                            clash[0], owner[clash[0]])
+                self._seen_annotation.pop(name, None)
+                continue
+            for g in merged.get(name, node).gpus:
+                owner.pop(g.uuid, None)
+            owner.update({g.uuid: name for g in node.gpus})
+            merged[name] = node
+        self.set_inventory(Inventory(merged))
+        return len(changed)
 
     def remove_node(self, name: str) -> None:
         self._seen_annotation.pop(name, None)
@@ -198,9 +222,8 @@ class Scheduler:
     async def filter(self, args: ExtenderArgs) -> FilterResult:
         pod = args.pod
         if args.nodes is not None:
-            for node in args.nodes:
-                self.update_node(node.metadata.name, node.metadata.annotations,
-                                 node.metadata.labels)
+            self.update_nodes((n.metadata.name, n.metadata.annotations, n.metadata.labels)
+                              for n in args.nodes)
         if not wants_gpu(pod):
             return protocol.filter_result(list(args.node_names), {}, {}, args)
         try:

@@ -65,11 +65,10 @@ class KubeIntegration:
     # --- nodes ------------------------------------------------------------------------------
 
     async def _resync_nodes(self, items: list[dict[str, Any]]) -> None:
-        self.scheduler.set_inventory(self._file_inventory)
-        for node in items:
-            meta = node.get("metadata") or {}
-            self.scheduler.update_node(meta.get("name", ""), meta.get("annotations"),
-                                       meta.get("labels"))
+        metas = [n.get("metadata") or {} for n in items]
+        self.scheduler.update_nodes(
+            ((m.get("name", ""), m.get("annotations"), m.get("labels")) for m in metas),
+            base=self._file_inventory)
 
     async def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         meta = node.get("metadata") or {}

@@ -186,3 +186,23 @@ async def test_custom_prefix():
 def test_full_node_payload_of_5000_nodes_fits_the_default_body_limit():
     size = len(json.dumps(node_object(gpu_node("n-00000", 8))))
     assert size * 5000 < Settings().max_body_mib * 1024 * 1024
+
+
+def test_node_updates_rebuild_once_and_relist_restores_annotated_nodes():
+    from extender.inventory import annotation_value
+
+    s = scheduler(gpu_node("file-node", 1))
+    base = s.inventory
+    metas = [(f"n{i}", {"sparse.io/gpu-inventory": annotation_value(gpu_node(f"n{i}", 2).gpus)},
+              None) for i in range(50)]
+    assert s.update_nodes(metas) == 50
+    assert s.inventory.gpu_count() == 101
+    assert s.update_nodes(metas) == 0  # unchanged annotations: nothing to do
+    # A re-list starts from the file inventory and must bring every annotated node back.
+    assert s.update_nodes(metas, base=base) == 50
+    assert s.inventory.gpu_count() == 101
+    # A node claiming another node's GPU is ignored, the rest still applies.
+    thief = ("thief", {"sparse.io/gpu-inventory": annotation_value(gpu_node("n0", 1).gpus)},
+             None)
+    s.update_nodes([thief])
+    assert "thief" not in s.inventory.nodes and s.inventory.gpu_count() == 101
