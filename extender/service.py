@@ -34,6 +34,7 @@ from extender.placement import (
     reservation_for,
     scores_from_costs,
 )
+from extender.placement.state import gpu_fraction
 from extender.protocol import (
     BindingArgs,
     BindingResult,
@@ -414,8 +415,9 @@ def placement_loss(state: ClusterState, demand: PodDemand, choice: Assignment) -
     if choice.share is None:
         return None
     i = state.gpu_index[choice.share]
-    row = state.matrix.loss[state.matrix.index(demand.job_class)]
-    return float(state.class_count[i] @ row)
+    loss = state.matrix.placement_loss(demand.job_class, gpu_fraction(demand.share_milli),
+                                       state.class_frac[i:i + 1])
+    return float(loss[0])
 
 
 def pod_ref(pod: Pod) -> tuple[str, str, str]:

@@ -48,9 +48,11 @@ class InterferenceMatrix:
         # loss[a, b]: throughput both lose when a joins b (symmetric by construction).
         object.__setattr__(self, "loss", (1.0 - self.norm) + (1.0 - self.norm.T))
         object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.classes)})
+        object.__setattr__(self, "_log_norm", np.log(self.norm))
 
     loss: np.ndarray = None  # type: ignore[assignment]
     _index: dict[str, int] = None  # type: ignore[assignment]
+    _log_norm: np.ndarray = None  # type: ignore[assignment]
 
     @classmethod
     def from_measured(cls, classes: list[str], norm: np.ndarray) -> InterferenceMatrix:
@@ -74,6 +76,22 @@ class InterferenceMatrix:
 
     def pair(self, victim: str, co_runner: str) -> float:
         return float(self.norm[self.index(victim), self.index(co_runner)])
+
+    def placement_loss(self, job_class: str, fraction: float,
+                       resident_frac: np.ndarray) -> np.ndarray:
+        """Throughput lost, in GPUs' worth, if a job of ``job_class`` using ``fraction`` of a
+        GPU joins each GPU whose residents use ``resident_frac[g, c]`` (summed GPU fractions
+        per class). A job that uses f of a GPU slows its co-runners as if present f of the
+        time: a job of class a keeps norm(a|b) ** f_b of its speed next to b.
+
+            loss = f_a (1 - prod_b norm(a|b) ** f_b) + sum_b f_b (1 - norm(b|a) ** f_a)
+
+        With whole jobs (f = 1) and one resident this is (1 - norm(a|b)) + (1 - norm(b|a)),
+        the measured pairwise loss."""
+        a = self.index(job_class)
+        victim = fraction * (1.0 - np.exp(resident_frac @ self._log_norm[a]))
+        aggressor = resident_frac @ (1.0 - self.norm[:, a] ** fraction)
+        return victim + aggressor
 
 
 def parse_csv(text: str) -> InterferenceMatrix:

@@ -18,6 +18,12 @@ from extender.inventory import Inventory, NodeGpus
 from extender.ledger.rules import GpuCapacity, Reservation
 
 
+def gpu_fraction(milli: int | float) -> float:
+    """The share of a GPU's compute a job uses: its milli / 1000, or all of it when it states
+    none (best-effort compute may use the whole GPU)."""
+    return milli / MILLI_PER_GPU if milli > 0 else 1.0
+
+
 class ClusterState:
     def __init__(self, inventory: Inventory, matrix: InterferenceMatrix) -> None:
         self.inventory = inventory
@@ -43,6 +49,8 @@ class ClusterState:
         # float64 so the interference product runs in BLAS; counts stay exact.
         self.class_count = np.zeros((len(gpus), len(matrix.classes)), dtype=np.float64)
         self.residents = np.zeros(len(gpus), dtype=np.int64)
+        # Sum of the residents' GPU fractions per class (compute share; 1 when unstated).
+        self.class_frac = np.zeros((len(gpus), len(matrix.classes)), dtype=np.float64)
         self.reservations: dict[str, Reservation] = {}
         self.orphans: dict[str, Reservation] = {}
         self.version = -1  # ledger version these bookings reflect
@@ -75,7 +83,7 @@ class ClusterState:
     def copy(self) -> ClusterState:
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
-        for name in ("mem_used", "milli_used", "class_count", "residents"):
+        for name in ("mem_used", "milli_used", "class_count", "class_frac", "residents"):
             setattr(other, name, getattr(self, name).copy())
         other.reservations = dict(self.reservations)
         other.orphans = dict(self.orphans)
@@ -90,6 +98,7 @@ class ClusterState:
             self.mem_used[i] += sign * mem
             self.milli_used[i] += sign * milli
             self.class_count[i, cls_idx] += sign
+            self.class_frac[i, cls_idx] += sign * gpu_fraction(milli)
             self.residents[i] += sign
 
     def apply(self, reservation: Reservation) -> None:

@@ -1,17 +1,20 @@
 """sparse: least interference first, then least fragmentation.
 
-For a share of class a on GPU g with resident pods of classes b1..bk:
+For a share of class a using a fraction f_a of a GPU (its milli / 1000) on GPU g with resident
+pods of classes b1..bk using f_b1..f_bk:
 
-    share cost(g) = interference_weight * sum_i loss(a, bi)          (see extender/interference)
-                  + open_gpu_cost            if g is empty (sharing nothing costs a GPU)
+    share cost(g) = interference_weight * loss(a, f_a; residents of g)  (extender/interference)
+                  + open_gpu_cost * f_a      if g is empty (sharing nothing costs that GPU share)
                   + fit_weight * free fraction left on g after the share   (best fit)
                   + frag_weight * dF(g) / 1000
     whole cost(g) = fit_weight * fraction of g's node still free     (keep empty nodes whole)
                   + frag_weight * dF(node) / 1000 / W
 
-``loss`` is the throughput both jobs lose, in GPUs' worth of work, so with the defaults a share
-joins a GPU when the pair together does more than one GPU alone (loss < 1) and opens an empty
-GPU otherwise. With no class information every pair gets the mean loss of the matrix.
+``loss = f_a (1 - prod norm(a|b)^f_b) + sum f_b (1 - norm(b|a)^f_a)`` is the throughput the
+jobs lose, in GPUs' worth of work (a job using f of a GPU weighs as if present f of the time).
+For whole jobs a share joins a GPU when the pair together does more than one GPU alone
+(loss < 1) and opens an empty GPU otherwise; small shares interfere little and pack. With no
+class information every pair gets the mean of the matrix.
 
 ``dF`` is the growth of the node's expected fragmentation (FGD's measure, Weng et al. ATC '23,
 see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
@@ -35,7 +38,7 @@ from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.fgd import FGD, TypicalTasks
-from extender.placement.state import ClusterState
+from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
 
@@ -57,12 +60,13 @@ class Sparse:
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
         gpus = masks.gpus
-        loss_row = state.matrix.loss[state.matrix.index(demand.job_class)]
-        interference = state.class_count[gpus] @ loss_row
+        fraction = gpu_fraction(demand.share_milli)
+        interference = state.matrix.placement_loss(demand.job_class, fraction,
+                                                   state.class_frac[gpus])
         empty = state.residents[gpus] == 0
         share = (
             self.interference_weight * interference
-            + self.open_gpu_cost * empty
+            + self.open_gpu_cost * fraction * empty
             + self.fit_weight * gpu_free_after(state, demand, gpus)
         )
         whole = self.fit_weight * node_free_fraction(state, masks)

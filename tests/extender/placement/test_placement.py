@@ -102,12 +102,27 @@ def test_sparse_avoids_bad_co_runner():
 
 
 def test_sparse_prefers_empty_gpu_over_harmful_pairing_but_packs_good_pairs():
+    # Compute unstated (milli 0): each job may use the whole GPU, as in the measurements.
     inv = inventory(gpu_node("n", 2))
     state = ClusterState.build(inv, default_matrix(),
-                               [booked("r50", "GPU-n-0", 8192, 400, "cnn", node="n")])
+                               [booked("r50", "GPU-n-0", 8192, 0, "cnn", node="n")])
     policy = make_policy("sparse")
-    assert assign(state, share(job_class="recommendation"), "n", policy).share == "GPU-n-1"
-    assert assign(state, share(job_class="cnn-small"), "n", policy).share == "GPU-n-0"
+    rec = share(job_class="recommendation", milli=0)
+    assert assign(state, rec, "n", policy).share == "GPU-n-1"  # loss 1.34 > 1
+    small = share(job_class="cnn-small", milli=0)
+    assert assign(state, small, "n", policy).share == "GPU-n-0"  # loss 0.63 < 1
+
+
+def test_interference_scales_with_compute_shares():
+    m = default_matrix()
+    r50 = np.zeros((1, len(m.classes)))
+    r50[0, m.index("cnn")] = 1.0
+    whole = m.placement_loss("recommendation", 1.0, r50)[0]
+    assert whole == pytest.approx((1 - 0.182) + (1 - 0.477))
+    r50_small = r50 * 0.2
+    small = m.placement_loss("recommendation", 0.2, r50_small)[0]
+    assert 0 < small < 0.2 * whole  # two fifth-GPU jobs barely interfere
+    assert m.placement_loss("recommendation", 1.0, np.zeros((1, len(m.classes))))[0] == 0
 
 
 def test_binpack_and_spread(state):
