@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from pathlib import Path
 
@@ -71,12 +72,23 @@ def serve(**options: object) -> None:
     errors = settings.validate()
     if errors:
         raise click.UsageError("\n".join(errors))
+    use_fast_event_loop()
     try:
         app = make_app(settings)
     except SparseError as exc:
         raise click.ClickException(str(exc)) from exc
     web.run_app(app, host=settings.host, port=settings.port, ssl_context=ssl_context(settings),
                 access_log=None, print=lambda msg: click.echo(msg, err=True))
+
+
+def use_fast_event_loop() -> None:
+    """uvloop when installed (a dependency on Linux): the extender spends a fifth of its time
+    in the event loop's socket writes at a hundred pods per second."""
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def ssl_context(settings: Settings) -> ssl.SSLContext | None:

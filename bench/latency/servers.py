@@ -10,6 +10,7 @@ import msgspec
 from aiohttp import web
 
 from bench.latency.cluster import half_occupancy, synthetic_inventory
+from extender.cli import use_fast_event_loop
 from extender.config import Settings
 from extender.http.app import make_app
 from extender.interference import default_matrix
@@ -59,5 +60,6 @@ def null_app() -> web.Application:
 
 if __name__ == "__main__":
     kind, port, nodes, gpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    use_fast_event_loop()  # both servers on the event loop the extender's CLI uses
     app = extender_app(nodes, gpus) if kind == "extender" else null_app()
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)

@@ -7,8 +7,9 @@ For a pod that requests a sparse resource (``sparse.io/gpu-milli`` / ``sparse.io
   explicit other scheduler is respected);
 * every container and init container gets ``NVIDIA_VISIBLE_DEVICES`` from the downward API,
   ``metadata.annotations['sparse.io/gpu-uuids']`` (carried by the extender's Binding, so the
-  API server writes it in the same update that binds the pod: the kubelet always sees it). A value the user set is replaced: otherwise
-  ``NVIDIA_VISIBLE_DEVICES=all`` (the default of CUDA base images) would expose every GPU.
+  API server writes it in the same update that binds the pod: the kubelet always sees it).
+  A value the user set is replaced: otherwise ``NVIDIA_VISIBLE_DEVICES=all`` (the default of
+  CUDA base images) would expose every GPU.
   Before bind the annotation is missing, the env var resolves to "", and the NVIDIA runtime
   exposes no GPU: it fails closed.
 * with ``mps``: containers with a fractional request also get ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``
