@@ -118,7 +118,6 @@ def fgd(workloads, nodes, policies, seeds, tune, workers, out) -> None:
         workloads = WORKLOADS
     jobs = [(w, p, s, tune, nodes) for w in workloads for p in policies
             for s in parse_seeds(seeds)]
-    # Longest first keeps the workers busy to the end.
     folder = _out_dir(out, "fgd")
     runs = _run_all(jobs, _fgd_job, workers, lambda j: f"{j[0]} {j[1]} seed {j[2]}",
                     folder / "runs.jsonl")

@@ -251,9 +251,8 @@ class Scheduler:
 
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         pod = args.pod
-        zero = [HostPriority(Host=n, Score=0) for n in args.node_names]
         if not wants_gpu(pod):
-            return zero
+            return zero_scores(args.node_names)
         cached = self._cycle_costs.pop(pod.metadata.uid, None)
         if cached is not None and self.clock() - cached[0] <= CYCLE_COSTS_MAX_AGE_S:
             by_node = cached[1]  # nodes filter rejected are absent: infeasible, score 0
@@ -263,7 +262,7 @@ class Scheduler:
         try:
             demand = await self.demand_of(pod)
         except InvalidDemand:
-            return zero
+            return zero_scores(args.node_names)
         state = self._own_excluded(await self.view(), demand.uid)
         result = fit(state, demand, args.node_names)
         scores = scores_from_costs(node_costs(state, demand, result, self.policy))
@@ -418,6 +417,10 @@ def placement_loss(state: ClusterState, demand: PodDemand, choice: Assignment) -
     loss = state.matrix.placement_loss(demand.job_class, gpu_fraction(demand.share_milli),
                                        state.class_frac[i:i + 1])
     return float(loss[0])
+
+
+def zero_scores(names: list[str]) -> list[HostPriority]:
+    return [HostPriority(Host=n, Score=0) for n in names]
 
 
 def pod_ref(pod: Pod) -> tuple[str, str, str]:

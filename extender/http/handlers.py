@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import protocol
 from extender.http.keys import METRICS, READY, SCHEDULER
@@ -44,8 +45,6 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
     body = generate_latest(request.app[METRICS].registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

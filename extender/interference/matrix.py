@@ -45,12 +45,9 @@ class InterferenceMatrix:
     norm: np.ndarray
 
     def __post_init__(self) -> None:
-        # loss[a, b]: throughput both lose when a joins b (symmetric by construction).
-        object.__setattr__(self, "loss", (1.0 - self.norm) + (1.0 - self.norm.T))
         object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.classes)})
         object.__setattr__(self, "_log_norm", np.log(self.norm))
 
-    loss: np.ndarray = None  # type: ignore[assignment]
     _index: dict[str, int] = None  # type: ignore[assignment]
     _log_norm: np.ndarray = None  # type: ignore[assignment]
 

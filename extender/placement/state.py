@@ -46,8 +46,6 @@ class ClusterState:
         self.mem_used = np.zeros(len(gpus), dtype=np.int64)
         self.milli_used = np.zeros(len(gpus), dtype=np.int64)
         # Resident pods per GPU and class, for the interference term.
-        # float64 so the interference product runs in BLAS; counts stay exact.
-        self.class_count = np.zeros((len(gpus), len(matrix.classes)), dtype=np.float64)
         self.residents = np.zeros(len(gpus), dtype=np.int64)
         # Sum of the residents' GPU fractions per class (compute share; 1 when unstated).
         self.class_frac = np.zeros((len(gpus), len(matrix.classes)), dtype=np.float64)
@@ -83,7 +81,7 @@ class ClusterState:
     def copy(self) -> ClusterState:
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
-        for name in ("mem_used", "milli_used", "class_count", "class_frac", "residents"):
+        for name in ("mem_used", "milli_used", "class_frac", "residents"):
             setattr(other, name, getattr(self, name).copy())
         other.reservations = dict(self.reservations)
         other.orphans = dict(self.orphans)
@@ -97,7 +95,6 @@ class ClusterState:
             i = self.gpu_index[gpu]
             self.mem_used[i] += sign * mem
             self.milli_used[i] += sign * milli
-            self.class_count[i, cls_idx] += sign
             self.class_frac[i, cls_idx] += sign * gpu_fraction(milli)
             self.residents[i] += sign
 
