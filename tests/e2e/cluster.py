@@ -40,7 +40,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -852,6 +852,35 @@ async def list_pod_events(
         )
     out.sort(key=lambda e: (e["time"] is None, e["time"] or 0))
     return out
+
+
+async def wait_for_pod_event(
+    core: Any,
+    name: str,
+    match: Callable[[dict[str, Any]], bool],
+    *,
+    namespace: str = "default",
+    timeout: float = 30.0,
+    interval: float = 0.25,
+) -> dict[str, Any]:
+    """Poll until an event about the pod satisfies ``match``; returns the newest such event.
+
+    Schedulers record events asynchronously (a broadcaster flushes them after the bind), so
+    a pod can be bound before its ``Scheduled`` event exists.
+    """
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        events = await list_pod_events(core, name, namespace=namespace)
+        hits = [e for e in events if match(e)]
+        if hits:
+            return hits[-1]
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"no matching event for pod {namespace}/{name} after {timeout}s; events: {events}"
+            )
+        await asyncio.sleep(interval)
 
 
 async def wait_for_pod_bound(

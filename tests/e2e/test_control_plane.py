@@ -51,8 +51,7 @@ async def test_plain_scheduler_binds_gpu_pod(clean_cluster, core, plain_schedule
     node = await e2e_cluster.wait_for_pod_bound(core, "smoke-pod", timeout=60)
     assert node in names
 
-    events = await e2e_cluster.list_pod_events(core, "smoke-pod")
-    assert any(e["reason"] == "Scheduled" for e in events), events
+    await e2e_cluster.wait_for_pod_event(core, "smoke-pod", lambda e: e["reason"] == "Scheduled")
 
     # The second GPU fits on the other node; a third has nowhere to go.
     await e2e_cluster.create_pod(core, "smoke-pod-2", gpus=1)

@@ -322,9 +322,9 @@ async def test_chart_scheduler_places_webhook_pod_on_agent_node(cluster, core, w
         inv = json.loads(cluster.request("GET", f"/api/v1/nodes/{node}")["metadata"]
                          ["annotations"]["sparse.io/gpu-inventory"])
         assert uuids and set(uuids) <= {g["uuid"] for g in inv}
-        events = await e2e_cluster.list_pod_events(core, "placed")
-        assert any(e["reason"] == "Scheduled" and e["source"] == "sparse-scheduler"
-                   for e in events), events
+        await e2e_cluster.wait_for_pod_event(
+            core, "placed", lambda e: e["reason"] == "Scheduled"
+            and e["source"] == "sparse-scheduler")
     finally:
         cluster.stop_scheduler()
         ext.stop()

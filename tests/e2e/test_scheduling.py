@@ -171,15 +171,9 @@ async def test_unplaceable_pod_stays_pending_with_reason(cluster, core, extender
     nodes = make_nodes(cluster, "small-", 1, gpus=2, memory_mib=16384)
     await wait_nodes(extender, nodes)
     await e2e_cluster.create_pod(core, "too-big", milli=100, mem_mib=40000)
-    deadline = time.monotonic() + 30
-    message = ""
-    while time.monotonic() < deadline:
-        events = await e2e_cluster.list_pod_events(core, "too-big")
-        failed = [e for e in events if e["reason"] == "FailedScheduling"]
-        if failed:
-            message = failed[-1]["message"]
-            break
-        await asyncio.sleep(0.5)
+    failed = await e2e_cluster.wait_for_pod_event(
+        core, "too-big", lambda e: e["reason"] == "FailedScheduling")
+    message = failed["message"]
     assert "no GPU on this node has 40000 MiB" in message, message
     pod = await core.read_namespaced_pod("too-big", "default")
     assert not pod.spec.node_name and pod.status.phase == "Pending"
