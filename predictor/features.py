@@ -71,6 +71,9 @@ OPT_STEP_TEMP: dict[str, float] = {
 # dense parameter-sized buffer (``add_``/``addcmul_`` of a sparse tensor into dense state).
 OPT_STEP_TEMP_SPARSE = 1.0
 CNN_SAVED_FRACTION = {"resnet": 4 / 7, "yolo": 5 / 7, "cnn": 2 / 3}
+# Vocabulary-wide tensors alive at the start of a transformer's backward, per token: the
+# log-softmax output kept by cross-entropy, the NLL gradient and the log-softmax gradient.
+LOSS_VOCAB_TENSORS = 3
 OTHER_SAVED_FRACTION = 0.5  # MLP-style nets: a non-in-place activation saves its output only
 
 
@@ -244,9 +247,11 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
 
     Transformers (post-LN encoder, explicit attention with dropout): per token and layer
     ``b (17 d + 2 h s) + (h s + 2 d)`` (d-wide tensors: LN/qkv/attention/proj/FFN outputs,
-    two s-wide attention maps per head, 1-byte dropout masks) plus logits and log-softmax over
-    the vocabulary (``2 V b`` per token). CNNs: ``CNN_SAVED_FRACTION`` of the forward op
-    outputs. Others: ``OTHER_SAVED_FRACTION`` of them.
+    two s-wide attention maps per head, 1-byte dropout masks), plus ``3 V b`` per token for
+    the vocabulary-wide loss: cross-entropy keeps the log-softmax output (the logits are freed
+    once it exists), and the backward starts by materialising two more tensors of that size
+    (the NLL gradient and the log-softmax gradient) while everything saved is still alive.
+    CNNs: ``CNN_SAVED_FRACTION`` of the forward op outputs. Others: ``OTHER_SAVED_FRACTION``.
     """
     b = DTYPE_BYTES[spec.dtype]
     bsz = spec.batch_size
@@ -255,7 +260,7 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
         if shape is not None:
             d, seq, vocab, h, layers = shape
             per_tok_layer = b * (17 * d + 2 * h * seq) + (h * seq + 2 * d)
-            return bsz * seq * (layers * per_tok_layer + 2 * vocab * b)
+            return bsz * seq * (layers * per_tok_layer + LOSS_VOCAB_TENSORS * vocab * b)
     frac = CNN_SAVED_FRACTION.get(spec.family, OTHER_SAVED_FRACTION)
     return frac * bsz * spec.activations * b
 
@@ -285,7 +290,11 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     step_mib = hold_mib + grad_mib + p_mib * temp
     saved_mib = saved_activation_bytes(spec) * mib
     io_mib = spec.batch_size * (lookups * 8 + pooled * b) * mib
-    step_regime = 1.0 if step_mib > hold_mib + saved_mib + io_mib else 0.0
+    # Backward ends with every gradient materialised while the earliest activations are still
+    # saved, so the backward phase counts the gradients too; the step phase adds the
+    # optimizer's temporaries instead of activations.
+    bwd_mib = hold_mib + saved_mib + io_mib + grad_mib
+    step_regime = 1.0 if step_mib > bwd_mib else 0.0
     opt_group = OPT_GROUP[spec.optimizer]
     onehot = {f"o_{g}": 1.0 if g == opt_group else 0.0 for g in OPT_GROUPS}
     return {

@@ -4,7 +4,8 @@
 
 * ``ols`` — statsmodels weighted least squares on degree-2 polynomial terms (``TERMS``):
   analytic memory-phase sizes (optimizer step / backward, see :func:`term_pairs`) times the
-  indicator of the phase that is larger, plus lookup I/O terms.
+  indicator of the phase that is larger, plus lookup I/O terms. A prediction is the larger
+  of the two fitted phases (:func:`raw_predict`).
   Weights are ``1/y²``, i.e. ordinary least squares on relative error (a 20 MiB job counts
   as much as a 20 GiB one).
   Target: measured peak training bytes (params, grads, optimizer state, activations,
@@ -29,7 +30,7 @@ import numpy as np
 from predictor import features, gpus
 
 MARGIN_QUANTILE = 0.98
-FORMAT = "sparse-predictor/memory-ols/3"
+FORMAT = "sparse-predictor/memory-ols/4"
 
 
 def term_pairs() -> list[tuple[str, str | None]]:
@@ -81,8 +82,25 @@ def fit_coef(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
     return np.asarray(res.params)
 
 
+REGIMES = ("step_regime", "bwd_regime")
+
+
+def phase_sizes(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    """Fitted size of each phase (columns in ``REGIMES`` order) for every row: the constant,
+    the phase's own terms and the terms shared by both phases."""
+    out = np.full((len(rows), len(REGIMES)), float(coef[0]))
+    for k, regime in enumerate(REGIMES):
+        for c, (a, b) in zip(coef[1:], _PAIRS, strict=True):
+            if b is None or b == regime:
+                out[:, k] += c * np.array([r[a] for r in rows], dtype=float)
+    return out
+
+
 def raw_predict(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    return np.maximum(design(rows) @ coef, 1.0)
+    """The peak is the larger fitted phase. The regime indicators only choose which phase
+    a training row measures; at prediction time both phases are evaluated, so a job near the
+    boundary of the analytic regimes is not priced by the smaller one."""
+    return np.maximum(phase_sizes(coef, rows).max(axis=1), 1.0)
 
 
 def lofo_ratios(

@@ -22,6 +22,8 @@ from typing import Any
 import cluster as e2e_cluster
 import pytest
 
+from predictor import MODEL_VERSION
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +106,7 @@ async def test_worker_predicts_good_pod_and_warns_on_bad_one(
         # 26 tables x 1M rows x 16 x fp32 = 1.55 GiB, Adagrad: several x that, plus T4 context
         assert 4000 < int(fields["gpu_mem_mib"]) < 16000, fields
         assert fields["job_class"] == "recommendation"
-        assert fields["model_version"] == "v1"
+        assert fields["model_version"] == MODEL_VERSION
         assert abs(float(fields["updated_at"]) - time.time()) < 120
         ttl = await rds.ttl(key)
         assert 0 < ttl <= 3600
