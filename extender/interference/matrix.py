@@ -71,6 +71,10 @@ class InterferenceMatrix:
         name = ALIASES.get(name, name)
         return self._index.get(name, self._index[UNKNOWN_CLASS])
 
+    def knows(self, job_class: str) -> bool:
+        """Whether the class (or an alias) has a measured row, i.e. is not ``unknown``."""
+        return self.index(job_class) != self._index[UNKNOWN_CLASS]
+
     def pair(self, victim: str, co_runner: str) -> float:
         return float(self.norm[self.index(victim), self.index(co_runner)])
 

@@ -7,14 +7,15 @@ pods of classes b1..bk using f_b1..f_bk:
                   + open_gpu_cost * f_a      if g is empty (sharing nothing costs that GPU share)
                   + fit_weight * free fraction left on g after the share   (best fit)
                   + frag_weight * dF(g) / 1000
+                  + order term (below)
     whole cost(g) = fit_weight * fraction of g's node still free     (keep empty nodes whole)
-                  + frag_weight * dF(node) / 1000 / W
+                  + frag_weight * dF(node) / 1000 / W + order term / W
 
 ``loss = f_a (1 - prod norm(a|b)^f_b) + sum f_b (1 - norm(b|a)^f_a)`` is the throughput the
 jobs lose, in GPUs' worth of work (a job using f of a GPU weighs as if present f of the time).
 For whole jobs a share joins a GPU when the pair together does more than one GPU alone
-(loss < 1) and opens an empty GPU otherwise; small shares interfere little and pack. With no
-class information every pair gets the mean of the matrix.
+(loss < 1) and opens an empty GPU otherwise; small shares interfere little and pack. A
+resident of unknown class counts as the mean of the matrix.
 
 ``dF`` is the growth of the node's expected fragmentation (FGD's measure, Weng et al. ATC '23,
 see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
@@ -23,9 +24,19 @@ largest node's GPU count) is added per slot so costs stay non-negative, as the c
 infeasibility test needs, without changing any comparison. The typical pods
 are a generic mix unless ``set_workload`` gives the cluster's own (the trace simulator does).
 ``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
-``order_weight * (node position / node count)`` (nodes sorted by name): a fixed node order that
-fills nodes one after another unless another node is better by more than that, which keeps the
-last nodes whole for large pods.
+``order_weight * node position / max(node count, ORDER_SPAN)`` (nodes sorted by name): a fixed
+node order that fills nodes one after another unless another node is better by more than that,
+which keeps the last nodes whole for large pods and multi-GPU jobs. On the FGD protocol
+(bench/README.md) it is worth more than any other term: greedy fragmentation alone strands
+more capacity than FGD's quantised score with its name tie-break, which is a node order too.
+``ORDER_SPAN`` keeps adjacent nodes of a small cluster within ``order_weight / ORDER_SPAN``
+(0.005 GPUs) of each other, so there the order only breaks near-ties and never outweighs an
+interference difference.
+
+A pod whose job class is unknown (no annotation, no prediction) is placed on packing merit
+alone: the matrix would give it the mean slowdown next to every co-runner, which says nothing
+about *which* GPU is better and only biases against sharing, the thing the pod asked for.
+Known-class pods still count unknown residents at the mean.
 """
 
 from __future__ import annotations
@@ -41,15 +52,16 @@ from extender.placement.policies.fgd import FGD, TypicalTasks
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
+ORDER_SPAN = 1000  # node positions the order weight is spread over, at least
 
 
 @dataclass(frozen=True)
 class Sparse:
     interference_weight: float = 1.0
     open_gpu_cost: float = 1.0
-    fit_weight: float = 0.1
+    fit_weight: float = 0.0
     frag_weight: float = 1.0
-    order_weight: float = 0.0
+    order_weight: float = 5.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
 
@@ -60,15 +72,14 @@ class Sparse:
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
         gpus = masks.gpus
-        fraction = gpu_fraction(demand.share_milli)
-        interference = state.matrix.placement_loss(demand.job_class, fraction,
-                                                   state.class_frac[gpus])
-        empty = state.residents[gpus] == 0
-        share = (
-            self.interference_weight * interference
-            + self.open_gpu_cost * fraction * empty
-            + self.fit_weight * gpu_free_after(state, demand, gpus)
-        )
+        share = self.fit_weight * gpu_free_after(state, demand, gpus)
+        if self.interference_weight and state.matrix.knows(demand.job_class):
+            fraction = gpu_fraction(demand.share_milli)
+            interference = state.matrix.placement_loss(demand.job_class, fraction,
+                                                       state.class_frac[gpus])
+            empty = state.residents[gpus] == 0
+            share = share + (self.interference_weight * interference
+                             + self.open_gpu_cost * fraction * empty)
         whole = self.fit_weight * node_free_fraction(state, masks)
         if self.frag_weight and len(gpus):
             share_delta, whole_delta = self._frag.deltas(state, demand, masks)
@@ -79,7 +90,7 @@ class Sparse:
             whole = whole + self.frag_weight * (
                 offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
         if self.order_weight:
-            order = self.order_weight * state.gpu_node[gpus] / max(len(state.node_names), 1)
+            order = self.order_weight * state.gpu_node[gpus] / self._span(state)
             share = share + order
             whole = whole + order / max(demand.whole_gpus, 1)
         return share, whole
@@ -88,4 +99,8 @@ class Sparse:
         """Pods without GPUs (simulator only; kube-scheduler places them in a real cluster):
         the node where their CPU adds the least fragmentation."""
         cost = -self.frag_weight * self._frag.host_deltas(state, demand, nodes) / 1000.0
-        return cost + self.order_weight * nodes / max(len(state.node_names), 1)
+        return cost + self.order_weight * nodes / self._span(state)
+
+    @staticmethod
+    def _span(state: ClusterState) -> int:
+        return max(len(state.node_names), ORDER_SPAN)
