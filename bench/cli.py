@@ -49,7 +49,8 @@ def _replay_job(args: tuple) -> object:
 
 def _run_all(jobs: list[tuple], fn, workers: int, label, sink: Path | None = None) -> list:
     """Run the jobs (in a process pool when workers > 1); each finished run is also appended
-    to ``sink`` (JSON lines) so an interrupted batch keeps what it did."""
+    to ``sink`` (JSON lines, started afresh: the folder describes this batch only) so an
+    interrupted batch keeps what it did."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -59,6 +60,8 @@ def _run_all(jobs: list[tuple], fn, workers: int, label, sink: Path | None = Non
         TimeRemainingColumn,
     )
 
+    if sink is not None and sink.exists():
+        sink.unlink()
     results = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn())

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from bench.sim.bounds import sliver_bound
 from bench.sim.cluster import SimCluster
 from bench.sim.trace import (
     NODE_LIST,
@@ -170,6 +171,7 @@ def run_fgd(
     sim = SimCluster(nodes, node_names(nodes, seed), pol)
     capacity = sim.total_milli
     order = prepare(pods, seed, tune, capacity)
+    bound = sliver_bound(order, capacity)
     frag_model = FragModel(tasks)
     node_frag = frag_model.node_frag(sim.state)
     frag_total = float(node_frag.sum())
@@ -209,5 +211,5 @@ def run_fgd(
         alloc=bucketize(pct, alloc / capacity * 100.0),
         frag=bucketize(pct, frag / capacity * 100.0),
         frag_rate=bucketize(pct, np.where(idle > 0, frag / np.maximum(idle, 1) * 100.0, 0.0)),
-        extra={"failed_gpu_milli_to_100": lost},
+        extra={"failed_gpu_milli_to_100": lost, "unallocated_lower_bound_gpus": bound},
     )

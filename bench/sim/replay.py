@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench.sim.bounds import work_bound
 from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.trace import NODE_LIST, load_nodes, load_pods, workload_name, workload_path
@@ -65,11 +66,14 @@ class ReplayRun:
     work_per_gpu_hour: float
     seconds: float
     jct: list = field(default_factory=list)
+    # makespan ratio no policy beats against an ideal exclusive one (bench/sim/bounds.py)
+    work_bound: float = float("nan")
 
     def row(self) -> dict:
         return {k: getattr(self, k) for k in (
             "workload", "policy", "seed", "mode", "jobs", "gpus", "makespan", "jct_mean",
-            "jct_p95", "queue_mean", "alloc_mean", "work_per_gpu_hour", "seconds")}
+            "jct_p95", "queue_mean", "alloc_mean", "work_per_gpu_hour", "seconds",
+            "work_bound")}
 
     def to_json(self) -> dict:
         return {**self.row(), "jct": self.jct}
@@ -226,4 +230,5 @@ def run_replay(
         work_per_gpu_hour=gpu_work / (n_gpus * makespan) if makespan else 0.0,
         seconds=time.perf_counter() - t0,
         jct=[round(float(x), 1) for x in np.sort(jct)],
+        work_bound=work_bound(request, work),
     )

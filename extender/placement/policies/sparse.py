@@ -72,7 +72,8 @@ class Sparse:
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
         gpus = masks.gpus
-        share = self.fit_weight * gpu_free_after(state, demand, gpus)
+        zeros = np.zeros(len(gpus))
+        share = self.fit_weight * gpu_free_after(state, demand, gpus) if self.fit_weight else zeros
         if self.interference_weight and state.matrix.knows(demand.job_class):
             fraction = gpu_fraction(demand.share_milli)
             interference = state.matrix.placement_loss(demand.job_class, fraction,
@@ -80,7 +81,7 @@ class Sparse:
             empty = state.residents[gpus] == 0
             share = share + (self.interference_weight * interference
                              + self.open_gpu_cost * fraction * empty)
-        whole = self.fit_weight * node_free_fraction(state, masks)
+        whole = self.fit_weight * node_free_fraction(state, masks) if self.fit_weight else zeros
         if self.frag_weight and len(gpus):
             share_delta, whole_delta = self._frag.deltas(state, demand, masks)
             # dF >= -F_n >= -(GPUs per node): the offset keeps costs >= 0 (the core's
