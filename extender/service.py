@@ -104,7 +104,7 @@ class Scheduler:
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
         self._last_interference: dict[str, float] = {}
-        self._cycle_costs: OrderedDict[str, tuple[float, dict[str, float]]] = OrderedDict()
+        self._cycle_costs: OrderedDict[str, tuple[float, list[str], np.ndarray]] = OrderedDict()
 
     # --- state ----------------------------------------------------------------------------
 
@@ -242,8 +242,7 @@ class Scheduler:
             self._notify(Outcome("filter", *pod_ref(pod), False, why))
         elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
             costs = node_costs(state, demand, result, self.policy)[fitting]
-            self._cycle_costs[demand.uid] = (self.clock(), dict(zip(passed, costs.tolist(),
-                                                                    strict=True)))
+            self._cycle_costs[demand.uid] = (self.clock(), passed, costs)
             self._cycle_costs.move_to_end(demand.uid)
             while len(self._cycle_costs) > CYCLE_COSTS:
                 self._cycle_costs.popitem(last=False)
@@ -255,8 +254,11 @@ class Scheduler:
             return zero_scores(args.node_names)
         cached = self._cycle_costs.pop(pod.metadata.uid, None)
         if cached is not None and self.clock() - cached[0] <= CYCLE_COSTS_MAX_AGE_S:
-            by_node = cached[1]  # nodes filter rejected are absent: infeasible, score 0
-            costs = np.array([by_node.get(n, np.inf) for n in args.node_names])
+            _, passed, costs = cached
+            if passed != args.node_names:  # normally the very list filter passed
+                by_node = dict(zip(passed, costs.tolist(), strict=True))
+                # nodes filter rejected are absent: infeasible, score 0
+                costs = np.array([by_node.get(n, np.inf) for n in args.node_names])
             return [HostPriority(Host=n, Score=s) for n, s in
                     zip(args.node_names, scores_from_costs(costs), strict=True)]
         try:

@@ -1,6 +1,7 @@
 """Accuracy of the shipped models on the held-out slice (row_id % 10 == 0) of the dataset.
 
-Thresholds sit a little above what the shipped models reach (docs/predictor.md §4), so a regression fails.
+Thresholds sit a little above what the shipped models reach (docs/predictor.md §4), so a
+regression fails.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ the simulator's trace demands) and what kube-scheduler knows about each node (``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -67,9 +68,20 @@ def pod_tag(demand: PodDemand) -> int:
 
 
 def host_of(state: ClusterState) -> HostView:
+    """The state's host view, or a read-only unlimited one (the extender knows no CPU: the
+    scheduler's own plugins check it), built once per cluster size."""
     host = getattr(state, "host", None)
     if host is None:
-        host = HostView.unlimited(len(state.node_names))
+        host = _unlimited(len(state.node_names))
+    return host
+
+
+@lru_cache(maxsize=4)
+def _unlimited(n: int) -> HostView:
+    host = HostView.unlimited(n)
+    for a in (host.cpu_cap, host.cpu_left, host.mem_cap, host.mem_left, host.pods,
+              host.tag_count):
+        a.setflags(write=False)
     return host
 
 

@@ -182,9 +182,11 @@ class FGD:
         mok = fm.model_ok(state)[node_model(state, nodes)]
         before = fm.frag(count_ge, lt, u, cpu, mok)
         w = demand.whole_gpus
-        # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
-        whole_after = fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok)
-        whole_delta = before - whole_after
+        if w or not demand.has_share:
+            # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
+            whole_delta = before - fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok)
+        else:  # a share alone: whole-GPU costs are never read
+            whole_delta = np.zeros(len(nodes))
         share_delta = np.zeros(len(masks.gpus))
         sel = np.flatnonzero(masks.share)
         if demand.has_share and len(sel):
