@@ -118,13 +118,26 @@ class Scheduler:
         return self._state
 
     async def view(self) -> ClusterState:
-        """The state matching the ledger's current version (reloaded only when it moved)."""
+        """The state matching the ledger's current version: when it moved, the changes since
+        the cached version are applied (the ledger's change log); a full snapshot is read only
+        when they are no longer all kept (or at start)."""
         version = await self.ledger.version()
-        if version != self._state.version:
-            version, reservations = await self.ledger.snapshot()
-            self._state = ClusterState.build(
-                self._state.inventory, self.matrix, reservations.values(), version
-            )
+        state = self._state
+        if version != state.version:
+            delta = await self.ledger.changes(state.version) if state.version >= 0 else None
+            if delta is None:
+                version, reservations = await self.ledger.snapshot()
+                self._state = ClusterState.build(
+                    state.inventory, self.matrix, reservations.values(), version
+                )
+            else:
+                version, changes = delta
+                for uid, reservation in changes:
+                    if reservation is None:
+                        state.unapply(uid)
+                    else:
+                        state.apply(reservation)  # replaces an earlier booking of the pod
+                state.version = version
         return self._state
 
     def set_inventory(self, inventory: Inventory) -> None:
@@ -182,7 +195,8 @@ class Scheduler:
 
     def _after_change(self, version: int, add: Reservation | None = None,
                       drop: str | None = None) -> None:
-        """Apply our own change incrementally when nothing else happened in between."""
+        """Apply our own change at once when nothing else happened in between; otherwise the
+        next ``view()`` replays every change since the cached version, ours included."""
         state = self._state
         if version == state.version + 1:
             if drop is not None:
@@ -190,8 +204,6 @@ class Scheduler:
             if add is not None:
                 state.apply(add)
             state.version = version
-        elif version != state.version:
-            state.version = -1  # someone else changed the ledger too: reload on next view()
 
     def _notify(self, outcome: Outcome) -> None:
         for observer in self.observers:
@@ -336,8 +348,7 @@ class Scheduler:
                 version = await self.ledger.reserve(reservation, capacities)
             except ReservationConflict as exc:
                 last = str(exc)
-                self._state.version = -1  # re-read the ledger before planning again
-                continue
+                continue  # the next view() replays what the other replica booked
             self._after_change(version, add=reservation)
             self._last_interference[demand.uid] = placement_loss(state, demand, choice)
             return reservation
@@ -378,8 +389,7 @@ class Scheduler:
 
     async def expire(self) -> list[Reservation]:
         dropped = await self.ledger.expire(self.clock())
-        if dropped:
-            self._state.version = -1
+        if dropped:  # the next view() replays the drops from the ledger's change log
             for r in dropped:
                 log.warning("reservation of %s/%s on %s expired unbound", r.namespace, r.name,
                             r.node)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
+from itertools import islice
 
 from extender.errors import ReservationConflict
 from extender.ledger import rules
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation, Usage
+from extender.ledger.store import Change
+
+CHANGE_LOG = 10_000  # changes kept for readers that follow the ledger
 
 
 class MemoryLedger:
@@ -14,6 +19,12 @@ class MemoryLedger:
         self._reservations: dict[str, Reservation] = {}
         self._usage = Usage()
         self._version = 0
+        self._log: deque[tuple[int, str, Reservation | None]] = deque(maxlen=CHANGE_LOG)
+
+    def _changed(self, pod_uid: str, reservation: Reservation | None) -> int:
+        self._version += 1
+        self._log.append((self._version, pod_uid, reservation))
+        return self._version
 
     async def reserve(
         self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
@@ -28,8 +39,7 @@ class MemoryLedger:
         rules.check_fits(self._usage, reservation, capacities)
         self._reservations[reservation.pod_uid] = reservation
         self._usage.add(reservation)
-        self._version += 1
-        return self._version
+        return self._changed(reservation.pod_uid, reservation)
 
     async def confirm(self, pod_uid: str) -> Reservation | None:
         existing = self._reservations.get(pod_uid)
@@ -38,14 +48,14 @@ class MemoryLedger:
         if existing.state != rules.STATE_BOUND:
             existing = existing.bound()
             self._reservations[pod_uid] = existing
-            self._version += 1
+            self._changed(pod_uid, existing)
         return existing
 
     async def release(self, pod_uid: str) -> Reservation | None:
         existing = self._reservations.pop(pod_uid, None)
         if existing is not None:
             self._usage.add(existing, -1)
-            self._version += 1
+            self._changed(pod_uid, None)
         return existing
 
     async def get(self, pod_uid: str) -> Reservation | None:
@@ -56,6 +66,14 @@ class MemoryLedger:
 
     async def version(self) -> int:
         return self._version
+
+    async def changes(self, since: int) -> tuple[int, list[Change]] | None:
+        if since == self._version:
+            return self._version, []
+        if since > self._version or not self._log or self._log[0][0] > since + 1:
+            return None
+        start = since + 1 - self._log[0][0]  # versions in the log are consecutive
+        return self._version, [(uid, r) for _, uid, r in islice(self._log, start, None)]
 
     async def expire(self, now: float) -> list[Reservation]:
         stale = [

@@ -3,7 +3,11 @@
 Every change runs as one Lua script, so the capacity check and the booking are atomic on the
 server. Keys (prefix ``sparse:ledger:``): ``res`` hash pod UID -> reservation JSON, ``mem`` and
 ``milli`` hashes GPU UUID -> booked amount, ``exp`` sorted set of reserved-but-unbound pods by
-deadline, ``ver`` a counter bumped on every change (readers cache snapshots against it).
+deadline, ``ver`` a counter bumped on every change (readers cache snapshots against it),
+``log`` a stream of the last ``LOG_MAX`` changes with entry ID ``<ver>-0`` (fields ``uid`` and
+``doc``, empty when dropped) so replicas follow each other's bookings incrementally. The log
+write is protected (``pcall``): a failure there never fails a booking, it only leaves a gap
+that readers detect and answer with a full snapshot.
 """
 
 from __future__ import annotations
@@ -15,8 +19,21 @@ import redis.asyncio as aioredis
 from extender.errors import ReservationConflict
 from extender.ledger import rules
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation
+from extender.ledger.store import Change
 
-_RESERVE = """
+LOG_MAX = 10_000
+LOG_CATCH_UP = 2_000  # further behind than this, a snapshot is the cheaper read
+
+# Bump the version and record the change; KEYS[5] = ver, KEYS[6] = log.
+_LOG = f"""
+local function changed(ver, log, uid, doc)
+  local v = redis.call('INCR', ver)
+  pcall(redis.call, 'XADD', log, 'MAXLEN', '~', {LOG_MAX}, v .. '-0', 'uid', uid, 'doc', doc)
+  return v
+end
+"""
+
+_RESERVE = _LOG + """
 local res, mem, milli, exp, ver = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local uid, doc, deadline, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local existing = redis.call('HGET', res, uid)
@@ -40,7 +57,7 @@ for i = 0, n - 1 do
 end
 redis.call('HSET', res, uid, doc)
 if deadline ~= '' then redis.call('ZADD', exp, deadline, uid) end
-return {'ok', tostring(redis.call('INCR', ver))}
+return {'ok', tostring(changed(ver, KEYS[6], uid, doc))}
 """
 
 # Shared by release and expire: drop one reservation and give its amounts back.
@@ -64,35 +81,39 @@ end
 """
 
 _RELEASE = (
-    _DROP
+    _LOG
+    + _DROP
     + """
 local doc = drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
-if doc then redis.call('INCR', KEYS[5]) end
+if doc then changed(KEYS[5], KEYS[6], ARGV[1], '') end
 return doc
 """
 )
 
 _EXPIRE = (
-    _DROP
+    _LOG
+    + _DROP
     + """
 local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1], 'LIMIT', 0, 500)
 local dropped = {}
 for _, uid in ipairs(due) do
   local doc = drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], uid)
-  if doc then table.insert(dropped, doc) end
+  if doc then
+    table.insert(dropped, doc)
+    changed(KEYS[5], KEYS[6], uid, '')
+  end
 end
-if #dropped > 0 then redis.call('INCR', KEYS[5]) end
 return dropped
 """
 )
 
 # Compare-and-set of one reservation document (confirm runs it).
-_REPLACE = """
+_REPLACE = _LOG + """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current ~= ARGV[2] then return current or false end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('INCR', KEYS[5])
+changed(KEYS[5], KEYS[6], ARGV[1], ARGV[3])
 return 'ok'
 """
 
@@ -100,7 +121,7 @@ return 'ok'
 class RedisLedger:
     def __init__(self, client: aioredis.Redis, prefix: str = "sparse:ledger:") -> None:
         self._r = client
-        self._keys = [f"{prefix}{k}" for k in ("res", "mem", "milli", "exp", "ver")]
+        self._keys = [f"{prefix}{k}" for k in ("res", "mem", "milli", "exp", "ver", "log")]
         self._reserve = client.register_script(_RESERVE)
         self._release = client.register_script(_RELEASE)
         self._expire = client.register_script(_EXPIRE)
@@ -172,6 +193,24 @@ class RedisLedger:
 
     async def version(self) -> int:
         return int(await self._r.get(self._keys[4]) or 0)
+
+    async def changes(self, since: int) -> tuple[int, list[Change]] | None:
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.get(self._keys[4])
+            pipe.xrange(self._keys[5], min=f"{since + 1}-0", max="+", count=LOG_CATCH_UP + 1)
+            raw_version, entries = await pipe.execute()
+        version = int(raw_version or 0)
+        if since == version:
+            return version, []
+        if since > version or version - since > LOG_CATCH_UP or len(entries) != version - since:
+            return None  # trimmed, a gap, or the ledger was reset: read a snapshot
+        out: list[Change] = []
+        for expected, (entry_id, fields) in enumerate(entries, start=since + 1):
+            if entry_id != f"{expected}-0".encode():
+                return None
+            doc = fields.get(b"doc", b"")
+            out.append((fields[b"uid"].decode(), rules.from_json(doc) if doc else None))
+        return version, out
 
     async def expire(self, now: float) -> list[Reservation]:
         dropped = await self._expire(keys=self._keys, args=[now])

@@ -10,6 +10,9 @@ from typing import Protocol
 
 from extender.ledger.rules import GpuCapacity, Reservation
 
+# One change: the pod UID and its reservation afterwards (None: dropped).
+Change = tuple[str, Reservation | None]
+
 
 class LedgerStore(Protocol):
     async def reserve(
@@ -32,6 +35,11 @@ class LedgerStore(Protocol):
 
     async def version(self) -> int:
         """Bumped by every change; cheap, so readers can keep a cached snapshot fresh."""
+
+    async def changes(self, since: int) -> tuple[int, list[Change]] | None:
+        """The changes after version ``since``, oldest first, one per version, and the version
+        they lead to; None when they are no longer all kept (read ``snapshot`` instead). Lets
+        a replica follow the others' bookings without reloading every reservation."""
 
     async def expire(self, now: float) -> list[Reservation]:
         """Release reserved-but-never-bound reservations whose deadline has passed."""

@@ -118,3 +118,47 @@ async def test_concurrent_reservations_never_overcommit(ledger):
     results = await asyncio.gather(*(one(i) for i in range(40)))
     assert sum(results) == 16  # 16 x 1000 MiB fit in 16384 MiB; compute allows 20
     assert (await usage(ledger))["g0"] == (16000, 800)
+
+
+async def test_change_log_replays_every_change_in_order(ledger):
+    v0 = await ledger.version()
+    await ledger.reserve(res("a", ("g0", 100, 10), expires=50.0), CAPS)
+    await ledger.reserve(res("b", ("g1", 200, 20)), CAPS)
+    await ledger.confirm("a")
+    await ledger.release("b")
+    version, changes = await ledger.changes(v0)
+    assert version == v0 + 4 == await ledger.version()
+    assert [(uid, r.state if r else None) for uid, r in changes] == [
+        ("a", STATE_RESERVED), ("b", STATE_RESERVED), ("a", STATE_BOUND), ("b", None)]
+    assert changes[1][1].allocations[0].mem_mib == 200
+    assert await ledger.changes(version) == (version, [])
+    assert (await ledger.changes(v0 + 2))[1] == changes[2:]
+    assert await ledger.changes(version + 5) is None  # ahead of the ledger: it was reset
+
+
+async def test_change_log_covers_expiry(ledger):
+    v0 = await ledger.version()
+    await ledger.reserve(res("a", ("g0", 1, 1), expires=10.0), CAPS)
+    await ledger.reserve(res("b", ("g1", 1, 1), expires=10.0), CAPS)
+    assert len(await ledger.expire(20.0)) == 2
+    version, changes = await ledger.changes(v0)
+    assert version == await ledger.version()
+    assert sorted(uid for uid, r in changes if r is None) == ["a", "b"]
+
+
+async def test_redis_change_log_gap_means_snapshot(redis_url):
+    store = RedisLedger.from_url(redis_url, prefix="gap:")
+    try:
+        await store.reserve(res("a", ("g0", 1, 1)), CAPS)
+        await store.reserve(res("b", ("g0", 1, 1)), CAPS)
+        assert (await store.changes(0))[0] == 2
+        await store._r.xdel("gap:log", b"1-0")  # a lost log write
+        assert await store.changes(0) is None
+        assert (await store.changes(1))[1][0][0] == "b"
+        await store._r.delete("gap:log")  # e.g. a ledger from before the log existed
+        assert await store.changes(1) is None
+        await store.reserve(res("c", ("g1", 1, 1)), CAPS)
+        assert [uid for uid, _ in (await store.changes(2))[1]] == ["c"]
+    finally:
+        await store._r.delete(*(f"gap:{k}" for k in ("res", "mem", "milli", "exp", "ver", "log")))
+        await store.close()
