@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def versions() -> dict[str, str]:
+    """KEY=value pairs of hack/versions.env."""
     out = {}
     for line in (ROOT / "hack" / "versions.env").read_text().splitlines():
         line = line.strip()

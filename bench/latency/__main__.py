@@ -15,26 +15,13 @@ import click
 import numpy as np
 
 from bench.latency.cluster import request_bodies, synthetic_inventory
+from bench.latency.servers import wait_ready
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-async def _wait_ready(port: int, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"server on port {port} did not become ready")
 
 
 async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str, float]:
@@ -87,7 +74,7 @@ def main(nodes: int, gpus: int, candidates: int, count: int, out: Path) -> None:
                 [sys.executable, "-m", "bench.latency.servers", kind, str(port), str(nodes),
                  str(gpus)]))
         for port, _ in procs.values():
-            asyncio.run(_wait_ready(port))
+            asyncio.run(wait_ready(port))
         for mode, full in (("NodeNames", False), ("full Nodes", True)):
             click.echo(f"building {count + 20} {mode} requests of {candidates} candidates ...",
                        err=True)

@@ -36,6 +36,25 @@ def extender_app(nodes: int, gpus: int) -> web.Application:
     return make_app(Settings(max_body_mib=256), scheduler=scheduler)
 
 
+async def wait_ready(port: int, timeout_s: float = 300, interval_s: float = 0.2) -> None:
+    """Poll ``/readyz`` on localhost until it answers 200."""
+    import time
+
+    import aiohttp
+
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(interval_s)
+    raise RuntimeError(f"server on port {port} did not become ready in {timeout_s:.0f} s")
+
+
 def null_app() -> web.Application:
     """Parses the body as JSON and echoes what a filter/prioritize reply needs, nothing else."""
 

@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tooling
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VERSIONS_FILE = REPO_ROOT / "hack" / "versions.env"
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
 SCHEDULER_CONFIG_TEMPLATE = REPO_ROOT / "manifests" / "scheduler-config.yaml"
 EXTENDER_URL_PLACEHOLDER = "${SPARSE_EXTENDER_URL}"
@@ -69,15 +69,9 @@ class ClusterError(RuntimeError):
 # versions and binaries
 
 
-def read_versions(path: Path = VERSIONS_FILE) -> dict[str, str]:
+def read_versions() -> dict[str, str]:
     """KEY=value pairs of hack/versions.env."""
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
+    return tooling.versions()
 
 
 def default_bin_dir() -> Path:

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -15,6 +14,7 @@ import pytest
 import redis
 from builders import free_port, pod
 
+from bench.latency.servers import wait_ready
 from extender.ledger.rules import from_json
 
 NODE_CONF = """
@@ -34,26 +34,13 @@ def start_extender(tmp: Path, store: str, port: int) -> subprocess.Popen:
     )
 
 
-async def wait_ready(session: aiohttp.ClientSession, port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                if resp.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"extender on {port} never became ready")
-
-
 async def test_200_concurrent_binds_from_two_replicas(tmp_path, redis_url):
     ports = [free_port(), free_port()]
     procs = [start_extender(tmp_path, redis_url, p) for p in ports]
     try:
         async with aiohttp.ClientSession() as session:
             for p in ports:
-                await wait_ready(session, p)
+                await wait_ready(p, timeout_s=30, interval_s=0.1)
             pods = [pod(f"p{i}", mem=1024, milli=100) for i in range(200)]
 
             async def call(port, verb, payload):

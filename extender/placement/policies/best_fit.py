@@ -12,21 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from extender.demand import PodDemand
-from extender.placement.fit import GpuMasks
 from extender.placement.policies.common import (
     MAX_NODE_SCORE,
     MAX_SPEC_CPU,
     MAX_SPEC_GPU,
-    all_milli_left,
-    candidate_nodes,
-    gpu_total_request,
-    host_of,
-    node_milli_left,
-    node_score_costs,
-    pod_cpu,
+    CpuGpuScore,
 )
-from extender.placement.state import ClusterState
 
 NAME = "best-fit"
 
@@ -36,20 +27,6 @@ def best_fit_score(cpu_left: np.ndarray, gpu_left: np.ndarray, cpu: int, gpu: in
     return np.trunc(MAX_NODE_SCORE * (1.0 - lead))
 
 
-class BestFit:
+class BestFit(CpuGpuScore):
     name = NAME
-    score_step = 1.0
-
-    def costs(
-        self, state: ClusterState, demand: PodDemand, masks: GpuMasks
-    ) -> tuple[np.ndarray, np.ndarray]:
-        nodes = candidate_nodes(state, masks)
-        u = node_milli_left(state, masks, len(nodes))
-        score = best_fit_score(
-            host_of(state).cpu_left[nodes], u, pod_cpu(demand), gpu_total_request(demand)
-        )
-        return node_score_costs(state, demand, masks, score)
-
-    def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
-        u = all_milli_left(state)[nodes]
-        return -best_fit_score(host_of(state).cpu_left[nodes], u, pod_cpu(demand), 0)
+    score = staticmethod(best_fit_score)

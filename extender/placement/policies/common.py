@@ -154,3 +154,29 @@ def gpu_total_request(demand: PodDemand) -> int:
 def all_milli_left(state: ClusterState) -> np.ndarray:
     """U_n for every node of the state."""
     return segment_sum(state.milli_free, state.gpu_node, len(state.node_names))
+
+
+class CpuGpuScore:
+    """A baseline whose node score is ``score(cpu_left, gpu_left, pod_cpu, pod_gpu)`` with
+    U_n as GPU left; the GPU inside the node is the simulator's ``best`` choice, and CPU-only
+    pods get the same formula with no GPU request. Subclasses set ``name`` and ``score``."""
+
+    name = ""
+    score_step = 1.0
+
+    @staticmethod
+    def score(cpu_left: np.ndarray, gpu_left: np.ndarray, cpu: int, gpu: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def costs(
+        self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+    ) -> tuple[np.ndarray, np.ndarray]:
+        nodes = candidate_nodes(state, masks)
+        u = node_milli_left(state, masks, len(nodes))
+        score = self.score(host_of(state).cpu_left[nodes], u, pod_cpu(demand),
+                           gpu_total_request(demand))
+        return node_score_costs(state, demand, masks, score)
+
+    def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
+        u = all_milli_left(state)[nodes]
+        return -self.score(host_of(state).cpu_left[nodes], u, pod_cpu(demand), 0)
