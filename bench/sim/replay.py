@@ -26,7 +26,8 @@ Rules (all seeded by the run's seed):
 
 Metrics: makespan, mean and p95 JCT (completion - submission), mean queueing delay, time-
 averaged GPU allocation, useful work per GPU-hour (solo GPU-seconds of the jobs / (cluster GPUs
-x makespan)).
+x makespan)), and the stretch of GPU-sharing jobs (mean run time / solo run time: what
+co-location cost them, the quantity interference-aware placement minimises).
 """
 
 from __future__ import annotations
@@ -68,12 +69,14 @@ class ReplayRun:
     jct: list = field(default_factory=list)
     # makespan ratio no policy beats against an ideal exclusive one (bench/sim/bounds.py)
     work_bound: float = float("nan")
+    # GPU-sharing jobs: mean of run time / solo run time (1 = never slowed by a co-runner)
+    share_stretch: float = float("nan")
 
     def row(self) -> dict:
         return {k: getattr(self, k) for k in (
             "workload", "policy", "seed", "mode", "jobs", "gpus", "makespan", "jct_mean",
             "jct_p95", "queue_mean", "alloc_mean", "work_per_gpu_hour", "seconds",
-            "work_bound")}
+            "work_bound", "share_stretch")}
 
     def to_json(self) -> dict:
         return {**self.row(), "jct": self.jct}
@@ -221,6 +224,8 @@ def run_replay(
     makespan = float(np.nanmax(done) - arrive.min())
     jct = done - arrive
     gpu_work = float((work * request).sum())
+    shared = np.array([shapes[j][0] == 1 and shapes[j][1] < 1000 for j in range(len(jobs))])
+    stretch = (done - started)[shared] / work[shared]
     return ReplayRun(
         workload=workload_name(workload), policy=policy, seed=seed, mode=mode, jobs=len(jobs),
         gpus=n_gpus, makespan=makespan, jct_mean=float(np.nanmean(jct)),
@@ -231,4 +236,5 @@ def run_replay(
         seconds=time.perf_counter() - t0,
         jct=[round(float(x), 1) for x in np.sort(jct)],
         work_bound=work_bound(request, work),
+        share_stretch=float(np.nanmean(stretch)) if len(stretch) else float("nan"),
     )

@@ -180,8 +180,10 @@ def replay_table(runs: list) -> pd.DataFrame:
     from bench.sim.replay import ANCHORS
 
     df = pd.DataFrame([r.row() for r in runs])
+    if "share_stretch" not in df:
+        df["share_stretch"] = np.nan
     metrics = ["makespan", "jct_mean", "jct_p95", "queue_mean", "alloc_mean",
-               "work_per_gpu_hour"]
+               "work_per_gpu_hour", "share_stretch"]
     mean = df.groupby(["mode", "policy"])[metrics].mean().reset_index()
     rows = []
     for _, row in mean.iterrows():
