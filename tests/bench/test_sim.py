@@ -167,6 +167,9 @@ def test_replay_completes_every_job_deterministically(tiny, mode):
         assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
         assert min(r.jct) >= 60.0 and r.makespan >= max(r.jct) - 1e-6
         assert 0 < r.alloc_mean <= 100
+    assert ex.share_stretch == pytest.approx(1.0)  # shares get a GPU of their own
+    assert a.share_stretch >= 1.0
+    assert 0 < a.work_bound <= 1.0
 
 
 def test_cli_replay_writes_report(tiny, tmp_path):
