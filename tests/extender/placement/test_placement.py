@@ -113,6 +113,20 @@ def test_sparse_prefers_empty_gpu_over_harmful_pairing_but_packs_good_pairs():
     assert assign(state, small, "n", policy).share == "GPU-n-0"  # loss 0.63 < 1
 
 
+def test_sparse_packs_a_share_of_unknown_class_and_steers_a_known_one():
+    """Without a class the interference model cannot tell co-runners apart, so the share
+    packs next to the resident (keeping a GPU whole); a recommendation job of the same shape
+    is steered to the empty GPU because its measured loss next to a ResNet-50 is high.
+    Compute unstated (milli 0): each job may use the whole GPU, as in the measurements."""
+    inv = inventory(gpu_node("n", 2))
+    state = ClusterState.build(inv, default_matrix(),
+                               [booked("r50", "GPU-n-0", 8192, 0, "cnn", node="n")])
+    policy = make_policy("sparse")
+    assert assign(state, share(milli=0), "n", policy).share == "GPU-n-0"
+    rec = share(milli=0, job_class="recommendation")
+    assert assign(state, rec, "n", policy).share == "GPU-n-1"  # loss 1.34 > 1
+
+
 def test_interference_scales_with_compute_shares():
     m = default_matrix()
     r50 = np.zeros((1, len(m.classes)))
