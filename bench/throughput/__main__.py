@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests")]  # the e2e harness
 
 import cluster as e2e_cluster  # noqa: E402
 from extender_proc import Extender  # noqa: E402

@@ -4,7 +4,8 @@ Runs etcd, kube-apiserver and (optionally) kube-scheduler as plain child process
 ``hack/build-control-plane.sh``. Fake GPU Nodes are created through the API; nothing runs pods,
 so what gets tested is scheduling and binding (pods stay Pending with ``spec.nodeName`` set).
 
-Plain Python (stdlib + PyYAML); no pytest import, so ``hack/local-cluster`` can use it too.
+Plain Python (stdlib + PyYAML); no pytest import, so ``hack/local-cluster`` and
+``bench/throughput`` can use it too (with ``tests/e2e`` and ``tests`` on ``sys.path``).
 
     with LocalCluster() as c:                       # etcd + kube-apiserver, admin kubeconfig
         c.create_gpu_nodes(2, gpus=4)               # fake Ready GPU nodes

@@ -1,0 +1,23 @@
+"""The benchmark and harness entry points start (imports and CLI wiring), without running."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("argv", [
+    [sys.executable, "-m", "bench.latency", "--help"],
+    [sys.executable, "-m", "bench.throughput", "--help"],
+    [sys.executable, "-m", "bench.cli", "--help"],
+    [sys.executable, str(ROOT / "hack" / "local-cluster"), "--help"],
+])
+def test_entry_point_starts(argv: list[str]) -> None:
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage" in out.stdout.lower()
