@@ -49,8 +49,26 @@ def unbound_count(c: e2e_cluster.LocalCluster) -> int:
     return len(pods["items"])
 
 
+def verb_times(ext: Extender) -> dict[str, dict[str, float]]:
+    """Per verb: calls and mean seconds inside the extender, from its own /metrics."""
+    import re
+    import urllib.request
+
+    base = ext.url.rsplit("/scheduler", 1)[0]
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("sum", "count"):
+        pattern = rf'^sparse_extender_request_duration_seconds_{kind}{{verb="(\w+)"}} (\S+)$'
+        for verb, value in re.findall(pattern, text, flags=re.M):
+            out.setdefault(verb, {})[kind] = float(value)
+    return {v: {"calls": d.get("count", 0.0),
+                "mean_ms": 1000 * d.get("sum", 0.0) / max(d.get("count", 0.0), 1.0)}
+            for v, d in out.items()}
+
+
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, gpus: int, pods: int, with_extender: bool,
-             workdir: Path) -> dict[str, float]:
+             workdir: Path) -> dict:
     c.reset()
     click.echo(f"  creating {nodes} nodes ...", err=True)
     c.create_gpu_nodes(nodes, prefix="tp-node-", gpus=gpus, memory_mib=16384)
@@ -77,11 +95,15 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, gpus: int, pods: int, with
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"only {done}/{pods} pods bound after 10 minutes")
         elapsed = time.monotonic() - started
+        verbs = verb_times(ext) if ext is not None else {}
     finally:
         c.stop_scheduler()
         if ext is not None:
             ext.stop()
-    return {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed}
+    out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed}
+    if verbs:
+        out["extender_verbs"] = verbs
+    return out
 
 
 @click.command()
@@ -106,6 +128,10 @@ def main(nodes: int, gpus: int, pods: int, out: Path) -> None:
     click.echo(f"\n{pods} pods on {nodes} nodes x {gpus} GPUs\n")
     for label, r in results.items():
         click.echo(f"  {label:48} {r['seconds']:7.1f} s  {r['pods_per_s']:7.1f} pods/s")
+    for r in results.values():
+        for verb, v in sorted(r.get("extender_verbs", {}).items()):
+            click.echo(f"    {verb:10} {int(v['calls']):6d} calls  {v['mean_ms']:6.2f} ms mean "
+                       "inside the extender")
     base, ours = results.values()
     click.echo(f"\n  ratio extender / stock: {ours['pods_per_s'] / base['pods_per_s']:.2f}"
                f"  (goal: >= 100 pods/s with the extender)")
