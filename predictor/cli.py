@@ -24,11 +24,16 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--limit", type=int, default=None, help="Measure only the first N configs.")
 @click.option("--family", "families", multiple=True, type=click.Choice(dataset.FAMILIES))
+@click.option("--interleave", is_flag=True,
+              help="Take the families in turn, so a run cut short still covers each.")
+@click.option("--budget-s", type=float, default=None,
+              help="Stop starting new configs after this many seconds (rows so far are kept).")
 def generate(out: Path, device: str, seed: int, limit: int | None,
-             families: tuple[str, ...]) -> None:
+             families: tuple[str, ...], interleave: bool, budget_s: float | None) -> None:
     """Build real PyTorch models over the sweep and measure them (needs torch)."""
     try:
-        n = dataset.run(out, device=device, seed=seed, limit=limit, families=families or None)
+        n = dataset.run(out, device=device, seed=seed, limit=limit, families=families or None,
+                        interleave=interleave, budget_s=budget_s)
     except ImportError as exc:
         raise click.ClickException(
             f"generate needs torch: pip install 'sparse[torch]' ({exc})") from None

@@ -176,12 +176,19 @@ def run(
     limit: int | None = None,
     families: Iterable[str] | None = None,
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+    interleave: bool = False,
+    budget_s: float | None = None,
 ) -> int:
-    """Measure the sweep and write ``out``; returns the number of rows written."""
-    configs = sweep(seed)
+    """Measure the sweep and write ``out``; returns the number of rows written. ``row_id`` is
+    the config's index in the whole sweep, so rows of runs on different devices join.
+    ``interleave`` takes the families in turn (a run cut short by ``limit`` or ``budget_s``
+    still covers each); ``budget_s`` stops starting new configs after that many seconds."""
+    configs = list(enumerate(sweep(seed)))
     if families:
         fams = set(families)
-        configs = [c for c in configs if c["family"] in fams]
+        configs = [(i, c) for i, c in configs if c["family"] in fams]
+    if interleave:
+        configs = interleaved(configs)
     if limit:
         configs = configs[:limit]
     if device == "cuda":
@@ -202,7 +209,10 @@ def run(
     with out.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
-        for i, cfg in enumerate(configs):
+        for k, (i, cfg) in enumerate(configs):
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                log(f"time budget of {budget_s:.0f}s spent: stopping after {n} rows")
+                break
             try:
                 m = measure_fn(cfg)
             except Exception as exc:  # a config that PyTorch rejects is skipped, not fatal
@@ -219,10 +229,22 @@ def run(
             w.writerow(row)
             fh.flush()
             n += 1
-            log(f"[{i}/{len(configs)}] {cfg['family']:9s} {m['exec_mode']:8s} "
+            log(f"[{k + 1}/{len(configs)} #{i}] {cfg['family']:9s} {m['exec_mode']:8s} "
                 f"peak={m['peak_bytes'] / 2**20:10.1f} MiB flops={m['flops_step']:.3g} "
                 f"{m['wall_s']:.2f}s total={time.perf_counter() - t0:.0f}s")
     return n
+
+
+def interleaved(configs: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    """Round-robin over families, each family's configs in sweep order."""
+    by_family: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for item in configs:
+        by_family.setdefault(item[1]["family"], []).append(item)
+    queues = list(by_family.values())
+    out = []
+    for rank in range(max((len(q) for q in queues), default=0)):
+        out += [q[rank] for q in queues if rank < len(q)]
+    return out
 
 
 def load(path: Path = DEFAULT_CSV):  # noqa: ANN201 - pandas is imported lazily
