@@ -88,12 +88,10 @@ REGIMES = ("step_regime", "bwd_regime")
 def phase_sizes(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
     """Fitted size of each phase (columns in ``REGIMES`` order) for every row: the constant,
     the phase's own terms and the terms shared by both phases."""
-    out = np.full((len(rows), len(REGIMES)), float(coef[0]))
-    for k, regime in enumerate(REGIMES):
-        for c, (a, b) in zip(coef[1:], _PAIRS, strict=True):
-            if b is None or b == regime:
-                out[:, k] += c * np.array([r[a] for r in rows], dtype=float)
-    return out
+    terms = np.array([[r[a] for a, _ in _PAIRS] for r in rows], dtype=float).reshape(
+        len(rows), len(_PAIRS))
+    in_phase = np.array([[b is None or b == regime for _, b in _PAIRS] for regime in REGIMES])
+    return coef[0] + terms @ (coef[1:, None] * in_phase.T)
 
 
 def raw_predict(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:

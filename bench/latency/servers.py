@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 
+import aiohttp
 import msgspec
 from aiohttp import web
 
@@ -38,10 +40,6 @@ def extender_app(nodes: int, gpus: int) -> web.Application:
 
 async def wait_ready(port: int, timeout_s: float = 300, interval_s: float = 0.2) -> None:
     """Poll ``/readyz`` on localhost until it answers 200."""
-    import time
-
-    import aiohttp
-
     deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:

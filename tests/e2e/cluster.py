@@ -70,17 +70,12 @@ class ClusterError(RuntimeError):
 # versions and binaries
 
 
-def read_versions() -> dict[str, str]:
-    """KEY=value pairs of hack/versions.env."""
-    return tooling.versions()
-
-
 def default_bin_dir() -> Path:
     """Where hack/build-control-plane.sh puts the binaries (env SPARSE_CONTROL_PLANE_BIN wins)."""
     override = os.environ.get("SPARSE_CONTROL_PLANE_BIN")
     if override:
         return Path(override)
-    v = read_versions()
+    v = tooling.versions()
     k8s, etcd = v["K8S_VERSION"].lstrip("v"), v["ETCD_VERSION"].lstrip("v")
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "sparse" / "control-plane" / f"v{k8s}-etcd{etcd}" / "bin"

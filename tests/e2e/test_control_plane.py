@@ -6,6 +6,7 @@ import json
 
 import cluster as e2e_cluster
 import pytest
+import tooling
 
 from extender.quantity import parse_int_quantity
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_api_server_reports_pinned_version(cluster: e2e_cluster.LocalCluster) -> None:
-    want = "v" + e2e_cluster.read_versions()["K8S_VERSION"].lstrip("v")
+    want = "v" + tooling.versions()["K8S_VERSION"].lstrip("v")
     assert cluster.request("GET", "/version")["gitVersion"] == want
     if e2e_cluster.kubectl_path():
         out = cluster.kubectl("get", "--raw=/version").stdout

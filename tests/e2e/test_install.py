@@ -28,7 +28,7 @@ from typing import Any
 import cluster as e2e_cluster
 import pytest
 import yaml
-from tooling import helm_path
+from tooling import helm_path, versions
 
 pytestmark = pytest.mark.e2e
 
@@ -62,7 +62,7 @@ def run(*argv: str | Path, env: dict[str, str] | None = None, timeout: float = 1
 
 
 def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
-    k8s = e2e_cluster.read_versions()["K8S_VERSION"]
+    k8s = versions()["K8S_VERSION"]
     args = [helm, "template", "sparse", CHART, "--namespace", NAMESPACE, "--kube-version", k8s]
     for s in sets:
         args += ["--set", s]
