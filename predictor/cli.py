@@ -11,6 +11,20 @@ import click
 from predictor import MODEL_VERSION, dataset, estimate
 
 
+def _gpu_data(ctx: click.Context, param: click.Parameter, value: str) -> Path | None:
+    if value in ("", "none"):
+        return None
+    path = Path(value)
+    if not path.exists():
+        raise click.BadParameter(f"{path} does not exist (pass '' to use no GPU rows)")
+    return path
+
+
+GPU_DATA = click.option(
+    "--gpu-data", default=str(dataset.DEFAULT_GPU_CSV), show_default=True, callback=_gpu_data,
+    help="GPU-measured rows (generate --device cuda); '' for none.")
+
+
 @click.group()
 def main() -> None:
     """GPU memory / compute-share predictor for training jobs (see docs/predictor.md)."""
@@ -21,19 +35,24 @@ def main() -> None:
               show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: CPU/FakeTensor measurements; cuda: GPU measurements (needs CUDA).")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", "seeds", multiple=True, type=int, default=(0,), show_default=True,
+              help="Sweep seed; repeat for several sweeps (row_id = seed * 1000 + index).")
 @click.option("--limit", type=int, default=None, help="Measure only the first N configs.")
 @click.option("--family", "families", multiple=True, type=click.Choice(dataset.FAMILIES))
 @click.option("--interleave", is_flag=True,
               help="Take the families in turn, so a run cut short still covers each.")
 @click.option("--budget-s", type=float, default=None,
               help="Stop starting new configs after this many seconds (rows so far are kept).")
-def generate(out: Path, device: str, seed: int, limit: int | None,
-             families: tuple[str, ...], interleave: bool, budget_s: float | None) -> None:
+@click.option("--resume", is_flag=True,
+              help="Keep the rows already in --out and measure only the configs it lacks.")
+def generate(out: Path, device: str, seeds: tuple[int, ...], limit: int | None,
+             families: tuple[str, ...], interleave: bool, budget_s: float | None,
+             resume: bool) -> None:
     """Build real PyTorch models over the sweep and measure them (needs torch)."""
     try:
-        n = dataset.run(out, device=device, seed=seed, limit=limit, families=families or None,
-                        interleave=interleave, budget_s=budget_s)
+        n = dataset.run(out, device=device, seeds=seeds, limit=limit,
+                        families=families or None, interleave=interleave, budget_s=budget_s,
+                        resume=resume)
     except ImportError as exc:
         raise click.ClickException(
             f"generate needs torch: pip install 'sparse[torch]' ({exc})") from None
@@ -49,23 +68,25 @@ def generate(out: Path, device: str, seed: int, limit: int | None,
               show_default=True)
 @click.option("--version", default=MODEL_VERSION, show_default=True)
 @click.option("--no-holdout", is_flag=True, help="Also train on the row_id % 10 == 0 slice.")
-def train(data: Path, out: Path, version: str, no_holdout: bool) -> None:
+@GPU_DATA
+def train(data: Path, out: Path, version: str, no_holdout: bool, gpu_data: Path | None) -> None:
     """Fit the memory (OLS) and compute (LightGBM) models and write artefacts."""
     from predictor import training
 
-    manifest = training.train(data, out, version=version, use_holdout=not no_holdout)
+    manifest = training.train(data, out, version=version, use_holdout=not no_holdout,
+                              gpu_csv=gpu_data)
     click.echo(json.dumps(manifest, indent=1))
 
 
 @main.command()
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=dataset.DEFAULT_CSV,
               show_default=True)
-def evaluate(data: Path) -> None:
+@GPU_DATA
+def evaluate(data: Path, gpu_data: Path | None) -> None:
     """Leave-one-family-out R², MAPE and largest under-estimate per held-out family."""
     from predictor import evaluation
 
-    results, overall = evaluation.evaluate(data)
-    click.echo(evaluation.format_table(results, overall))
+    click.echo(evaluation.format_table(evaluation.evaluate(data, gpu_data)))
 
 
 @main.command()

@@ -26,12 +26,17 @@ FEATURES = (
     "log_batch", "log_macs", "log_flops_step", "log_params", "log_dense_params",
     "log_emb_params", "log_act", "log_lookups", "n_tables", "mlp_depth", "dtype_bytes",
     "m_dense", "sparse", "log_peak_flops", "log_mem_bw", "log_intensity",
+    # roofline times of the step on the target GPU (features.roofline_times)
+    "log_t_flops", "log_t_opt", "log_t_act", "log_t_lookup", "log_t_gpu", "opt_share",
+    "flops_share",
 )
 PARAMS = {
     "objective": "regression", "learning_rate": 0.05, "num_leaves": 15,
-    "min_data_in_leaf": 10, "feature_fraction": 0.9, "bagging_fraction": 0.9,
+    "min_data_in_leaf": 20, "feature_fraction": 0.9, "bagging_fraction": 0.9,
     "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1, "seed": 0, "num_threads": 2,
     "deterministic": True, "force_row_wise": True,
+    # piecewise-linear leaves extrapolate along the roofline features to unseen families
+    "linear_tree": True, "linear_lambda": 1.0,
 }
 NUM_ROUNDS = 400
 

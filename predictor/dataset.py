@@ -10,6 +10,7 @@ measured columns. Reading the CSV (``load``) needs only pandas; torch is importe
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import random
@@ -25,6 +26,8 @@ from predictor import features
 
 DATA_DIR = Path(__file__).parent / "data"
 DEFAULT_CSV = DATA_DIR / "dataset-cpu-v1.csv"
+# GPU-measured rows of the same configs (``generate --device cuda``), one file per GPU model
+DEFAULT_GPU_CSV = DATA_DIR / "dataset-gpu-h200.csv"
 
 REC_FAMILIES = ("wide_deep", "deepfm", "dlrm")
 FAMILIES = (*REC_FAMILIES, "resnet", "bert", "yolo")
@@ -36,6 +39,7 @@ REAL_MAX_BYTES = 768 * 2**20
 # Sparse gradients have data-dependent sizes (unique ids); those configs always run for real.
 SPARSE_MAX_TABLE_BYTES = 512 * 2**20
 MAX_TABLE_BYTES = 48 * 2**30  # keep every config trainable on one 80 GB GPU
+ROW_ID_STRIDE = 1000  # row_id = seed * ROW_ID_STRIDE + index in that seed's sweep
 
 MEASURED = (
     "exec_mode", "label_source", "gpu_model", "n_params", "n_emb_params", "macs_per_sample",
@@ -46,7 +50,11 @@ MEASURED = (
     # GPU mode only (empty for CPU rows)
     "gpu_max_allocated_bytes", "gpu_max_reserved_bytes", "gpu_nvml_used_bytes", "gpu_ctx_bytes",
     "gpu_util_pct", "gpu_sm_active_pct", "gpu_sm_source", "gpu_steps_per_s",
+    "gpu_nvml_source", "gpu_sm_occupancy_pct", "gpu_dram_bw_pct", "gpu_tensor_active_pct",
+    "gpu_nvml_errors",
 )
+TEXT_COLUMNS = ("exec_mode", "label_source", "gpu_model", "gpu_sm_source", "gpu_nvml_source",
+                "gpu_nvml_errors")
 COLUMNS = ("row_id", "family", "job_class", "spec_json", "config_json", *MEASURED)
 
 
@@ -169,21 +177,46 @@ def measure_cpu(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**m, "fake_real_rel_diff": ""}
 
 
+def configs_for(seeds: Iterable[int]) -> list[tuple[int, dict[str, Any]]]:
+    """(row_id, config) over the sweeps of ``seeds``; row_id = seed * ROW_ID_STRIDE + index."""
+    return [(seed * ROW_ID_STRIDE + i, cfg) for seed in seeds for i, cfg in enumerate(sweep(seed))]
+
+
+def config_of(row_id: int) -> dict[str, Any] | None:
+    seed, i = divmod(row_id, ROW_ID_STRIDE)
+    configs = _sweep_cached(seed)
+    return configs[i] if i < len(configs) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _sweep_cached(seed: int) -> list[dict[str, Any]]:
+    return sweep(seed)
+
+
 def run(
     out: Path,
     device: str = "cpu",
-    seed: int = 0,
+    seeds: Iterable[int] = (0,),
     limit: int | None = None,
     families: Iterable[str] | None = None,
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
     interleave: bool = False,
     budget_s: float | None = None,
+    shapes_from: Path | None = DEFAULT_CSV,
+    resume: bool = False,
 ) -> int:
-    """Measure the sweep and write ``out``; returns the number of rows written. ``row_id`` is
-    the config's index in the whole sweep, so rows of runs on different devices join.
+    """Measure the sweeps of ``seeds`` and write ``out``; returns the number of rows written.
+    ``row_id`` identifies the config (seed and index in its sweep), so rows of runs on
+    different devices join. ``resume`` keeps the rows already in ``out`` and measures only
+    the configs it lacks.
     ``interleave`` takes the families in turn (a run cut short by ``limit`` or ``budget_s``
-    still covers each); ``budget_s`` stops starting new configs after that many seconds."""
-    configs = list(enumerate(sweep(seed)))
+    still covers each); ``budget_s`` stops starting new configs after that many seconds.
+    On CUDA, ``shapes_from`` (a CPU dataset of the same seed) supplies the step's FLOPs and
+    bytes for configs it holds, so the GPU's time goes to measuring."""
+    configs = configs_for(seeds)
+    kept = _existing_rows(out) if resume else []
+    done = {int(r["row_id"]) for r in kept}
+    configs = [(i, c) for i, c in configs if i not in done]
     if families:
         fams = set(families)
         configs = [(i, c) for i, c in configs if c["family"] in fams]
@@ -195,26 +228,35 @@ def run(
         from predictor.generate import gpu
 
         gpu.require_cuda()
-        measure_fn: Callable[[dict[str, Any]], dict[str, Any]] = gpu.measure
+        shapes = cpu_shapes(shapes_from) if shapes_from else {}
+        log(f"shape columns of {len(shapes)} configs reused from {shapes_from}")
+
+        def measure_fn(i: int, cfg: dict[str, Any]) -> dict[str, Any]:
+            return gpu.measure(cfg, shape=shapes.get(i))
     elif device == "cpu":
         import torch
 
         torch.set_num_threads(max(1, torch.get_num_threads()))
-        measure_fn = measure_cpu
+
+        def measure_fn(i: int, cfg: dict[str, Any]) -> dict[str, Any]:
+            return measure_cpu(cfg)
     else:
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     n = 0
     with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore", restval="")
         w.writeheader()
+        w.writerows(kept)
+        if kept:
+            log(f"resuming: {len(kept)} rows kept from {out}, {len(configs)} configs to measure")
         for k, (i, cfg) in enumerate(configs):
             if budget_s is not None and time.perf_counter() - t0 > budget_s:
                 log(f"time budget of {budget_s:.0f}s spent: stopping after {n} rows")
                 break
             try:
-                m = measure_fn(cfg)
+                m = measure_fn(i, cfg)
             except Exception as exc:  # a config that PyTorch rejects is skipped, not fatal
                 log(f"[{i}] {cfg['family']}: skipped: {type(exc).__name__}: {exc}")
                 continue
@@ -235,6 +277,29 @@ def run(
     return n
 
 
+def _existing_rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def cpu_shapes(path: Path) -> dict[int, dict[str, Any]]:
+    """Shape columns of a CPU dataset's rows whose config is still the sweep's config."""
+    from predictor.generate.gpu import SHAPE_COLUMNS
+
+    out: dict[int, dict[str, Any]] = {}
+    for row in _existing_rows(path):
+        i = int(row["row_id"])
+        cfg = config_of(i)
+        if (row["label_source"] != "cpu" or cfg is None
+                or row["config_json"] != json.dumps(cfg, separators=(",", ":"))):
+            continue
+        out[i] = {k: int(v) if v.lstrip("-").isdigit() else float(v)
+                  for k in SHAPE_COLUMNS for v in [row[k]]}
+    return out
+
+
 def interleaved(configs: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
     """Round-robin over families, each family's configs in sweep order."""
     by_family: dict[str, list[tuple[int, dict[str, Any]]]] = {}
@@ -251,8 +316,7 @@ def load(path: Path = DEFAULT_CSV):  # noqa: ANN201 - pandas is imported lazily
     import pandas as pd
 
     return pd.read_csv(path, keep_default_na=False, na_values={
-        c: [""] for c in MEASURED if c not in ("exec_mode", "label_source", "gpu_model",
-                                               "gpu_sm_source")
+        c: [""] for c in MEASURED if c not in TEXT_COLUMNS
     })
 
 

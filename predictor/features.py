@@ -299,6 +299,7 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     onehot = {f"o_{g}": 1.0 if g == opt_group else 0.0 for g in OPT_GROUPS}
     return {
         **onehot,
+        **roofline_times(spec, b, emb_params, dense_params, m_emb, m, gathered, gpu),
         "emb_mib": emb_params * b * mib,
         "dense_mib": dense_params * b * mib,
         "m_emb": m_emb,
@@ -332,6 +333,37 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "log_intensity": math.log10(1.0 + 6.0 * spec.macs * spec.batch_size)
         - math.log10(1.0 + spec.batch_size * (lookups * 8 + gathered * b)
                      + (emb_params * 0 + dense_params) * b * 4),
+    }
+
+
+# Fraction of peak FLOP/s a training step's kernels reach on average (GEMMs near peak, the rest
+# far below); only scales the FLOP time against the memory times.
+FLOP_EFFICIENCY = 0.4
+
+
+def roofline_times(spec: ModelSpec, b: int, emb_params: float, dense_params: float,
+                   m_emb: float, m: float, gathered: float, gpu: gpus.GpuSpec) -> dict[str, float]:
+    """Seconds per step the target GPU needs for each kind of work, from the structure alone
+    (log10; and the shares of the total): FLOPs at ``FLOP_EFFICIENCY`` of peak; the optimizer
+    reading parameters, gradients and states and writing parameters and states; activations
+    written forward, read and written backward; embedding rows gathered and scattered. Which
+    one dominates decides how busy the SMs are, across model families."""
+    bw = gpu.mem_bw_gbs * 1e9
+    t_flops = 6.0 * spec.macs * spec.batch_size / (gpus.peak_flops(gpu, spec.dtype)
+                                                   * FLOP_EFFICIENCY)
+    touched_emb = spec.batch_size * gathered if spec.sparse_grad else emb_params
+    t_opt = (touched_emb * (3 + 2 * m_emb) + dense_params * (3 + 2 * m)) * b / bw
+    t_act = 4.0 * spec.batch_size * spec.activations * b / bw
+    t_lookup = 3.0 * spec.batch_size * gathered * b / bw
+    total = t_flops + t_opt + t_act + t_lookup
+    return {
+        "log_t_flops": math.log10(1e-9 + t_flops),
+        "log_t_opt": math.log10(1e-9 + t_opt),
+        "log_t_act": math.log10(1e-9 + t_act),
+        "log_t_lookup": math.log10(1e-9 + t_lookup),
+        "log_t_gpu": math.log10(1e-9 + total),
+        "opt_share": t_opt / total if total > 0 else 0.0,
+        "flops_share": t_flops / total if total > 0 else 0.0,
     }
 
 

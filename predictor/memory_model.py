@@ -1,6 +1,7 @@
-"""GPU-memory model: least squares on degree-2 polynomial features + margin + CUDA context.
+"""GPU-memory model: least squares on degree-2 polynomial features, calibrated per GPU model.
 
-``predict_mib(spec) = ceil(ols(spec) * margin + ctx_mib[gpu_model])``
+``predict_mib(spec) = ceil(ols(spec) * scale + offset)`` where, for a GPU model with measured
+rows, ``(scale, offset) = device[gpu_model]`` and otherwise ``(margin, ctx_mib[gpu_model])``.
 
 * ``ols`` — statsmodels weighted least squares on degree-2 polynomial terms (``TERMS``):
   analytic memory-phase sizes (optimizer step / backward, see :func:`term_pairs`) times the
@@ -13,6 +14,11 @@
 * ``margin`` — a multiplicative safety margin calibrated on leave-one-family-out residuals:
   the ``MARGIN_QUANTILE`` quantile of ``y / ols`` over held-out predictions.
 * ``ctx_mib`` — per-GPU-model constant, see :mod:`predictor.gpus`.
+* ``device`` — for GPU models the generator measured: ``(scale, offset_mib)`` fitted so that
+  ``ols * scale + offset`` covers the process's NVML-measured memory (context, library
+  workspaces, allocator slack included) in ``MARGIN_QUANTILE`` of held-out predictions
+  (:func:`fit_device`). The CPU label has none of those, and a context constant alone left
+  half of the H200 rows under-estimated.
 
 Prediction needs numpy only; fitting needs statsmodels.
 """
@@ -30,7 +36,8 @@ import numpy as np
 from predictor import features, gpus
 
 MARGIN_QUANTILE = 0.98
-FORMAT = "sparse-predictor/memory-ols/4"
+FORMAT = "sparse-predictor/memory-ols/5"
+DEVICE_MIN_ROWS = 20  # fewer measured rows than this: keep the margin and context constant
 
 
 def term_pairs() -> list[tuple[str, str | None]]:
@@ -101,23 +108,48 @@ def raw_predict(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarra
     return np.maximum(phase_sizes(coef, rows).max(axis=1), 1.0)
 
 
+def lofo_raw(
+    rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
+    eval_rows: Sequence[dict[str, float]], eval_groups: Sequence[str],
+) -> np.ndarray:
+    """OLS estimate for each of ``eval_rows`` by a model fitted on ``rows`` without the eval
+    row's group."""
+    groups_arr, eval_arr = np.asarray(groups), np.asarray(eval_groups)
+    out = np.empty(len(eval_rows))
+    for g in sorted(set(eval_groups)):
+        train, test = groups_arr != g, eval_arr == g
+        coef = fit_coef([r for r, t in zip(rows, train, strict=True) if t], y_mib[train])
+        out[test] = raw_predict(coef, [r for r, t in zip(eval_rows, test, strict=True) if t])
+    return out
+
+
 def lofo_ratios(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str]
 ) -> np.ndarray:
     """``y / prediction`` for every row, predicted by a model fitted without its group."""
-    groups_arr = np.asarray(groups)
-    out = np.empty(len(rows))
-    for g in sorted(set(groups)):
-        test = groups_arr == g
-        train = ~test
-        coef = fit_coef([r for r, t in zip(rows, train, strict=True) if t], y_mib[train])
-        out[test] = y_mib[test] / raw_predict(coef, [r for r, t in zip(rows, test, strict=True)
-                                                     if t])
-    return out
+    return y_mib / lofo_raw(rows, y_mib, groups, rows, groups)
 
 
 def calibrate_margin(ratios: np.ndarray, q: float = MARGIN_QUANTILE) -> float:
     return max(1.0, float(np.quantile(ratios, q)))
+
+
+def fit_device(raw_mib: np.ndarray, used_mib: np.ndarray,
+               q: float = MARGIN_QUANTILE) -> tuple[float, float]:
+    """``(scale, offset_mib)`` such that ``raw * scale + offset >= used`` for a ``q`` share
+    of rows: a linear quantile regression of the relative error (each row's constraint
+    divided by its measured memory, so small jobs count as much as large ones). ``raw``
+    should be held-out estimates, so the calibration covers the model's own error too."""
+    import warnings
+
+    import statsmodels.api as sm
+
+    used = np.asarray(used_mib, dtype=float)
+    x = np.column_stack([raw_mib, np.ones(len(used))]) / used[:, None]
+    with warnings.catch_warnings():  # QuantReg warns on slow convergence; the fit stays valid
+        warnings.simplefilter("ignore")
+        scale, offset = sm.QuantReg(np.ones(len(used)), x).fit(q=q, max_iter=5000).params
+    return max(1.0, float(scale)), max(0.0, float(offset))
 
 
 @dataclass
@@ -129,6 +161,7 @@ class MemoryModel:
     )
     version: str = "v1"
     meta: dict = field(default_factory=dict)
+    device: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def fit(
@@ -148,14 +181,20 @@ class MemoryModel:
 
     def predict_mib(self, spec: features.ModelSpec) -> int:
         raw = float(self.predict_train_mib([spec])[0])
-        ctx = self.ctx_mib.get(spec.gpu_model, gpus.get(spec.gpu_model).ctx_mib)
-        return int(math.ceil(raw * self.margin + ctx))
+        scale, offset = self.scale_offset(spec.gpu_model)
+        return int(math.ceil(raw * scale + offset))
+
+    def scale_offset(self, gpu_model: str) -> tuple[float, float]:
+        if gpu_model in self.device:
+            return self.device[gpu_model]
+        return self.margin, float(self.ctx_mib.get(gpu_model, gpus.get(gpu_model).ctx_mib))
 
     def to_json(self) -> dict:
         return {
             "format": FORMAT, "version": self.version, "terms": ["const", *TERMS],
             "coef": [float(c) for c in self.coef], "margin": self.margin,
             "ctx_mib": self.ctx_mib, "meta": self.meta,
+            "device": {k: [float(a), float(b)] for k, (a, b) in self.device.items()},
         }
 
     @classmethod
@@ -166,7 +205,8 @@ class MemoryModel:
             raise ValueError("memory model terms do not match this code version")
         return cls(coef=np.array(d["coef"], dtype=float), margin=float(d["margin"]),
                    ctx_mib={k: int(v) for k, v in d["ctx_mib"].items()},
-                   version=d["version"], meta=d.get("meta", {}))
+                   version=d["version"], meta=d.get("meta", {}),
+                   device={k: (float(a), float(b)) for k, (a, b) in d.get("device", {}).items()})
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import MODEL_VERSION, dataset, gpus
+from predictor import MODEL_VERSION, dataset, features, gpus, memory_model
 from predictor.compute_model import ComputeModel, labels
 from predictor.estimate import MANIFEST
 from predictor.memory_model import MemoryModel
@@ -26,26 +26,61 @@ def memory_target_mib(df) -> np.ndarray:  # noqa: ANN001
     return df["peak_bytes"].to_numpy(dtype=float) / 2**20
 
 
-def calibrated_ctx(df) -> dict[str, int]:  # noqa: ANN001
+def used_rows(gdf):  # noqa: ANN001, ANN201
+    """GPU rows that carry the process's NVML-measured memory."""
+    return gdf[(gdf["label_source"] == "gpu") & gdf["gpu_nvml_used_bytes"].notna()]
+
+
+def calibrated_ctx(gdf) -> dict[str, int]:  # noqa: ANN001
     """Catalogue defaults, replaced by the per-GPU median of measured context where GPU rows
     carry ``gpu_ctx_bytes``."""
     ctx = {k: g.ctx_mib for k, g in gpus.CATALOGUE.items()}
-    if "gpu_ctx_bytes" in df:
-        gpu = df[(df["label_source"] == "gpu") & df["gpu_ctx_bytes"].notna()]
+    if gdf is not None and "gpu_ctx_bytes" in gdf:
+        gpu = gdf[(gdf["label_source"] == "gpu") & gdf["gpu_ctx_bytes"].notna()]
         for name, grp in gpu.groupby("gpu_model"):
             ctx[str(name)] = int(np.ceil(grp["gpu_ctx_bytes"].median() / 2**20))
     return ctx
 
 
+def calibrate_devices(df, gdf) -> dict[str, tuple[float, float]]:  # noqa: ANN001
+    """``MemoryModel.device`` for every GPU model with enough measured rows: the OLS fitted on
+    the CPU rows ``df``, held out by family, against the GPU rows' NVML-measured memory."""
+    if gdf is None:
+        return {}
+    rows = [features.derive(s) for s in dataset.specs(df)]
+    y, fam = memory_target_mib(df), list(df["family"])
+    out: dict[str, tuple[float, float]] = {}
+    for name, grp in used_rows(gdf).groupby("gpu_model"):
+        if len(grp) < memory_model.DEVICE_MIN_ROWS:
+            continue
+        raw = memory_model.lofo_raw(rows, y, fam, [features.derive(s) for s in
+                                                   dataset.specs(grp)], list(grp["family"]))
+        used = grp["gpu_nvml_used_bytes"].to_numpy(dtype=float) / 2**20
+        out[str(name)] = memory_model.fit_device(raw, used)
+    return out
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
-          use_holdout: bool = True) -> dict:
+          use_holdout: bool = True, gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV) -> dict:
+    """Memory: OLS on the CPU rows of ``csv_path``, calibrated per GPU model on the GPU rows of
+    ``gpu_csv``. Compute: LightGBM on the GPU rows' measured SM activity when there are any,
+    else on the CPU FLOP-roofline proxy."""
     df = dataset.load(csv_path)
+    df = df[df["label_source"] == "cpu"]
+    gdf = dataset.load(gpu_csv) if gpu_csv is not None and gpu_csv.exists() else None
     train_df = df[~holdout_mask(df)] if use_holdout else df
+    train_gdf = gdf[~holdout_mask(gdf)] if gdf is not None and use_holdout else gdf
     specs = dataset.specs(train_df)
     mem = MemoryModel.fit(specs, memory_target_mib(train_df), list(train_df["family"]),
                           version=version)
-    mem.ctx_mib = calibrated_ctx(df)
-    c_specs, c_y, _ = labels(train_df)
+    mem.ctx_mib = calibrated_ctx(gdf)
+    mem.device = calibrate_devices(train_df, train_gdf)
+    gpu_labelled = train_gdf is not None and bool((train_gdf["label_source"] == "gpu").any())
+    c_specs, c_y, _ = labels(train_gdf if gpu_labelled else train_df)
     comp = ComputeModel.fit(c_specs, c_y, version=version)
     out_dir.mkdir(parents=True, exist_ok=True)
     mem_name, comp_name = f"memory-{version}.json", f"compute-{version}.txt"
@@ -56,12 +91,16 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
         "memory": mem_name,
         "compute": comp_name,
         "dataset": csv_path.name,
-        "dataset_sha256": hashlib.sha256(csv_path.read_bytes()).hexdigest(),
+        "dataset_sha256": _digest(csv_path),
+        "gpu_dataset": gpu_csv.name if gdf is not None else None,
+        "gpu_dataset_sha256": _digest(gpu_csv) if gdf is not None else None,
         "rows_trained": int(len(train_df)),
+        "gpu_rows_trained": int(len(train_gdf)) if train_gdf is not None else 0,
         "holdout": f"row_id % {HOLDOUT_MOD} == 0" if use_holdout else "none",
-        "compute_label": "gpu-measured" if (df["label_source"] == "gpu").any()
+        "compute_label": "gpu-measured-sm-activity" if gpu_labelled
         else "cpu-flop-roofline-proxy",
         "memory_margin": mem.margin,
+        "memory_device": {k: list(v) for k, v in mem.device.items()},
         "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

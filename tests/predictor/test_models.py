@@ -49,6 +49,7 @@ def test_round_trip(small_csv: Path, tmp_path: Path) -> None:
     np.testing.assert_allclose(comp.predict_many(specs), est.compute.predict_many(specs))
     p = est.predict(features.parse_model(json.dumps(SPEC)))
     assert 1 <= p.gpu_milli <= 1000 and p.gpu_mem_mib > 1500 and p.model_version == "t1"
+    assert set(est.memory.device) == {"H200"}  # calibrated on the committed GPU rows
 
 
 def test_shipped_artefacts_match_committed_dataset() -> None:
@@ -57,7 +58,10 @@ def test_shipped_artefacts_match_committed_dataset() -> None:
     manifest = json.loads((estimate.MODELS_DIR / "manifest.json").read_text())
     digest = hashlib.sha256(dataset.DEFAULT_CSV.read_bytes()).hexdigest()
     assert manifest["dataset_sha256"] == digest, "retrain: sparse-predictor train"
-    assert manifest["compute_label"] in ("cpu-flop-roofline-proxy", "gpu-measured")
+    gpu_digest = hashlib.sha256(dataset.DEFAULT_GPU_CSV.read_bytes()).hexdigest()
+    assert manifest["gpu_dataset_sha256"] == gpu_digest, "retrain: sparse-predictor train"
+    assert manifest["compute_label"] == "gpu-measured-sm-activity"
+    assert set(manifest["memory_device"]) == {"H200"}
 
 
 def test_memory_model_is_monotone_in_tables_and_optimizer() -> None:
@@ -121,3 +125,40 @@ def test_serving_path_does_not_import_torch() -> None:
             "predictor.estimate.Estimator.load(); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_device_calibration_covers_the_quantile_and_round_trips(tmp_path: Path) -> None:
+    from predictor import memory_model
+
+    rng = np.random.default_rng(0)
+    raw = np.exp(rng.uniform(np.log(20), np.log(40_000), 400))
+    # measured = context + workspace + 1.1-1.4x the estimate (allocator slack, model error)
+    used = 800 + 60 + raw * rng.uniform(1.1, 1.4, raw.size)
+    scale, offset = memory_model.fit_device(raw, used, q=0.98)
+    covered = np.mean(raw * scale + offset >= used)
+    assert 0.96 <= covered <= 1.0 and 1.1 <= scale <= 1.5 and 600 <= offset <= 1200
+    model = MemoryModel(coef=np.zeros(len(memory_model.TERMS) + 1), margin=1.2,
+                        device={"H200": (scale, offset)})
+    model.save(tmp_path / "m.json")
+    loaded = MemoryModel.load(tmp_path / "m.json")
+    assert loaded.scale_offset("H200") == pytest.approx((scale, offset))
+    assert loaded.scale_offset("T4") == (1.2, 1000.0)  # unmeasured GPU: margin + context
+
+
+def test_shipped_memory_model_uses_the_h200_calibration() -> None:
+    import msgspec
+
+    est = estimate.Estimator.load()
+    base = features.parse_model(json.dumps(SPEC))
+    h200 = msgspec.structs.replace(base, gpu_model="H200")
+    raw = float(est.memory.predict_train_mib([h200])[0])
+    scale, offset = est.memory.device["H200"]
+    assert est.predict(h200).gpu_mem_mib == int(np.ceil(raw * scale + offset))
+
+
+def test_cli_evaluate_without_gpu_rows_says_proxy() -> None:
+    r = CliRunner().invoke(main, ["evaluate", "--gpu-data", ""])
+    assert r.exit_code == 0, r.output
+    assert "PROXY" in r.output and "NVML-measured" not in r.output
+    r = CliRunner().invoke(main, ["evaluate", "--gpu-data", "/nonexistent.csv"])
+    assert r.exit_code != 0 and "does not exist" in r.output
