@@ -158,6 +158,7 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
         family=fam, batch_size=cfg["batch_size"], optimizer=cfg["optimizer"],
         dtype=cfg["dtype"], gpu_model=gpu_model, macs=float(m["macs_per_sample"]),
         params=float(m["n_params"]), activations=float(m["activations_per_sample"]),
+        inputs=float(3 * cfg["image"] ** 2) if fam in ("resnet", "yolo") else 0.0,
         tables=tables, dense_features=cfg.get("dense_features", 0),
         bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
         top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),

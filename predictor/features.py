@@ -101,6 +101,7 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     macs: NonNegBig = 0.0  # forward multiply-accumulates per sample
     params: NonNegBig = 0.0  # all parameters; 0 = derive from tables + MLPs
     activations: NonNegBig = 0.0  # forward output elements per sample summed over layers
+    inputs: NonNegBig = 0.0  # input tensor elements per sample besides ids (image C x H x W)
     tables: Annotated[list[Table], msgspec.Meta(max_length=10_000)] = []
     dense_features: Annotated[int, msgspec.Meta(ge=0, le=10**6)] = 0
     bottom_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
@@ -251,7 +252,10 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
     the vocabulary-wide loss: cross-entropy keeps the log-softmax output (the logits are freed
     once it exists), and the backward starts by materialising two more tensors of that size
     (the NLL gradient and the log-softmax gradient) while everything saved is still alive.
-    CNNs: ``CNN_SAVED_FRACTION`` of the forward op outputs. Others: ``OTHER_SAVED_FRACTION``.
+    CNNs: ``CNN_SAVED_FRACTION`` of the forward op outputs. Others: ``OTHER_SAVED_FRACTION``;
+    DLRM adds its dot interaction: the backward of the pairwise-product selection materialises
+    a ``B x F x F`` gradient (F = tables + the bottom MLP's output) while the forward's saved
+    tensors are still alive.
     """
     b = DTYPE_BYTES[spec.dtype]
     bsz = spec.batch_size
@@ -262,7 +266,11 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
             per_tok_layer = b * (17 * d + 2 * h * seq) + (h * seq + 2 * d)
             return bsz * seq * (layers * per_tok_layer + LOSS_VOCAB_TENSORS * vocab * b)
     frac = CNN_SAVED_FRACTION.get(spec.family, OTHER_SAVED_FRACTION)
-    return frac * bsz * spec.activations * b
+    saved = frac * bsz * spec.activations * b
+    if spec.family == "dlrm" and spec.tables:
+        fields = sum(t.count for t in spec.tables) + 1
+        saved += bsz * fields * fields * b
+    return saved
 
 
 def derive(spec: ModelSpec) -> dict[str, float]:
@@ -289,7 +297,8 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     temp = OPT_STEP_TEMP_SPARSE if spec.sparse_grad else OPT_STEP_TEMP[spec.optimizer]
     step_mib = hold_mib + grad_mib + p_mib * temp
     saved_mib = saved_activation_bytes(spec) * mib
-    io_mib = spec.batch_size * (lookups * 8 + pooled * b) * mib
+    # the batch (ids, input tensors) and the pooled lookups live through the whole step
+    io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib
     # Backward ends with every gradient materialised while the earliest activations are still
     # saved, so the backward phase counts the gradients too; the step phase adds the
     # optimizer's temporaries instead of activations.
