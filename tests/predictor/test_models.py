@@ -162,3 +162,18 @@ def test_cli_evaluate_without_gpu_rows_says_proxy() -> None:
     assert "PROXY" in r.output and "NVML-measured" not in r.output
     r = CliRunner().invoke(main, ["evaluate", "--gpu-data", "/nonexistent.csv"])
     assert r.exit_code != 0 and "does not exist" in r.output
+
+
+def test_input_images_raise_the_memory_estimate() -> None:
+    import msgspec
+
+    est = estimate.Estimator.load()
+    cnn = features.parse_model(json.dumps({
+        "family": "resnet", "batch_size": 256, "optimizer": "sgd", "gpu_model": "A100",
+        "macs": 1.8e9, "params": 1.17e7, "activations": 2.3e6}))
+    imagenet = msgspec.structs.replace(cnn, inputs=3 * 224 * 224)
+    extra = est.predict(imagenet).gpu_mem_mib - est.predict(cnn).gpu_mem_mib
+    images_mib = 256 * 3 * 224 * 224 * 4 / 2**20  # 147 MiB of fp32 images
+    assert 0.5 * images_mib <= extra <= 3 * images_mib
+    with pytest.raises(features.SchemaError, match="inputs"):
+        features.parse_model('{"family": "resnet", "batch_size": 8, "inputs": -1}')
