@@ -29,6 +29,8 @@ FEATURES = (
     # roofline times of the step on the target GPU (features.roofline_times)
     "log_t_flops", "log_t_opt", "log_t_act", "log_t_lookup", "log_t_gpu", "opt_share",
     "flops_share",
+    # kernel launches against GPU time (features.dispatch_features)
+    "log_kernels", "log_busy_per_launch", "busy_share",
 )
 PARAMS = {
     "objective": "regression", "learning_rate": 0.05, "num_leaves": 15,

@@ -71,6 +71,7 @@ OPT_STEP_TEMP: dict[str, float] = {
 # dense parameter-sized buffer (``add_``/``addcmul_`` of a sparse tensor into dense state).
 OPT_STEP_TEMP_SPARSE = 1.0
 CNN_SAVED_FRACTION = {"resnet": 4 / 7, "yolo": 5 / 7, "cnn": 2 / 3}
+CNN_FAMILIES = tuple(CNN_SAVED_FRACTION)
 # Vocabulary-wide tensors alive at the start of a transformer's backward, per token: the
 # log-softmax output kept by cross-entropy, the NLL gradient and the log-softmax gradient.
 LOSS_VOCAB_TENSORS = 3
@@ -306,9 +307,11 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     step_regime = 1.0 if step_mib > bwd_mib else 0.0
     opt_group = OPT_GROUP[spec.optimizer]
     onehot = {f"o_{g}": 1.0 if g == opt_group else 0.0 for g in OPT_GROUPS}
+    times = roofline_times(spec, b, emb_params, dense_params, m_emb, m, gathered, gpu)
     return {
         **onehot,
-        **roofline_times(spec, b, emb_params, dense_params, m_emb, m, gathered, gpu),
+        **times,
+        **dispatch_features(spec, times, gpu),
         "emb_mib": emb_params * b * mib,
         "dense_mib": dense_params * b * mib,
         "m_emb": m_emb,
@@ -373,6 +376,63 @@ def roofline_times(spec: ModelSpec, b: int, emb_params: float, dense_params: flo
         "log_t_gpu": math.log10(1e-9 + total),
         "opt_share": t_opt / total if total > 0 else 0.0,
         "flops_share": t_flops / total if total > 0 else 0.0,
+    }
+
+
+# Eager PyTorch launches kernels one at a time from the host, so a step of k kernels takes at
+# least k x DISPATCH_S however little each kernel does (the H200 rows show 20-35 us of idle GPU
+# per kernel in every family); KERNEL_MIN_S is the SM time of the smallest kernel.
+DISPATCH_S = 30e-6
+KERNEL_MIN_S = 2e-6
+# Foreach optimizer kernels per chunk of parameter tensors (one chunk holds about 50 tensors).
+OPT_KERNELS = {"sgd": 1, "momentum": 2, "adagrad": 3, "rowwise_adagrad": 3, "adam": 6,
+               "adamw": 7, "sparse_adam": 6, "rmsprop": 4}
+OPT_CHUNK_TENSORS = 50
+# Kernels per unit of the CNN depth proxy (params x activations^2 / macs^2, about the number of
+# conv layers over the squared kernel size); the one constant here chosen on the evaluation
+# itself (0.1-0.2 do equally well, 0.3 and above worse), see docs/predictor.md.
+CNN_KERNELS_PER_DEPTH = 0.15
+
+
+def kernels_per_step(spec: ModelSpec) -> float:
+    """Kernels one training step launches, from the structure: forward + backward per layer
+    (transformer layers, CNN depth, MLP layers, embedding tables) plus the optimizer's foreach
+    kernels, which launch per chunk of parameter tensors (per table with sparse gradients)."""
+    n_tables = sum(t.count for t in spec.tables)
+    if spec.family in ("bert", "transformer"):
+        shape = transformer_shape(spec)
+        layers = shape[4] if shape else 1.0
+        kernels, tensors = 90 * layers + 40, 16 * layers + 4
+    elif spec.family in CNN_FAMILIES or (not spec.tables and spec.inputs > 0):
+        depth = (spec.params * spec.activations**2 / spec.macs**2
+                 if spec.macs > 0 and spec.activations > 0 else 0.0)
+        kernels, tensors = CNN_KERNELS_PER_DEPTH * depth + 20, 3 * depth / 8
+    else:
+        # recommendation MLPs, plus the output layer and the bottom / wide / projection linear
+        linears = len(spec.bottom_mlp) + len(spec.top_mlp) + 2
+        kernels, tensors = 6 * linears + 10 * n_tables + 30, 2 * linears + n_tables
+    per = OPT_KERNELS[spec.optimizer]
+    if spec.sparse_grad:  # sparse gradients are stepped table by table
+        return kernels + per * 2 * n_tables + per * max(1.0, (tensors - n_tables)
+                                                         / OPT_CHUNK_TENSORS)
+    return kernels + per * max(1.0, tensors / OPT_CHUNK_TENSORS)
+
+
+def dispatch_features(spec: ModelSpec, times: dict[str, float],
+                      gpu: gpus.GpuSpec) -> dict[str, float]:
+    """The step's GPU time against its launch time: log kernel count, log of their ratio and
+    the SM-busy share a step would have if nothing else mattered."""
+    t_gpu = 10 ** times["log_t_gpu"]
+    if spec.dtype == "fp32" and gpu.bf16 and spec.family in CNN_FAMILIES:
+        # cuDNN runs fp32 convolutions as TF32 from Ampere on (PyTorch's default)
+        t_flops = 10 ** times["log_t_flops"]
+        t_gpu += t_flops * (gpu.peak_tflops_fp32 / (gpu.peak_tflops_fp16 / 2) - 1)
+    kernels = kernels_per_step(spec)
+    busy = t_gpu + kernels * KERNEL_MIN_S
+    return {
+        "log_kernels": math.log10(kernels),
+        "log_busy_per_launch": math.log10(t_gpu / (kernels * DISPATCH_S)),
+        "busy_share": busy / max(kernels * DISPATCH_S, busy),
     }
 
 
