@@ -294,7 +294,8 @@ def cpu_shapes(path: Path) -> dict[int, dict[str, Any]]:
         i = int(row["row_id"])
         cfg = config_of(i)
         if (row["label_source"] != "cpu" or cfg is None
-                or row["config_json"] != json.dumps(cfg, separators=(",", ":"))):
+                or row["config_json"] != json.dumps(cfg, separators=(",", ":"))
+                or any(not row.get(k) for k in SHAPE_COLUMNS)):
             continue
         out[i] = {k: int(v) if v.lstrip("-").isdigit() else float(v)
                   for k in SHAPE_COLUMNS for v in [row[k]]}

@@ -57,10 +57,11 @@ OPT_GROUP = {
 }
 OPT_GROUPS = ("sgd", "momentum", "adagrad", "adam", "sparse_adam", "rmsprop")
 # Parameter-sized temporaries of the foreach optimizer step (PyTorch implementation: Adam/AdamW,
-# Adagrad, RMSprop and SparseAdam take a sqrt of their second-moment state into a new buffer;
-# SGD and momentum update in place).
+# RMSprop and SparseAdam take a sqrt of their second-moment state into a new buffer; Adagrad
+# adds eps out of place to that sqrt, so two such buffers are alive at once; SGD and momentum
+# update in place).
 OPT_STEP_TEMP: dict[str, float] = {
-    "sgd": 0.0, "momentum": 0.0, "adagrad": 1.0, "rowwise_adagrad": 1.0, "adam": 1.0,
+    "sgd": 0.0, "momentum": 0.0, "adagrad": 2.0, "rowwise_adagrad": 2.0, "adam": 1.0,
     "adamw": 1.0, "sparse_adam": 1.0, "rmsprop": 1.0,
 }
 # Fraction of the forward op outputs (``activations``) a CNN keeps for backward, from the block
@@ -72,6 +73,9 @@ OPT_STEP_TEMP: dict[str, float] = {
 OPT_STEP_TEMP_SPARSE = 1.0
 CNN_SAVED_FRACTION = {"resnet": 4 / 7, "yolo": 5 / 7, "cnn": 2 / 3}
 CNN_FAMILIES = tuple(CNN_SAVED_FRACTION)
+# YOLOv3 heads (COCO): 3 anchors x (4 box + objectness + 80 classes) channels at strides 8, 16
+# and 32, as elements per input element (input = 3 x H x W).
+YOLO_HEAD_ELEMS_PER_INPUT = 3 * (5 + 80) * (1 / 64 + 1 / 256 + 1 / 1024) / 3
 # Vocabulary-wide tensors alive at the start of a transformer's backward, per token: the
 # log-softmax output kept by cross-entropy, the NLL gradient and the log-softmax gradient.
 LOSS_VOCAB_TENSORS = 3
@@ -268,6 +272,9 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
             return bsz * seq * (layers * per_tok_layer + LOSS_VOCAB_TENSORS * vocab * b)
     frac = CNN_SAVED_FRACTION.get(spec.family, OTHER_SAVED_FRACTION)
     saved = frac * bsz * spec.activations * b
+    if spec.family == "yolo" and b < 4:
+        # the detection loss upcasts every head output to fp32 and keeps that copy for backward
+        saved += bsz * YOLO_HEAD_ELEMS_PER_INPUT * spec.inputs * 4
     if spec.family == "dlrm" and spec.tables:
         fields = sum(t.count for t in spec.tables) + 1
         saved += bsz * fields * fields * b
@@ -295,7 +302,9 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     grad_mib = ((dense_params * b + spec.batch_size * (gathered * b + lookups * 8)) * mib
                 if spec.sparse_grad else p_mib)
     hold_mib = emb_params * b * mib * (1 + m_emb) + dense_params * b * mib * (1 + m)
-    temp = OPT_STEP_TEMP_SPARSE if spec.sparse_grad else OPT_STEP_TEMP[spec.optimizer]
+    temp = OPT_STEP_TEMP[spec.optimizer]
+    if spec.sparse_grad:
+        temp = max(temp, OPT_STEP_TEMP_SPARSE)
     step_mib = hold_mib + grad_mib + p_mib * temp
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step

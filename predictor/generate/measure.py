@@ -126,6 +126,11 @@ class _LeafActivations:
             h.remove()
 
 
+def _state_bytes(opt: torch.optim.Optimizer) -> int:
+    return sum(tensor_bytes(v) for st in opt.state.values() for v in st.values()
+               if isinstance(v, torch.Tensor))
+
+
 def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
     """Two training steps of ``cfg`` on the CPU; returns the measured columns."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -139,6 +144,8 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
         opt = models.make_optimizer(cfg["optimizer"], model)
         batch = make_batch()
         param_bytes = sum(tensor_bytes(p) for p in model.parameters())
+        # state an optimizer creates up front (Adagrad's sums) exists before the tracer starts
+        init_state_bytes = _state_bytes(opt)
         input_bytes = sum(tensor_bytes(t) for t in batch)
         tracer = StepTracer()
         flops = FlopCounterMode(display=False)
@@ -166,10 +173,7 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             flops_step = flops.get_total_flops() - flops_before
-        opt_state_bytes = sum(
-            tensor_bytes(v) for st in opt.state.values() for v in st.values()
-            if isinstance(v, torch.Tensor)
-        )
+        opt_state_bytes = _state_bytes(opt)
         n_params = sum(p.numel() for p in model.parameters())
         emb_params = sum(
             p.numel() for m in model.modules()
@@ -189,7 +193,7 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
         "opt_state_bytes": opt_state_bytes,
         "input_bytes": input_bytes,
         "act_fwd_bytes": act_fwd,
-        "peak_bytes": param_bytes + input_bytes + tracer.peak,
+        "peak_bytes": param_bytes + input_bytes + init_state_bytes + tracer.peak,
         "flops_fwd": flops_fwd,
         "flops_step": flops_step,
         "bytes_moved_step": tracer.bytes_moved,

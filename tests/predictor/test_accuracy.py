@@ -62,12 +62,12 @@ def test_reservation_covers_measured_gpu_memory(gpu_holdout) -> None:  # noqa: A
     assert float(np.mean((reserved - used) / used)) <= DEVICE_OVER_MAX
 
 
-MEM_R2_MIN = 0.99  # v3: 0.9965
+MEM_R2_MIN = 0.99  # v3: 0.9955
 MEM_MAPE_MAX = 0.05  # v3: 4.0 %
-MEM_UNDER_MAX = 0.03  # v3: largest under-estimate after the margin 0.6 %
+MEM_UNDER_MAX = 0.03  # v3: no under-estimate after the margin (closest -2.2 %)
 COMPUTE_MAE_MAX = 45.0  # v3: 33.8 milli-GPU (GPU-measured labels)
-DEVICE_UNDER_MAX = 0.02  # v3: none (closest -1.7 %)
-DEVICE_OVER_MAX = 0.30  # v3: 23.7 % mean over-reservation
+DEVICE_UNDER_MAX = 0.02  # v3: none (closest -1.1 %)
+DEVICE_OVER_MAX = 0.30  # v3: 23.1 % mean over-reservation
 
 
 def test_leave_one_family_out_goals() -> None:
@@ -81,11 +81,11 @@ def test_leave_one_family_out_goals() -> None:
     assert set(per_family) == families
     for r in per_family.values():
         assert r.mem_r2 >= evaluation.GOALS["mem_r2"], r
-        assert r.mem_under <= evaluation.GOALS["mem_under"], r  # v3: at most 5.2 %
-        assert r.mem_mape <= 0.075, r  # v3: YOLO 6.5 %, ResNet 5.9 %, W&D 5.3 %
+        assert r.mem_under <= evaluation.GOALS["mem_under"], r  # v3: at most 8.2 %
+        assert r.mem_mape <= 0.06, r  # v3: YOLO 5.3 %, W&D 5.2 %, the rest <= 5 %
     overall = ev.memory[-1]
     assert overall.family == "overall" and overall.mem_mape <= evaluation.GOALS["mem_mape"]
     assert ev.compute_label == "gpu-measured-sm-activity"
     assert ev.compute[-1].r2 >= 0.89, ev.compute[-1]  # v3: 0.904
     device = ev.device["H200"][-1]
-    assert device.under_share <= 0.06 and device.under_max <= 0.20, device  # v3: 4.7 %, 15.1 %
+    assert device.under_share <= 0.06 and device.under_max <= 0.20, device  # v3: 4.2 %, 17.6 %

@@ -177,3 +177,16 @@ def test_input_images_raise_the_memory_estimate() -> None:
     assert 0.5 * images_mib <= extra <= 3 * images_mib
     with pytest.raises(features.SchemaError, match="inputs"):
         features.parse_model('{"family": "resnet", "batch_size": 8, "inputs": -1}')
+
+
+def test_cpu_label_counts_state_an_optimizer_creates_up_front() -> None:
+    """Adagrad allocates its sums in the constructor, before the step is traced."""
+    pytest.importorskip("torch")
+    from predictor.generate import measure
+
+    cfg = {"family": "dlrm", "tables": [[20000, 16, 2.0]] * 4, "dense_features": 13,
+           "bottom_mlp": [64], "top_mlp": [64], "batch_size": 256, "optimizer": "adagrad",
+           "dtype": "fp32", "sparse_grad": False}
+    m = measure.measure(cfg, fake=True)
+    assert m["opt_state_bytes"] >= 0.99 * m["param_bytes"]
+    assert m["peak_bytes"] >= m["param_bytes"] + m["opt_state_bytes"] + m["grad_bytes"]
