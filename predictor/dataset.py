@@ -42,7 +42,8 @@ MAX_TABLE_BYTES = 48 * 2**30  # keep every config trainable on one 80 GB GPU
 ROW_ID_STRIDE = 1000  # row_id = seed * ROW_ID_STRIDE + index in that seed's sweep
 
 MEASURED = (
-    "exec_mode", "label_source", "gpu_model", "n_params", "n_emb_params", "macs_per_sample",
+    "exec_mode", "label_source", "gpu_model", "n_params", "n_layers", "n_emb_params",
+    "macs_per_sample",
     "activations_per_sample", "leaf_activations_per_sample", "param_bytes", "grad_bytes",
     "opt_state_bytes", "input_bytes",
     "act_fwd_bytes", "peak_bytes", "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
@@ -159,6 +160,7 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
         dtype=cfg["dtype"], gpu_model=gpu_model, macs=float(m["macs_per_sample"]),
         params=float(m["n_params"]), activations=float(m["activations_per_sample"]),
         inputs=float(3 * cfg["image"] ** 2) if fam in ("resnet", "yolo") else 0.0,
+        layers=int(m.get("n_layers") or 0),
         tables=tables, dense_features=cfg.get("dense_features", 0),
         bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
         top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),

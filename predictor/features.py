@@ -107,6 +107,7 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     params: NonNegBig = 0.0  # all parameters; 0 = derive from tables + MLPs
     activations: NonNegBig = 0.0  # forward output elements per sample summed over layers
     inputs: NonNegBig = 0.0  # input tensor elements per sample besides ids (image C x H x W)
+    layers: Annotated[int, msgspec.Meta(ge=0, le=10**6)] = 0  # convolution + linear layers
     tables: Annotated[list[Table], msgspec.Meta(max_length=10_000)] = []
     dense_features: Annotated[int, msgspec.Meta(ge=0, le=10**6)] = 0
     bottom_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
@@ -397,9 +398,12 @@ KERNEL_MIN_S = 2e-6
 OPT_KERNELS = {"sgd": 1, "momentum": 2, "adagrad": 3, "rowwise_adagrad": 3, "adam": 6,
                "adamw": 7, "sparse_adam": 6, "rmsprop": 4}
 OPT_CHUNK_TENSORS = 50
-# Kernels per unit of the CNN depth proxy (params x activations^2 / macs^2, about the number of
-# conv layers over the squared kernel size); the one constant here chosen on the evaluation
-# itself (0.1-0.2 do equally well, 0.3 and above worse), see docs/predictor.md.
+# Kernels per convolution layer and step: forward convolution, batch norm, activation; backward
+# data and weight gradients, batch norm and activation gradients, and the add of a residual.
+CNN_KERNELS_PER_LAYER = 8
+# Without ``layers``: kernels per unit of a depth proxy (params x activations^2 / macs^2, about
+# the number of conv layers over the squared kernel size), chosen on the evaluation itself
+# (0.1-0.2 do equally well, 0.3 and above worse), see docs/predictor.md.
 CNN_KERNELS_PER_DEPTH = 0.15
 
 
@@ -412,6 +416,8 @@ def kernels_per_step(spec: ModelSpec) -> float:
         shape = transformer_shape(spec)
         layers = shape[4] if shape else 1.0
         kernels, tensors = 90 * layers + 40, 16 * layers + 4
+    elif (spec.family in CNN_FAMILIES or (not spec.tables and spec.inputs > 0)) and spec.layers:
+        kernels, tensors = CNN_KERNELS_PER_LAYER * spec.layers + 20, 3 * spec.layers
     elif spec.family in CNN_FAMILIES or (not spec.tables and spec.inputs > 0):
         depth = (spec.params * spec.activations**2 / spec.macs**2
                  if spec.macs > 0 and spec.activations > 0 else 0.0)

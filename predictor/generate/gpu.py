@@ -238,6 +238,7 @@ def measure(cfg: dict[str, Any], shape: dict[str, Any] | None = None) -> dict[st
         alloc = torch.cuda.max_memory_allocated()
         reserved = torch.cuda.max_memory_reserved()
         n_params = sum(p.numel() for p in model.parameters())
+        n_layers = models.count_layers(model)
     finally:
         model = opt = batch = None
         torch.cuda.empty_cache()
@@ -258,6 +259,7 @@ def measure(cfg: dict[str, Any], shape: dict[str, Any] | None = None) -> dict[st
         "label_source": "gpu",
         "gpu_model": gpu_model,
         "n_params": n_params,
+        "n_layers": n_layers,
         "peak_bytes": alloc,
         "gpu_max_allocated_bytes": alloc,
         "gpu_max_reserved_bytes": reserved,

@@ -175,6 +175,7 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
             flops_step = flops.get_total_flops() - flops_before
         opt_state_bytes = _state_bytes(opt)
         n_params = sum(p.numel() for p in model.parameters())
+        n_layers = models.count_layers(model)
         emb_params = sum(
             p.numel() for m in model.modules()
             if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) for p in m.parameters()
@@ -184,6 +185,7 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
         "exec_mode": "cpu-fake" if fake else "cpu-real",
         "label_source": "cpu",
         "n_params": n_params,
+        "n_layers": n_layers,
         "n_emb_params": emb_params,
         "macs_per_sample": flops_fwd / 2 / b,
         "activations_per_sample": tracer.fwd_elems / b,

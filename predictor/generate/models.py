@@ -297,6 +297,11 @@ def build(cfg: dict[str, Any], dtype: torch.dtype) -> Built:
         torch.set_default_dtype(old)
 
 
+def count_layers(model: nn.Module) -> int:
+    """Convolution and linear layers: the annotation's ``layers``, as a user would count it."""
+    return sum(1 for m in model.modules() if isinstance(m, nn.Linear | nn.modules.conv._ConvNd))
+
+
 def make_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
     ps = [p for p in model.parameters() if p.requires_grad]
     if name == "sgd":

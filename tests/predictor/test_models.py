@@ -190,3 +190,16 @@ def test_cpu_label_counts_state_an_optimizer_creates_up_front() -> None:
     m = measure.measure(cfg, fake=True)
     assert m["opt_state_bytes"] >= 0.99 * m["param_bytes"]
     assert m["peak_bytes"] >= m["param_bytes"] + m["opt_state_bytes"] + m["grad_bytes"]
+
+
+def test_cnn_kernel_count_uses_layers_when_given() -> None:
+    import msgspec
+
+    cnn = features.parse_model(json.dumps({
+        "family": "resnet", "batch_size": 64, "macs": 1.8e9, "params": 1.17e7,
+        "activations": 2.3e6, "inputs": 3 * 224 * 224}))
+    shallow = msgspec.structs.replace(cnn, layers=10)
+    deep = msgspec.structs.replace(cnn, layers=100)
+    assert features.kernels_per_step(deep) > 5 * features.kernels_per_step(shallow) / 2
+    assert features.kernels_per_step(cnn) > 20  # no layers: the depth proxy still counts some
+    assert features.derive(deep)["log_kernels"] > features.derive(shallow)["log_kernels"]
