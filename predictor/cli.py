@@ -35,7 +35,8 @@ def main() -> None:
               show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: CPU/FakeTensor measurements; cuda: GPU measurements (needs CUDA).")
-@click.option("--seed", "seeds", multiple=True, type=int, default=(0,), show_default=True,
+@click.option("--seed", "seeds", multiple=True, type=int, default=dataset.SEEDS,
+              show_default=True,
               help="Sweep seed; repeat for several sweeps (row_id = seed * 1000 + index).")
 @click.option("--limit", type=int, default=None, help="Measure only the first N configs.")
 @click.option("--family", "families", multiple=True, type=click.Choice(dataset.FAMILIES))
