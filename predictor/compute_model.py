@@ -41,6 +41,8 @@ PARAMS = {
     "linear_tree": True, "linear_lambda": 1.0,
 }
 NUM_ROUNDS = 400
+LABEL_GPU = "gpu-measured-sm-activity"
+LABEL_PROXY = "cpu-flop-roofline-proxy"
 
 
 def matrix(specs: Sequence[features.ModelSpec]) -> np.ndarray:

@@ -55,6 +55,12 @@ MEASURED = (
     "gpu_nvml_source", "gpu_sm_occupancy_pct", "gpu_dram_bw_pct", "gpu_tensor_active_pct",
     "gpu_nvml_errors",
 )
+# Columns the CPU tracer provides that do not depend on where the step runs (GPU rows copy them).
+SHAPE_COLUMNS = (
+    "n_emb_params", "macs_per_sample", "activations_per_sample", "leaf_activations_per_sample",
+    "param_bytes", "grad_bytes", "opt_state_bytes", "input_bytes", "act_fwd_bytes",
+    "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
+)
 TEXT_COLUMNS = ("exec_mode", "label_source", "gpu_model", "gpu_sm_source", "gpu_nvml_source",
                 "gpu_nvml_errors")
 COLUMNS = ("row_id", "family", "job_class", "spec_json", "config_json", *MEASURED)
@@ -215,8 +221,8 @@ def run(
     the configs it lacks.
     ``interleave`` takes the families in turn (a run cut short by ``limit`` or ``budget_s``
     still covers each); ``budget_s`` stops starting new configs after that many seconds.
-    On CUDA, ``shapes_from`` (a CPU dataset of the same seed) supplies the step's FLOPs and
-    bytes for configs it holds, so the GPU's time goes to measuring."""
+    On CUDA, ``shapes_from`` (a CPU dataset) supplies the step's FLOPs and bytes for the
+    configs it holds, so the GPU's time goes to measuring."""
     configs = configs_for(seeds)
     kept = _existing_rows(out) if resume else []
     done = {int(r["row_id"]) for r in kept}
@@ -290,8 +296,6 @@ def _existing_rows(path: Path) -> list[dict[str, str]]:
 
 def cpu_shapes(path: Path) -> dict[int, dict[str, Any]]:
     """Shape columns of a CPU dataset's rows whose config is still the sweep's config."""
-    from predictor.generate.gpu import SHAPE_COLUMNS
-
     out: dict[int, dict[str, Any]] = {}
     for row in _existing_rows(path):
         i = int(row["row_id"])
@@ -323,6 +327,18 @@ def load(path: Path = DEFAULT_CSV):  # noqa: ANN201 - pandas is imported lazily
     return pd.read_csv(path, keep_default_na=False, na_values={
         c: [""] for c in MEASURED if c not in TEXT_COLUMNS
     })
+
+
+def load_datasets(csv_path: Path, gpu_csv: Path | None):  # noqa: ANN201
+    """(the CPU rows of ``csv_path``, the rows of ``gpu_csv`` or None when there is none)."""
+    df = load(csv_path)
+    gdf = load(gpu_csv) if gpu_csv is not None and gpu_csv.exists() else None
+    return df[df["label_source"] == "cpu"], gdf
+
+
+def gpu_labelled(gdf) -> bool:  # noqa: ANN001
+    """Whether a GPU frame holds GPU-measured rows (the compute model then learns from them)."""
+    return gdf is not None and bool((gdf["label_source"] == "gpu").any())
 
 
 def specs(df) -> list[features.ModelSpec]:  # noqa: ANN001

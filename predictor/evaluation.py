@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from predictor import dataset, features, memory_model, training
-from predictor.compute_model import ComputeModel, labels
+from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 
 GOALS = {"mem_r2": 0.95, "mem_mape": 0.05, "mem_under": 0.10, "cmp_r2": 0.90}
 
@@ -74,7 +74,7 @@ class Evaluation:
     memory: list[MemoryResult]
     device: dict[str, list[DeviceResult]] = field(default_factory=dict)  # per GPU model
     compute: list[ComputeResult] = field(default_factory=list)
-    compute_label: str = "cpu-flop-roofline-proxy"
+    compute_label: str = LABEL_PROXY
 
 
 def memory_lofo(df):  # noqa: ANN001, ANN201
@@ -105,16 +105,16 @@ def device_memory_lofo(df, grp):  # noqa: ANN001, ANN201
     y, fam = training.memory_target_mib(df), df["family"].to_numpy()
     g_rows = [features.derive(s) for s in dataset.specs(grp)]
     g_fam = grp["family"].to_numpy()
-    used = grp["gpu_nvml_used_bytes"].to_numpy(dtype=float) / 2**20
+    used = training.used_mib(grp)
     reserved = np.empty(len(used))
     for f in sorted(set(g_fam)):
         train, test, others = fam != f, g_fam == f, g_fam != f
         tr_rows = [r for r, t in zip(rows, train, strict=True) if t]
         coef = memory_model.fit_coef(tr_rows, y[train])
-        inner = memory_model.lofo_raw(
+        scale, offset = memory_model.calibrate_device(
             tr_rows, y[train], list(fam[train]),
-            [r for r, t in zip(g_rows, others, strict=True) if t], list(g_fam[others]))
-        scale, offset = memory_model.fit_device(inner, used[others])
+            [r for r, t in zip(g_rows, others, strict=True) if t], list(g_fam[others]),
+            used[others])
         raw = memory_model.raw_predict(coef, [r for r, t in zip(g_rows, test, strict=True) if t])
         reserved[test] = np.ceil(raw * scale + offset)
     return reserved, used, g_fam
@@ -139,9 +139,7 @@ def _device_result(name: str, reserved: np.ndarray, used: np.ndarray) -> DeviceR
 
 def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
              gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV) -> Evaluation:
-    df = dataset.load(csv_path)
-    df = df[df["label_source"] == "cpu"]
-    gdf = dataset.load(gpu_csv) if gpu_csv is not None and gpu_csv.exists() else None
+    df, gdf = dataset.load_datasets(csv_path, gpu_csv)
     mp, mm, margins, my, mf = memory_lofo(df)
     out = Evaluation(memory=[
         MemoryResult(f, int(a.sum()), r2(my[a], mp[a]), mape(my[a], mp[a]),
@@ -150,7 +148,7 @@ def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
     ])
     out.memory.append(MemoryResult("overall", len(my), r2(my, mp), mape(my, mp),
                                    max_under(my, mp), max_under(my, mm), float("nan")))
-    gpu_labelled = gdf is not None and bool((gdf["label_source"] == "gpu").any())
+    gpu_labelled = dataset.gpu_labelled(gdf)
     if gpu_labelled:
         for name, grp in training.used_rows(gdf).groupby("gpu_model"):
             if len(grp) < memory_model.DEVICE_MIN_ROWS:
@@ -160,7 +158,7 @@ def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
                 _device_result(f, reserved[g_fam == f], used[g_fam == f])
                 for f in sorted(set(g_fam))
             ] + [_device_result("overall", reserved, used)]
-        out.compute_label = "gpu-measured-sm-activity"
+        out.compute_label = LABEL_GPU
     cp, cy, cf = compute_lofo(gdf if gpu_labelled else df)
     out.compute = [ComputeResult(f, int(b.sum()), r2(cy[b], cp[b]),
                                  float(np.mean(np.abs(cy[b] - cp[b]))))

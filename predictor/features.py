@@ -416,12 +416,13 @@ def kernels_per_step(spec: ModelSpec) -> float:
         shape = transformer_shape(spec)
         layers = shape[4] if shape else 1.0
         kernels, tensors = 90 * layers + 40, 16 * layers + 4
-    elif (spec.family in CNN_FAMILIES or (not spec.tables and spec.inputs > 0)) and spec.layers:
-        kernels, tensors = CNN_KERNELS_PER_LAYER * spec.layers + 20, 3 * spec.layers
     elif spec.family in CNN_FAMILIES or (not spec.tables and spec.inputs > 0):
-        depth = (spec.params * spec.activations**2 / spec.macs**2
-                 if spec.macs > 0 and spec.activations > 0 else 0.0)
-        kernels, tensors = CNN_KERNELS_PER_DEPTH * depth + 20, 3 * depth / 8
+        if spec.layers:
+            kernels, tensors = CNN_KERNELS_PER_LAYER * spec.layers + 20, 3 * spec.layers
+        else:
+            depth = (spec.params * spec.activations**2 / spec.macs**2
+                     if spec.macs > 0 and spec.activations > 0 else 0.0)
+            kernels, tensors = CNN_KERNELS_PER_DEPTH * depth + 20, 3 * depth / 8
     else:
         # recommendation MLPs, plus the output layer and the bottom / wide / projection linear
         linears = len(spec.bottom_mlp) + len(spec.top_mlp) + 2

@@ -134,6 +134,15 @@ def calibrate_margin(ratios: np.ndarray, q: float = MARGIN_QUANTILE) -> float:
     return max(1.0, float(np.quantile(ratios, q)))
 
 
+def calibrate_device(
+    rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
+    gpu_rows: Sequence[dict[str, float]], gpu_groups: Sequence[str], used_mib: np.ndarray,
+) -> tuple[float, float]:
+    """:func:`fit_device` for one GPU model's measured rows, each estimated by an OLS fitted on
+    ``rows`` without the GPU row's group."""
+    return fit_device(lofo_raw(rows, y_mib, groups, gpu_rows, gpu_groups), used_mib)
+
+
 def fit_device(raw_mib: np.ndarray, used_mib: np.ndarray,
                q: float = MARGIN_QUANTILE) -> tuple[float, float]:
     """``(scale, offset_mib)`` such that ``raw * scale + offset >= used`` for a ``q`` share

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from predictor import MODEL_VERSION, dataset, features, gpus, memory_model
-from predictor.compute_model import ComputeModel, labels
+from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 from predictor.estimate import MANIFEST
 from predictor.memory_model import MemoryModel
 
@@ -29,6 +29,10 @@ def memory_target_mib(df) -> np.ndarray:  # noqa: ANN001
 def used_rows(gdf):  # noqa: ANN001, ANN201
     """GPU rows that carry the process's NVML-measured memory."""
     return gdf[(gdf["label_source"] == "gpu") & gdf["gpu_nvml_used_bytes"].notna()]
+
+
+def used_mib(rows) -> np.ndarray:  # noqa: ANN001
+    return rows["gpu_nvml_used_bytes"].to_numpy(dtype=float) / 2**20
 
 
 def calibrated_ctx(gdf) -> dict[str, int]:  # noqa: ANN001
@@ -53,10 +57,9 @@ def calibrate_devices(df, gdf) -> dict[str, tuple[float, float]]:  # noqa: ANN00
     for name, grp in used_rows(gdf).groupby("gpu_model"):
         if len(grp) < memory_model.DEVICE_MIN_ROWS:
             continue
-        raw = memory_model.lofo_raw(rows, y, fam, [features.derive(s) for s in
-                                                   dataset.specs(grp)], list(grp["family"]))
-        used = grp["gpu_nvml_used_bytes"].to_numpy(dtype=float) / 2**20
-        out[str(name)] = memory_model.fit_device(raw, used)
+        out[str(name)] = memory_model.calibrate_device(
+            rows, y, fam, [features.derive(s) for s in dataset.specs(grp)],
+            list(grp["family"]), used_mib(grp))
     return out
 
 
@@ -69,9 +72,7 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
     """Memory: OLS on the CPU rows of ``csv_path``, calibrated per GPU model on the GPU rows of
     ``gpu_csv``. Compute: LightGBM on the GPU rows' measured SM activity when there are any,
     else on the CPU FLOP-roofline proxy."""
-    df = dataset.load(csv_path)
-    df = df[df["label_source"] == "cpu"]
-    gdf = dataset.load(gpu_csv) if gpu_csv is not None and gpu_csv.exists() else None
+    df, gdf = dataset.load_datasets(csv_path, gpu_csv)
     train_df = df[~holdout_mask(df)] if use_holdout else df
     train_gdf = gdf[~holdout_mask(gdf)] if gdf is not None and use_holdout else gdf
     specs = dataset.specs(train_df)
@@ -79,7 +80,7 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
                           version=version)
     mem.ctx_mib = calibrated_ctx(gdf)
     mem.device = calibrate_devices(train_df, train_gdf)
-    gpu_labelled = train_gdf is not None and bool((train_gdf["label_source"] == "gpu").any())
+    gpu_labelled = dataset.gpu_labelled(train_gdf)
     c_specs, c_y, _ = labels(train_gdf if gpu_labelled else train_df)
     comp = ComputeModel.fit(c_specs, c_y, version=version)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -97,8 +98,7 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
         "rows_trained": int(len(train_df)),
         "gpu_rows_trained": int(len(train_gdf)) if train_gdf is not None else 0,
         "holdout": f"row_id % {HOLDOUT_MOD} == 0" if use_holdout else "none",
-        "compute_label": "gpu-measured-sm-activity" if gpu_labelled
-        else "cpu-flop-roofline-proxy",
+        "compute_label": LABEL_GPU if gpu_labelled else LABEL_PROXY,
         "memory_margin": mem.margin,
         "memory_device": {k: list(v) for k, v in mem.device.items()},
         "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

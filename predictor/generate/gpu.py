@@ -34,12 +34,6 @@ GPU_MEASURE_S = float(os.environ.get("SPARSE_GPU_MEASURE_S", "2.0"))
 WARMUP_STEPS = 3
 SAMPLE_S = 0.1
 
-# Columns the CPU tracer provides that do not depend on where the step runs.
-SHAPE_COLUMNS = (
-    "n_emb_params", "macs_per_sample", "activations_per_sample", "leaf_activations_per_sample",
-    "param_bytes", "grad_bytes", "opt_state_bytes", "input_bytes", "act_fwd_bytes",
-    "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
-)
 # NVML GPM metric (constant name in pynvml) -> dataset column
 GPM_METRICS = {
     "NVML_GPM_METRIC_SM_UTIL": "gpu_sm_active_pct",
@@ -184,10 +178,11 @@ def _mean(xs: list[float]) -> float | str:
 
 def measure(cfg: dict[str, Any], shape: dict[str, Any] | None = None) -> dict[str, Any]:
     """One config on the current CUDA device. ``shape``: the CPU row of the same config, whose
-    :data:`SHAPE_COLUMNS` are reused instead of tracing the step again."""
+    :data:`predictor.dataset.SHAPE_COLUMNS` are reused instead of tracing the step again."""
     import pynvml
     import torch
 
+    from predictor import dataset
     from predictor.generate import measure as cpu_measure
     from predictor.generate import models
 
@@ -249,10 +244,10 @@ def measure(cfg: dict[str, Any], shape: dict[str, Any] | None = None) -> dict[st
     else:
         used, used_source = 0, "none"
     if shape is not None:
-        shape_cols = {k: shape[k] for k in SHAPE_COLUMNS}
+        shape_cols = {k: shape[k] for k in dataset.SHAPE_COLUMNS}
     else:  # FLOPs / op counts from the CPU tracer (FakeTensorMode, same model and step)
         traced = cpu_measure.measure(cfg, fake=True)
-        shape_cols = {k: traced[k] for k in SHAPE_COLUMNS}
+        shape_cols = {k: traced[k] for k in dataset.SHAPE_COLUMNS}
     return {
         **shape_cols,
         "exec_mode": "cuda",

@@ -23,9 +23,7 @@ def test_interleaved_takes_families_in_turn_keeping_sweep_ids() -> None:
 
 
 def fake_measure(cfg):  # noqa: ANN001, ANN201
-    from predictor.generate.gpu import SHAPE_COLUMNS
-
-    return {**dict.fromkeys(SHAPE_COLUMNS, 1000), "exec_mode": "cpu-fake",
+    return {**dict.fromkeys(dataset.SHAPE_COLUMNS, 1000), "exec_mode": "cpu-fake",
             "label_source": "cpu", "macs_per_sample": 1e6, "n_params": 1e6,
             "activations_per_sample": 1e4, "peak_bytes": 2**30, "flops_step": 1e9,
             "wall_s": 0.0}
