@@ -18,6 +18,7 @@ COPY extender ./extender
 COPY predictor ./predictor
 COPY agent ./agent
 COPY bench ./bench
+COPY webhook ./webhook
 RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt ".[predictor]" \
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 

@@ -12,7 +12,7 @@ from extender import logs
 from extender.config import DEFAULT_MAX_BODY_MIB, DEFAULT_RESERVATION_TTL_S, Settings
 from extender.errors import SparseError
 from extender.placement.policies import REGISTRY
-from extender.webhook import cli as webhook_cli
+from webhook import cli as webhook_cli
 
 _file = click.Path(dir_okay=False, path_type=Path)
 

@@ -16,7 +16,7 @@ PURE = [
     "extender.placement",
     "extender.interference",
     "extender.kube.assignment",
-    "extender.webhook.patch",
+    "webhook.patch",
     "predictor.features",
 ]
 FORBIDDEN = ["aiohttp", "redis", "kubernetes_asyncio", "prometheus_client", "torch"]

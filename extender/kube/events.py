@@ -11,7 +11,7 @@ import time
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from extender.service import Outcome
+from extender.outcome import Outcome
 
 log = logging.getLogger("sparse.kube.events")
 

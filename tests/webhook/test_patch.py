@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from extender.webhook.patch import (
+from webhook.patch import (
     ENV_MPS_MEM,
     ENV_MPS_THREADS,
     ENV_VISIBLE,

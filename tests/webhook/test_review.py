@@ -13,9 +13,9 @@ import pytest
 from aiohttp import ClientSession, TCPConnector, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from extender.webhook.app import make_app, server_ssl_context
-from extender.webhook.patch import PatchConfig
-from extender.webhook.review import MAX_BODY_BYTES, handle
+from webhook.app import make_app, server_ssl_context
+from webhook.patch import PatchConfig
+from webhook.review import MAX_BODY_BYTES, handle
 
 CFG = PatchConfig()
 GPU_POD = {
@@ -103,7 +103,7 @@ def test_oversized_body() -> None:
 
 
 def test_unexpected_errors_become_500_not_crash(monkeypatch) -> None:
-    import extender.webhook.review as r
+    import webhook.review as r
 
     def boom(*_: Any) -> Any:
         raise KeyError("x")

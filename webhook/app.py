@@ -7,8 +7,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from extender.webhook.patch import PatchConfig
-from extender.webhook.review import MAX_BODY_BYTES, handle
+from webhook.patch import PatchConfig
+from webhook.review import MAX_BODY_BYTES, handle
 
 CONFIG_KEY = web.AppKey("config", PatchConfig)
 

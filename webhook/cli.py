@@ -29,8 +29,8 @@ def webhook(host: str, port: int, tls_cert: Path, tls_key: Path, scheduler_name:
 
     from aiohttp import web
 
-    from extender.webhook.app import make_app, server_ssl_context
-    from extender.webhook.patch import PatchConfig
+    from webhook.app import make_app, server_ssl_context
+    from webhook.patch import PatchConfig
 
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")

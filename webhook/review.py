@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from extender.webhook.patch import InvalidPod, PatchConfig, compute_patch
+from webhook.patch import InvalidPod, PatchConfig, compute_patch
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY_BYTES = 8 * 1024 * 1024  # above the API server's 3 MiB object limit, with margin

@@ -1,0 +1,48 @@
+"""filter: which candidate nodes can hold the pod's GPUs now (vectorised fit).
+
+When more than one node passes, the per-node costs are computed once here and kept briefly
+for the prioritize call that follows in the same scheduling cycle.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from extender import protocol
+from extender.demand import wants_gpu
+from extender.errors import InvalidDemand
+from extender.outcome import Outcome
+from extender.placement import fit, node_costs
+from extender.protocol import ExtenderArgs, FilterResult
+from extender.verbs.reasons import pod_ref, summarize
+
+if TYPE_CHECKING:
+    from extender.service import Scheduler
+
+
+async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
+    pod = args.pod
+    if args.nodes is not None:
+        s.update_nodes((n.metadata.name, n.metadata.annotations, n.metadata.labels)
+                       for n in args.nodes)
+    if not wants_gpu(pod):
+        return protocol.filter_result(list(args.node_names), {}, {}, args)
+    try:
+        demand = await s.demand_of(pod)
+    except InvalidDemand as exc:
+        reason = f"invalid GPU request: {exc}"
+        s.notify(Outcome("filter", *pod_ref(pod), False, reason))
+        return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
+    state = s.own_excluded(await s.view(), demand.uid)
+    result = fit(state, demand, args.node_names)
+    fitting = np.flatnonzero(result.fits)
+    passed = [result.names[i] for i in fitting]
+    if not passed:
+        why = summarize(result.failed, result.unresolvable)
+        s.notify(Outcome("filter", *pod_ref(pod), False, why))
+    elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
+        s.cycle_costs.put(demand.uid, s.clock(), passed,
+                          node_costs(state, demand, result, s.policy)[fitting])
+    return protocol.filter_result(passed, result.failed, result.unresolvable, args)
