@@ -97,6 +97,7 @@ def _out_dir(out: str | None, experiment: str) -> Path:
 
 
 @click.group()
+@click.version_option(package_name="sparse", prog_name="sparse-bench")
 def main() -> None:
     """Trace-driven benchmarks of sparse's placement core (FGD protocol, time replay)."""
 

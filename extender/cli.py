@@ -18,7 +18,7 @@ _file = click.Path(dir_okay=False, path_type=Path)
 
 
 @click.group()
-@click.version_option(package_name="sparse")
+@click.version_option(package_name="sparse", prog_name="sparse-extender")
 def main() -> None:
     """sparse: interference-aware GPU sharing for kube-scheduler."""
 
