@@ -3,31 +3,58 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: help setup run test e2e lint bench bench-latency bench-throughput bench-sim control-plane helm clean
+.PHONY: help setup run test test-slow e2e lint bench bench-latency bench-throughput bench-sim \
+	control-plane helm demo images system-deps clean predictor-data predictor-train
 
 help:
-	@echo "make run              set up and run the extender (embedded defaults, no cluster)"
+	@echo "make run              run the extender (embedded defaults, no cluster, no Redis, no root)"
 	@echo "make test             set up and run the unit and integration tests (real redis-server)"
+	@echo "make test-slow        the tests marked slow (CI runs them after make test)"
 	@echo "make e2e              build the local control plane and Helm, run the end-to-end tests"
+	@echo "make demo             local control plane + extender + fake GPU nodes: where pods land"
+	@echo "make images           build the extender, predictor and agent images (REGISTRY=, TAG=)"
 	@echo "make lint             ruff and the manifests drift check"
 	@echo "make bench            latency benchmark (5,000 nodes x 8 GPUs) and the trace simulator"
+	@echo "make bench-latency    filter + prioritize latency only"
+	@echo "make bench-sim        the trace simulator (FGD protocol) only"
 	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
+	@echo "make control-plane    build etcd, kube-apiserver, kube-scheduler (~25-30 min cold, 2 cores)"
+	@echo "make helm             build Helm"
+	@echo "make predictor-data   regenerate the predictor's measured dataset (installs torch)"
+	@echo "make predictor-train  retrain and evaluate the predictor"
+	@echo "make setup            create .venv with the dev extras"
+	@echo "make system-deps      install redis-server and openssl with apt (sudo when not root)"
+	@echo "make clean            remove .venv, results/ and caches"
 
+# The dev venv (tests, benchmarks, demo). No system packages: those are system-deps.
 $(STAMP): pyproject.toml
-	@command -v redis-server >/dev/null || hack/install-system-deps.sh
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUN_STAMP)
+
+# The extender alone needs only the runtime dependencies.
+$(RUN_STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	@touch $(RUN_STAMP)
+
+system-deps:
+	@command -v redis-server >/dev/null && command -v openssl >/dev/null || hack/install-system-deps.sh
 
 setup: $(STAMP)
 
-run: setup
+run: $(RUN_STAMP)
 	$(BIN)/sparse-extender serve --nodes examples/node-conf.yaml --log-format text
 
-test: setup
+test: system-deps setup
 	$(BIN)/python -m pytest -q
+
+test-slow: system-deps setup
+	$(BIN)/python -m pytest -q -m 'slow and not e2e'
 
 control-plane:
 	hack/build-control-plane.sh
@@ -35,8 +62,16 @@ control-plane:
 helm:
 	hack/build-helm.sh
 
-e2e: setup control-plane helm
+e2e: system-deps setup control-plane helm
 	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q -m e2e tests/e2e
+
+# Cold: needs the control plane (make control-plane, ~25-30 min on 2 cores); warm: under a minute.
+demo: setup control-plane
+	$(BIN)/python hack/demo.py
+
+# REGISTRY=registry.example.com/team TAG=dev make images; BUILDER=buildah|podman|docker.
+images:
+	hack/build-images.sh
 
 lint: setup
 	$(BIN)/ruff check .

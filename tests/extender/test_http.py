@@ -167,7 +167,7 @@ async def test_health_ready_metrics_inspect(client):
     text = await (await client.get("/metrics")).text()
     assert 'sparse_extender_requests_total{code="200",verb="filter"} 1.0' in text
     assert "sparse_extender_request_duration_seconds_bucket" in text
-    assert 'sparse_gpu_memory_reserved_mib{gpu="GPU-gpu-a-0"' in text
+    assert 'sparse_gpu_memory_reserved_bytes{gpu="GPU-gpu-a-0"' in text
     assert 'sparse_ledger_reservations{state="bound"} 1.0' in text
     view = await (await client.get("/scheduler/inspect/gpu-a")).json()
     pods = [p for g in view["nodes"][0]["gpus"] for p in g["pods"]]
