@@ -20,7 +20,7 @@ help:
 	@echo "make bench-latency    filter + prioritize latency only"
 	@echo "make bench-sim        the trace simulator (FGD protocol) only"
 	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
-	@echo "make control-plane    build etcd, kube-apiserver, kube-scheduler (~25-30 min cold, 2 cores)"
+	@echo "make control-plane    build etcd, kube-apiserver, kube-scheduler (10-25 min cold on 2 cores)"
 	@echo "make helm             build Helm"
 	@echo "make predictor-data   regenerate the predictor's measured dataset (installs torch)"
 	@echo "make predictor-train  retrain and evaluate the predictor"
@@ -65,9 +65,11 @@ helm:
 e2e: system-deps setup control-plane helm
 	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q -m e2e tests/e2e
 
-# Cold: needs the control plane (make control-plane, ~25-30 min on 2 cores); warm: under a minute.
+# Cold: builds the control plane first (make control-plane); warm: ~15 s. DEMO_ARGS=--exit to
+# tear down right after printing (default: stays up for kubectl until Ctrl-C).
+DEMO_ARGS ?=
 demo: setup control-plane
-	$(BIN)/python hack/demo.py
+	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 # REGISTRY=registry.example.com/team TAG=dev make images; BUILDER=buildah|podman|docker.
 images:
