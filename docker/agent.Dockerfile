@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # Image of the node agent (agent.cli run); NVML comes from the host driver via the NVIDIA runtime.
-# Build from the repository root:  docker build -f docker/agent.Dockerfile -t sparse-agent .
+# Build from the repository root: make images (hack/build-images.sh: buildah, podman or docker).
 # Multi-stage: wheels are built in "build" (with compilers if needed), only the venv is copied
 # into the runtime stage. Non-root (uid 65532), no writes outside /tmp: runs with
 # readOnlyRootFilesystem (no .pyc written at run time, byte-code compiled at build time).
@@ -23,9 +23,15 @@ RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt "." nvidia-ml-
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 
 FROM ${PYTHON_IMAGE}
+# Set by hack/build-images.sh: the git commit shows as sparse_build_info{revision}.
+ARG REVISION=unknown
+ARG VERSION=""
 LABEL org.opencontainers.image.source="https://github.com/sparse-gpu/sparse" \
-      org.opencontainers.image.description="sparse agent"
-ENV PATH=/opt/sparse/bin:$PATH \
+      org.opencontainers.image.description="sparse agent" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}"
+ENV SPARSE_REVISION=${REVISION} \
+    PATH=/opt/sparse/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TMPDIR=/tmp

@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # Image of the scheduler extender and the mutating webhook (sparse-extender serve | webhook).
-# Build from the repository root:  docker build -f docker/extender.Dockerfile -t sparse-extender .
+# Build from the repository root: make images (hack/build-images.sh: buildah, podman or docker).
 # Multi-stage: wheels are built in "build" (with compilers if needed), only the venv is copied
 # into the runtime stage. Non-root (uid 65532), no writes outside /tmp: runs with
 # readOnlyRootFilesystem (no .pyc written at run time, byte-code compiled at build time).
@@ -23,9 +23,15 @@ RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt "." \
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 
 FROM ${PYTHON_IMAGE}
+# Set by hack/build-images.sh: the git commit shows as sparse_build_info{revision}.
+ARG REVISION=unknown
+ARG VERSION=""
 LABEL org.opencontainers.image.source="https://github.com/sparse-gpu/sparse" \
-      org.opencontainers.image.description="sparse extender"
-ENV PATH=/opt/sparse/bin:$PATH \
+      org.opencontainers.image.description="sparse extender" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}"
+ENV SPARSE_REVISION=${REVISION} \
+    PATH=/opt/sparse/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TMPDIR=/tmp
