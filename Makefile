@@ -50,8 +50,9 @@ setup: $(STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/sparse-extender serve --nodes examples/node-conf.yaml --log-format text
 
+# --durations: the slowest tests, to keep the suite inside its 5-minute budget.
 test: system-deps setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=10
 
 test-slow: system-deps setup
 	$(BIN)/python -m pytest -q -m 'slow and not e2e'

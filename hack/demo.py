@@ -34,6 +34,8 @@ sys.path[:0] = [str(REPO / "tests" / "e2e"), str(REPO / "tests"), str(REPO)]
 
 import cluster as e2e_cluster  # noqa: E402
 
+from extender.interference import default_matrix  # noqa: E402
+
 NAMESPACE = "ml"
 ANN_JOB_CLASS = "sparse.io/job-class"
 ANN_GPU_UUIDS = "sparse.io/gpu-uuids"
@@ -170,26 +172,47 @@ def inspect_rows(view: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
+def speed_kept(view: Mapping[str, Any], pair: Any) -> dict[str, float]:
+    """Per pod, the fraction of its solo speed it keeps next to its GPU's co-runners, by the
+    extender's pairwise model: a job of class a keeps ``pair(a, b) ** f_b`` next to a job of
+    class b that uses f_b of the GPU (the worst of its GPUs for a multi-GPU pod)."""
+    out: dict[str, float] = {}
+    for node in view["nodes"]:
+        for gpu in node["gpus"]:
+            for me in gpu["pods"]:
+                kept = 1.0
+                for other in gpu["pods"]:
+                    if other["uid"] != me["uid"]:
+                        kept *= pair(me["job_class"], other["job_class"]) ** (other["milli"] / 1000)
+                name = me["pod"].split("/")[-1]
+                out[name] = min(out.get(name, 1.0), kept)
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # output
 
 
-def render(rows: Sequence[Placement], view: Mapping[str, Any], timings: Mapping[str, float],
-           console: Any) -> None:
+def render(rows: Sequence[Placement], view: Mapping[str, Any], kept: Mapping[str, float],
+           timings: Mapping[str, float], console: Any) -> None:
     from rich.table import Table
 
     t = Table(title="Where each pod landed (kube-scheduler + sparse extender)",
               title_justify="left")
-    for col in ("pod", "class", "asks", "node", "GPU (index, UUID)", "shares the GPU with"):
+    for col in ("pod", "class", "asks", "node", "GPU (index, UUID)", "shares the GPU with",
+                "speed kept"):
         t.add_column(col, overflow="fold")
     for r in rows:
         if r.node is None:
             t.add_row(r.pod, r.job_class, r.asks, "[yellow]Pending[/]",
-                      f"[yellow]{r.reason}[/]", "")
+                      f"[yellow]{r.reason}[/]", "", "")
         else:
             t.add_row(r.pod, r.job_class, r.asks, r.node, ", ".join(r.gpus) or "-",
-                      ", ".join(dict.fromkeys(r.shares_with)) or "-")
+                      ", ".join(dict.fromkeys(r.shares_with)) or "-",
+                      f"{kept.get(r.pod, 1.0):.0%}")
     console.print(t)
+    console.print("speed kept: of the pod's solo speed, next to its GPU's co-runners "
+                  "(pairwise model the extender places by, Gavel V100 measurements)")
     v = Table(title=f"GET /scheduler/inspect (ledger version {view['version']}, policy "
                     f"{view['policy']})", title_justify="left")
     for col in ("node", "GPU", "UUID", "model", "memory GiB", "compute", "booked by"):
@@ -281,11 +304,12 @@ def run(args: argparse.Namespace) -> int:
         nodes = c.request("GET", "/api/v1/nodes")["items"]
         rows = placements(PODS, pods, nodes, _pending_reasons(c))
         view = _get_json(f"{ext.url}/inspect")
+        kept = speed_kept(view, default_matrix().pair)
         if args.json:
             print(json.dumps({"placements": [r.__dict__ for r in rows], "inspect": view,
-                              "timings_s": timings}, indent=2))
+                              "speed_kept": kept, "timings_s": timings}, indent=2))
         else:
-            render(rows, view, timings, console)
+            render(rows, view, kept, timings, console)
         if args.exit:
             return 0
         kubectl = e2e_cluster.kubectl_path() or "kubectl"

@@ -72,3 +72,21 @@ def test_inspect_rows() -> None:
     assert rows[0][6] == ("a (cnn, 60%, 10 GiB, bound)\n"
                           "b (recommendation, 30%, 1 GiB, reserved)")
     assert rows[1][6] == "-"
+
+
+def test_speed_kept_uses_the_pairwise_model() -> None:
+    pair = {("recommendation", "cnn"): 0.2, ("cnn", "recommendation"): 0.5}
+    gpu = {"uuid": "GPU-1", "model": "V100M32", "memory_mib": 32768, "memory_reserved_mib": 0,
+           "milli_reserved": 0, "pods": [
+               {"pod": "ml/rec", "uid": "r", "job_class": "recommendation", "milli": 300,
+                "memory_mib": 1, "state": "bound"},
+               {"pod": "ml/cnn", "uid": "c", "job_class": "cnn", "milli": 500,
+                "memory_mib": 1, "state": "bound"}]}
+    alone = {"uuid": "GPU-2", "model": "V100M32", "memory_mib": 32768, "memory_reserved_mib": 0,
+             "milli_reserved": 0, "pods": [{"pod": "ml/solo", "uid": "s", "job_class": "cnn",
+                                            "milli": 1000, "memory_mib": 1, "state": "bound"}]}
+    kept = demo.speed_kept({"nodes": [{"name": "n", "gpus": [gpu, alone]}]},
+                           lambda a, b: pair[(a, b)])
+    assert kept["rec"] == 0.2 ** 0.5
+    assert kept["cnn"] == 0.5 ** 0.3
+    assert kept["solo"] == 1.0
