@@ -59,8 +59,14 @@ def new_registry(component: str) -> CollectorRegistry:
     return registry
 
 
+_global_build_info: Gauge | None = None
+
+
 def standardize_global_registry(component: str) -> CollectorRegistry:
     """The library's global registry, which already carries the process, platform and GC
-    collectors, plus ``sparse_build_info``: for workers served by ``start_http_server``."""
-    register_build_info(REGISTRY, component)
+    collectors, plus ``sparse_build_info`` (once per process): for workers served by
+    ``start_http_server``."""
+    global _global_build_info
+    if _global_build_info is None:
+        _global_build_info = register_build_info(REGISTRY, component)
     return REGISTRY

@@ -121,3 +121,11 @@ async def test_dashboard_reads_only_exported_series(registries) -> None:
     used = {n for e in exprs for n in re.findall(r"\bsparse_[a-z_]+", e)}
     assert used, "no sparse_ series found in the dashboard"
     assert used <= exported, used - exported
+
+
+def test_global_registry_gets_build_info_once() -> None:
+    first = telemetry.standardize_global_registry("predictor")
+    again = telemetry.standardize_global_registry("predictor")
+    assert first is again is REGISTRY
+    samples = [s for m in REGISTRY.collect() if m.name == "sparse_build_info" for s in m.samples]
+    assert len(samples) == 1 and samples[0].labels["component"] == "predictor"
