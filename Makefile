@@ -37,6 +37,7 @@ helm:
 	hack/build-helm.sh
 
 e2e: setup control-plane helm
+	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q tests/webhook/test_chart.py tests/webhook/test_chart_templates.py
 	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q -m e2e tests/e2e
 
 lint: setup
