@@ -10,6 +10,7 @@ import base64
 import functools
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -394,3 +395,36 @@ def test_sentinel_scripts_parse_and_first_start_picks_pod_zero(tmp_path: Path) -
     res = subprocess.run(["sh", "-c", f". {tmp_path / 'discover.sh'}; echo $PRIMARY $KNOWN"],
                          capture_output=True, text=True, env=env, timeout=30)
     assert res.stdout.split() == ["r-0.h.n.invalid.svc", "0"], res.stderr
+
+
+CALL = re.compile(r"\.(list|read|patch|create|delete|replace)_"
+                  r"(namespaced_[a-z_]+|node(?:_status)?|pod_for_all_namespaces|"
+                  r"event_for_all_namespaces)\b")
+RESOURCE = {"namespaced_pod": "pods", "pod_for_all_namespaces": "pods", "node": "nodes",
+            "node_status": "nodes/status", "namespaced_binding": "pods/binding",
+            "namespaced_pod_binding": "pods/binding", "namespaced_event": "events",
+            "event_for_all_namespaces": "events", "namespaced_pod_status": "pods/status"}
+VERBS = {"list": {"list", "watch"}, "read": {"get"}, "patch": {"patch"},
+         "create": {"create"}, "delete": {"delete"}, "replace": {"update"}}
+
+
+def _api_calls(package: str) -> set[tuple[str, str]]:
+    """(resource, verb) of every CoreV1Api call in a package (list_* are watched, too)."""
+    found: set[tuple[str, str]] = set()
+    for path in (ROOT / package).rglob("*.py"):
+        for verb, noun in CALL.findall(path.read_text()):
+            assert noun in RESOURCE, f"{path}: unknown API call {verb}_{noun}: map it here " \
+                                     "and grant it in charts/sparse/templates/rbac.yaml"
+            found |= {(RESOURCE[noun], v) for v in VERBS[verb]}
+    return found
+
+
+def test_rbac_matches_the_api_calls_in_the_code() -> None:
+    """A new API call without its RBAC rule (or a rule nothing uses) fails here."""
+    docs = render()
+    for component in ("extender", "agent", "predictor"):
+        role = find(docs, "ClusterRole", f"sparse-{component}")
+        granted = {(res, verb) for r in role["rules"] for res in r["resources"]
+                   for verb in r["verbs"]}
+        assert granted == _api_calls(component), component
+    assert _api_calls("webhook") == set()
