@@ -153,6 +153,21 @@ def test_rendered_chart_applies_to_the_api_server(cluster, installed) -> None:
                     input=yaml.safe_dump_all(installed))
 
 
+def test_chart_variants_pass_server_side_validation(cluster, installed, helm) -> None:
+    """Sentinel mode and the standard knobs, validated by the API server (strict fields)."""
+    docs = template(helm, "redis.sentinel.enabled=true", "redis.persistence.enabled=true",
+                    "extender.tls.existingSecret=mine", "global.imageRegistry=reg.example.com",
+                    "podLabels.team=ml", "podAnnotations.a=b", "extender.priorityClassName=p",
+                    "extender.topologySpreadConstraints[0].maxSkew=1",
+                    "extender.topologySpreadConstraints[0].topologyKey=zone",
+                    "extender.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+                    "redis.nodeSelector.disk=ssd", "agent.advertiseWholeGpus=true",
+                    "extender.serviceAccount.annotations.iam=role")
+    res = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-",
+                          input=yaml.safe_dump_all(docs), check=False)
+    assert res.returncode == 0, res.stderr
+
+
 class Webhook:
     """``sparse-extender webhook`` as a process, serving the chart-generated certificate."""
 

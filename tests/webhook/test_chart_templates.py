@@ -358,7 +358,7 @@ def test_agent_node_policy_binds_to_the_agents_token_node_claim() -> None:
 
 def test_sentinel_mode() -> None:
     docs = render("redis.sentinel.enabled=true")
-    sts = find(docs, "StatefulSet", "sparse-redis")
+    sts = find(docs, "StatefulSet", "sparse-redis-ha")
     assert sts["spec"]["replicas"] == 3
     assert sts["spec"]["serviceName"] == "sparse-redis-headless"
     redis, sentinel = sts["spec"]["template"]["spec"]["containers"]

@@ -77,6 +77,9 @@ The tag defaults to the chart's appVersion.
 {{- define "sparse.webhookService" -}}{{ include "sparse.fullname" . }}-webhook{{- end -}}
 {{- define "sparse.redisService" -}}{{ include "sparse.fullname" . }}-redis{{- end -}}
 {{- define "sparse.redisHeadless" -}}{{ include "sparse.fullname" . }}-redis-headless{{- end -}}
+{{- define "sparse.redisStatefulSet" -}}
+{{- include "sparse.fullname" . }}-redis{{ if .Values.redis.sentinel.enabled }}-ha{{ end }}
+{{- end -}}
 {{- define "sparse.sentinelService" -}}{{ include "sparse.fullname" . }}-redis-sentinel{{- end -}}
 {{- define "sparse.extenderTLSSecret" -}}
 {{- default (printf "%s-extender-tls" (include "sparse.fullname" .)) .Values.extender.tls.existingSecret -}}
@@ -279,7 +282,7 @@ primary again or the worker follows sentinel:// itself.
 {{- $url -}}
 {{- end -}}
 {{- else if .Values.redis.sentinel.enabled -}}
-{{- printf "redis://%s%s-redis-0.%s.%s.svc:6379/0" $auth (include "sparse.fullname" .) (include "sparse.redisHeadless" .) .Release.Namespace -}}
+{{- printf "redis://%s%s-0.%s.%s.svc:6379/0" $auth (include "sparse.redisStatefulSet" .) (include "sparse.redisHeadless" .) .Release.Namespace -}}
 {{- else -}}
 {{- printf "redis://%s%s.%s.svc:6379/0" $auth (include "sparse.redisService" .) .Release.Namespace -}}
 {{- end -}}
