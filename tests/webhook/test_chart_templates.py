@@ -236,6 +236,10 @@ def test_extender_tls_from_an_existing_secret_or_cert_manager() -> None:
         # the scheduler gets the CA certificate only, never the extender's key
         assert vol["secret"] == {"secretName": secret, "items": [{"key": "ca.crt",
                                                                   "path": "ca.crt"}]}
+    # renewed certificates are read at start-up: restart on renewal (Reloader's annotation)
+    for name in ("sparse-extender", "sparse-scheduler"):
+        assert find(docs, "Deployment", name)["metadata"]["annotations"] == {
+            "secret.reloader.stakater.com/reload": "sparse-extender-tls"}
     certs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Certificate"}
     assert certs["sparse-extender"]["spec"]["secretName"] == "sparse-extender-tls"
     assert certs["sparse-webhook"]["spec"]["secretName"] == "sparse-webhook-tls"
