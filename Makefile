@@ -5,8 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: help setup run test test-slow e2e lint bench bench-latency bench-throughput bench-sim \
-	control-plane helm demo images system-deps clean predictor-data predictor-train
+.PHONY: help setup run test e2e lint bench bench-latency bench-throughput bench-sim control-plane helm clean
 
 help:
 	@echo "make run              run the extender (embedded defaults, no cluster, no Redis, no root)"
@@ -15,20 +14,21 @@ help:
 	@echo "make e2e              build the local control plane and Helm, run the end-to-end tests"
 	@echo "make demo             local control plane + extender + fake GPU nodes: where pods land"
 	@echo "make images           build the extender, predictor and agent images (REGISTRY=, TAG=)"
-	@echo "make lint             ruff and the manifests drift check"
-	@echo "make bench            latency benchmark (5,000 nodes x 8 GPUs) and the trace simulator"
-	@echo "make bench-latency    filter + prioritize latency only"
-	@echo "make bench-sim        the trace simulator (FGD protocol) only"
-	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
 	@echo "make control-plane    build etcd, kube-apiserver, kube-scheduler (10-25 min cold on 2 cores)"
 	@echo "make helm             build Helm"
-	@echo "make predictor-data   regenerate the predictor's measured dataset (installs torch)"
-	@echo "make predictor-train  retrain and evaluate the predictor"
+	@echo "make lint             ruff and the manifests drift check"
 	@echo "make setup            create .venv with the dev extras"
 	@echo "make system-deps      install redis-server and openssl with apt (sudo when not root)"
 	@echo "make clean            remove .venv, results/ and caches"
+	@echo "make predictor-data   regenerate the predictor's measured dataset (installs torch)"
+	@echo "make predictor-train  retrain and evaluate the predictor"
+	@echo "make bench-latency    filter + prioritize latency only"
+	@echo "make bench-sim        the trace simulator (FGD protocol) only"
+	@echo "make chart-docs       regenerate the chart's values.schema.json, README.md and manifests/"
+	@echo "make bench            latency benchmark (5,000 nodes x 8 GPUs) and the trace simulator"
+	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
 
-# The dev venv (tests, benchmarks, demo). No system packages: those are system-deps.
+# The dev venv (tests, benchmarks, demo). System packages are system-deps, never make run's.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -42,6 +42,7 @@ $(RUN_STAMP): pyproject.toml
 	$(BIN)/pip install -q -e .
 	@touch $(RUN_STAMP)
 
+.PHONY: system-deps test-slow demo images predictor-data predictor-train
 system-deps:
 	@command -v redis-server >/dev/null && command -v openssl >/dev/null || hack/install-system-deps.sh
 
@@ -64,6 +65,7 @@ helm:
 	hack/build-helm.sh
 
 e2e: system-deps setup control-plane helm
+	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q tests/webhook/test_chart.py tests/webhook/test_chart_templates.py
 	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q -m e2e tests/e2e
 
 # Cold: builds the control plane first (make control-plane); warm: ~15 s. DEMO_ARGS=--exit to
@@ -72,13 +74,20 @@ DEMO_ARGS ?=
 demo: setup control-plane
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
 
-# REGISTRY=registry.example.com/team TAG=dev make images; BUILDER=buildah|podman|docker.
+# REGISTRY=registry.example.com/mirror TAG=dev PUSH=1 make images; BUILDER=buildah|podman|docker.
 images:
 	hack/build-images.sh
 
 lint: setup
 	$(BIN)/ruff check .
 	hack/render-manifests.sh --check
+	$(BIN)/python hack/chart_docs.py --check
+
+# values.yaml is the source: schema and chart README from its comments, then the plain manifests.
+.PHONY: chart-docs
+chart-docs: setup
+	$(BIN)/python hack/chart_docs.py
+	hack/render-manifests.sh
 
 bench: bench-latency bench-sim
 
