@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # Image of the scheduler extender and the mutating webhook (sparse-extender serve | webhook).
-# Build from the repository root: make images (hack/build-images.sh: buildah, podman or docker).
+# Build from the repository root:  docker build -f docker/extender.Dockerfile -t sparse-extender .
 # Multi-stage: wheels are built in "build" (with compilers if needed), only the venv is copied
 # into the runtime stage. Non-root (uid 65532), no writes outside /tmp: runs with
 # readOnlyRootFilesystem (no .pyc written at run time, byte-code compiled at build time).
@@ -23,7 +23,8 @@ RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt "." \
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 
 FROM ${PYTHON_IMAGE}
-# Set by hack/build-images.sh: the git commit shows as sparse_build_info{revision}.
+# `make images` (hack/build-images.sh) names the image as the chart does and sets REVISION,
+# the git commit, which shows as sparse_build_info{revision}.
 ARG REVISION=unknown
 ARG VERSION=""
 LABEL org.opencontainers.image.source="https://github.com/sparse-gpu/sparse" \

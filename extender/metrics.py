@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -23,7 +23,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 class Metrics:
     def __init__(self, state: Callable[[], ClusterState]) -> None:
-        self.registry = telemetry.new_registry("extender")
+        self.registry: CollectorRegistry = telemetry.new_registry("extender")
         self.requests = Counter(
             "sparse_extender_requests_total",
             "Extender HTTP requests by verb and outcome.",
