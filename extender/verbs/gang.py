@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 import msgspec
 
 from extender import protocol
+from extender.annotations import ANN_GANG_SLOT
 from extender.demand import PodDemand, pod_demand
 from extender.errors import InvalidDemand, InvalidRequest, ReservationConflict
 from extender.ledger.rules import STATE_RESERVED, Reservation
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sparse.gang")
 
-ANN_GANG_SLOT = "sparse.io/gang-slot"  # pod annotation: the slot (ledger UID) the pod binds to
 SLOT_PREFIX = "gang/"
 RESERVE_ATTEMPTS = 3  # a conflict means another replica booked first: re-plan on fresh state
 MAX_REPLICAS = 1024
