@@ -18,6 +18,10 @@ PURE = [
     "extender.kube.assignment",
     "webhook.patch",
     "predictor.features",
+    "controller.prediction",
+    "controller.pods",
+    "controller.status",
+    "controller.queue",
 ]
 FORBIDDEN = ["aiohttp", "redis", "kubernetes_asyncio", "prometheus_client", "torch"]
 
