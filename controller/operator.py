@@ -92,7 +92,7 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
         if holder.kube is not None:
             await holder.kube.api.close()
 
-    @kopf.index(**res)
+    @kopf.index(**res, id="waiting_jobs")
     def waiting_jobs(body: kopf.Body, **_: Any) -> dict[str, Waiting] | None:
         entry = waiting_entry({"metadata": dict(body.metadata), "status": dict(body.status)})
         return None if entry is None else {entry.key: entry}
@@ -115,12 +115,12 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
     async def on_pod(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
         owner = next((o for o in body.metadata.get("ownerReferences") or []
                       if o.get("kind") == KIND), None)
-        if owner is None or holder.kube is None or holder.reconciler is None:
+        if owner is None or holder.reconciler is None:
             return
-        job = await holder.kube.get_job(body.metadata.namespace, owner["name"])
-        if job is not None and job["metadata"]["uid"] == owner.get("uid"):
-            holder.index = waiting_jobs
-            await holder.reconciler.reconcile(job)
+        holder.index = waiting_jobs
+        # The reconciler reads the job itself (fresh, under its lock).
+        await holder.reconciler.reconcile({"metadata": {
+            "name": owner["name"], "namespace": body.metadata.namespace, "uid": owner["uid"]}})
 
     @kopf.on.delete(**res)
     async def on_delete(body: kopf.Body, **_: Any) -> None:

@@ -29,6 +29,7 @@ log = logging.getLogger("sparse.controller")
 
 
 class KubeApi(Protocol):
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     async def list_pods(self, namespace: str, job_uid: str) -> list[dict[str, Any]]: ...
     async def create_pod(self, body: dict[str, Any]) -> bool: ...
     async def delete_pod(self, namespace: str, name: str) -> None: ...
@@ -85,10 +86,16 @@ class Reconciler:
     # --- entry points ---------------------------------------------------------------------
 
     async def reconcile(self, job: dict[str, Any]) -> None:
-        if job["metadata"].get("deletionTimestamp"):
-            return  # cleanup() runs from the finalizer
-        async with self._locks[job["metadata"]["uid"]]:
-            await _Pass(self, job).run()
+        meta = job["metadata"]
+        async with self._locks[meta["uid"]]:
+            # Re-read under the lock: the copy handed in may predate the last pass's writes,
+            # and the status patch is computed against what is stored.
+            fresh = await self.kube.get_job(meta.get("namespace") or "default", meta["name"])
+            if fresh is None or fresh["metadata"].get("uid") != meta["uid"]:
+                return
+            if fresh["metadata"].get("deletionTimestamp"):
+                return  # cleanup() runs from the finalizer
+            await _Pass(self, fresh).run()
 
     async def cleanup(self, job: dict[str, Any]) -> None:
         """The job is being deleted: free every slot and delete every pod."""

@@ -37,6 +37,10 @@ class FakeKube:
         self.events: list[tuple[str, str, str]] = []
         self.fail_creates = 0
 
+    async def get_job(self, namespace, name):
+        job = self.jobs.get(name)
+        return copy.deepcopy(job) if job is not None else None
+
     async def list_pods(self, namespace, job_uid):
         return [copy.deepcopy(p) for p in self.pods.values()
                 if p["metadata"]["labels"].get("sparse.io/job-uid") == job_uid]
