@@ -56,9 +56,10 @@ def main(extender_url: str, kubeconfig: Path | None, namespaces: tuple[str, ...]
         extender_url=extender_url, kubeconfig=kubeconfig,
         config=Config(scheduler_name=scheduler_name, slot_ttl_s=slot_ttl,
                       max_pass_over_s=max_pass_over),
-        interval_s=interval, pod_delete_grace_s=pod_delete_grace)
-    run(options, namespaces=namespaces, peering=peering,
-        priority=default_priority() if priority is None else priority, liveness=liveness)
+        interval_s=interval, pod_delete_grace_s=pod_delete_grace, peering=peering,
+        namespaces=namespaces)
+    run(options, priority=default_priority() if priority is None else priority,
+        liveness=liveness)
 
 
 if __name__ == "__main__":

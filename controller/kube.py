@@ -31,6 +31,26 @@ class Kube:
         self.grace = pod_delete_grace_s
         self.instance = socket.gethostname()
 
+    async def ensure_peering(self, name: str, *, cluster_wide: bool,
+                             namespaces: tuple[str, ...] = ()) -> None:
+        """Create kopf's peering object(s) if missing (all replicas race: 409 is fine)."""
+        body: dict[str, Any] = {"apiVersion": "kopf.dev/v1", "metadata": {"name": name}}
+        targets = [None] if cluster_wide else list(namespaces)
+        for ns in targets:
+            try:
+                if ns is None:
+                    resp = await self.custom.create_cluster_custom_object(
+                        "kopf.dev", "v1", "clusterkopfpeerings",
+                        {**body, "kind": "ClusterKopfPeering"}, _preload_content=False)
+                else:
+                    resp = await self.custom.create_namespaced_custom_object(
+                        "kopf.dev", "v1", ns, "kopfpeerings", {**body, "kind": "KopfPeering"},
+                        _preload_content=False)
+                resp.release()
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             resp = await self.custom.get_namespaced_custom_object(

@@ -36,6 +36,8 @@ class Options:
     config: Config = field(default_factory=Config)
     interval_s: float = 5.0
     pod_delete_grace_s: int | None = None
+    peering: str | None = None
+    namespaces: tuple[str, ...] = ()
 
 
 class Holder:
@@ -80,6 +82,9 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
 
         api = await make_api_client(options.kubeconfig, options.kubeconfig is None)
         holder.kube = Kube(api, options.pod_delete_grace_s)
+        if options.peering:  # kopf needs the object; the replicas share it
+            await holder.kube.ensure_peering(options.peering, cluster_wide=not options.namespaces,
+                                             namespaces=options.namespaces)
         holder.gangs = GangClient(options.extender_url)
         holder.reconciler = Reconciler(holder.kube, holder.gangs, options.config,
                                        waiting=holder.waiting)
@@ -135,16 +140,15 @@ def _plain(body: kopf.Body) -> dict[str, Any]:
             "status": dict(body.status)}
 
 
-def run(options: Options, *, namespaces: tuple[str, ...] = (), peering: str | None = None,
-        priority: int = 0, liveness: str | None = None) -> None:
+def run(options: Options, *, priority: int = 0, liveness: str | None = None) -> None:
     holder = Holder()
     kopf.run(
         registry=make_registry(options, holder),
         settings=make_settings(),
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        standalone=peering is None,
-        peering_name=peering,
+        clusterwide=not options.namespaces,
+        namespaces=options.namespaces,
+        standalone=options.peering is None,
+        peering_name=options.peering,
         priority=priority,
         liveness_endpoint=liveness,
     )

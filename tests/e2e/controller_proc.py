@@ -37,7 +37,9 @@ class Controller:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controller.cli", "--extender-url", self.extender_url,
              "--kubeconfig", self.kubeconfig, "--namespace", "default",
-             "--liveness", f"http://127.0.0.1:{self.port}/healthz", *self.args],
+             "--liveness", f"http://127.0.0.1:{self.port}/healthz",
+             # peering on, as installed; a restart outranks the killed run it replaces
+             "--peering", "sparse-e2e", "--priority", str(100 + self.runs), *self.args],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout
