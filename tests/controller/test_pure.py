@@ -92,3 +92,12 @@ def test_queue_fifo_with_bounded_pass_over():
     assert may_try("ml/big", [head, young], now=400, max_pass_over_s=300)[0]
     never = Waiting("ml/big", created=0, waiting_since=100, ever_fits=False)
     assert may_try("ml/small", [never, young], now=10_000, max_pass_over_s=300)[0]
+
+
+def test_the_example_job_predicts_a_fitting_share(repo_root):
+    import yaml
+
+    spec = yaml.safe_load((repo_root / "examples" / "dlrm-job.yaml").read_text())["spec"]
+    d = predict(spec)
+    assert 8 * 1024 < d.gpu_mem_mib < 32 * 1024 and 1 <= d.gpu_milli <= 1000
+    assert d.job_class == "recommendation"

@@ -141,6 +141,9 @@ def test_crd_applies_and_refuses_invalid_jobs(crds: e2e_cluster.LocalCluster) ->
     out = crds.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
     assert out.returncode != 0 and "spec.replicas" in out.stderr
     assert crds.request("GET", JOBS)["items"] == []
+    out = crds.kubectl("apply", "--dry-run=server", "-f", str(REPO / "examples" /
+                                                              "dlrm-job.yaml"), check=False)
+    assert out.returncode == 0, out.stderr
 
 
 def test_gang_waits_for_a_free_slot_then_runs_and_delete_releases(stack: Any) -> None:
