@@ -242,3 +242,32 @@ def test_controller_killed_mid_admission_leaves_no_partial_reservation(stack: An
                                                         for i in range(4)]
     assert not any(u.startswith("gang/") for u in held)
     assert len({g for x in job["status"]["placement"] for g in x["gpus"]}) == 4
+
+
+def set_pod_phase(c: e2e_cluster.LocalCluster, name: str, phase: str) -> None:
+    c.request("PATCH", f"/api/v1/namespaces/default/pods/{name}/status",
+              {"status": {"phase": phase}}, content_type="application/merge-patch+json")
+
+
+def test_failed_worker_restarts_the_job_then_backoff_limit_fails_it(stack: Any) -> None:
+    env, c = stack, stack.cluster
+    c.create_gpu_node("gpu-0", gpus=4)
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2)))
+    wait_for(env, lambda: get_job(env, "dlrm").get("status", {}).get("phase") == "Scheduled",
+             60, "job scheduled")
+    set_pod_phase(c, "dlrm-worker-0", "Failed")
+    job = wait_for(env, lambda: (j := get_job(env, "dlrm"))
+                   and j["status"].get("attempt") == 1
+                   and j["status"].get("phase") == "Scheduled" and j, 60, "job restarted")
+    assert job["status"]["restarts"] == 1
+    assert sorted(p["metadata"]["name"] for p in worker_pods(env)) == [
+        "dlrm-r1-worker-0", "dlrm-r1-worker-1"]
+    wait_for(env, lambda: sorted(b["pod"] for b in bookings(env).values()) == [
+        "default/dlrm-r1-worker-0", "default/dlrm-r1-worker-1"], 30, "old workers' GPUs freed")
+    assert "Restarting" in job_events(env, "dlrm")
+
+    set_pod_phase(c, "dlrm-r1-worker-1", "Failed")  # backoffLimit 1: no second restart
+    job = wait_for(env, lambda: (j := get_job(env, "dlrm"))
+                   and j["status"].get("phase") == "Failed" and j, 60, "job failed")
+    assert condition(job, "Failed")["reason"] == "BackoffLimitExceeded"
+    wait_for(env, lambda: not bookings(env), 30, "every GPU released")

@@ -12,13 +12,16 @@ from extender.config import Settings
 from extender.http.app import make_app
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
+from extender.ledger.redis import RedisLedger
 from extender.placement import make_policy
 from extender.service import Scheduler
 
 
-@pytest.fixture
-async def client():
-    s = Scheduler(inventory=inventory(gpu_node("a", 2), gpu_node("b", 1)), ledger=MemoryLedger(),
+@pytest.fixture(params=["memory", "redis"])
+async def client(request):
+    ledger = (MemoryLedger() if request.param == "memory"
+              else RedisLedger.from_url(request.getfixturevalue("redis_url")))
+    s = Scheduler(inventory=inventory(gpu_node("a", 2), gpu_node("b", 1)), ledger=ledger,
                   matrix=default_matrix(), policy=make_policy("sparse"))
     app = make_app(Settings(nodes=None, max_body_mib=2), scheduler=s)
     async with TestClient(TestServer(app)) as c:
