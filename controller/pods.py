@@ -2,7 +2,8 @@
 
 Each worker gets: an owner reference to the job (garbage collection, and the controller's
 pod watch), the job's labels, the scheduler name, the annotations the extender and the
-predictor read (``sparse.io/model``, ``sparse.io/job-class``, ``sparse.io/gpu-model``), the
+predictor read (``sparse.io/model``, ``sparse.io/job-class``, ``sparse.io/gpu-model``,
+``sparse.io/embedding`` for locality), the
 gang slot it binds to (``sparse.io/gang-slot``) and its GPU resources: the template's
 ``nvidia.com/gpu`` when it asks for whole GPUs, otherwise a share of one GPU sized by the
 prediction (``sparse.io/gpu-mem`` = max(declared, predicted), ``sparse.io/gpu-milli`` =
@@ -12,6 +13,7 @@ min(declared, predicted), as the extender combines them) on the first container.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +34,7 @@ LABEL_JOB_UID = "sparse.io/job-uid"
 LABEL_INDEX = "sparse.io/replica-index"
 LABEL_ATTEMPT = "sparse.io/attempt"
 DEFAULT_SCHEDULER = "sparse-scheduler"
+ANN_EMBEDDING = "sparse.io/embedding"  # {store, tables, hotRows?, required?}: locality
 
 
 def worker_prefix(job_name: str, attempt: int) -> str:
@@ -99,6 +102,10 @@ def worker_pod(job: Mapping[str, Any], demand: Demand, *, attempt: int, index: i
                    ANN_JOB_CLASS: demand.job_class, ANN_GANG_SLOT: slot}
     if spec.get("gpuModel"):
         annotations[ANN_GPU_MODEL] = spec["gpuModel"]
+    if spec.get("embedding"):  # read by the locality term of prioritize
+        annotations[ANN_EMBEDDING] = json.dumps(
+            {k: v for k, v in spec["embedding"].items() if v not in (None, False)},
+            separators=(",", ":"), sort_keys=True)
     containers = pspec.get("containers") or []
     if not whole_gpus(template):
         _size_share(containers, demand)

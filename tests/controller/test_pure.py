@@ -57,6 +57,13 @@ def test_worker_pod_carries_what_the_extender_reads():
     assert meta["annotations"]["sparse.io/gpu-model"] == "V100M32|A100"
     assert meta["annotations"]["sparse.io/job-class"] == "recommendation"
     assert meta["ownerReferences"][0]["uid"] == "u1"
+    assert "sparse.io/embedding" not in meta["annotations"]
+    job = json.loads(json.dumps(JOB))
+    job["spec"]["embedding"] = {"store": "criteo", "tables": ["C1"], "hotRows": 10,
+                                "required": False}
+    embedding = worker_pod(job, DEMAND, attempt=0, index=0, slot="s")["metadata"][
+        "annotations"]["sparse.io/embedding"]
+    assert json.loads(embedding) == {"store": "criteo", "tables": ["C1"], "hotRows": 10}
     c = pod["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"sparse.io/gpu-mem": "12000", "sparse.io/gpu-milli": "700"}
     assert {"name": "RANK", "value": "1"} in c["env"]
