@@ -6,9 +6,9 @@ from typing import Any
 
 import aiohttp
 
+from controller.errors import GangError
 
-class GangError(RuntimeError):
-    """The extender could not be asked or refused the request (not: 'does not fit')."""
+__all__ = ["GangClient", "GangError"]
 
 
 class GangClient:

@@ -15,12 +15,20 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from controller.errors import PodCreateError
 from controller.pods import GROUP, KIND, LABEL_JOB_UID, PLURAL, VERSION
 
 log = logging.getLogger("sparse.controller.kube")
 
 COMPONENT = "sparse-controller"
 MERGE = "application/merge-patch+json"
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return f"HTTP {exc.status} {exc.reason or ''}".strip()
 
 
 class Kube:
@@ -75,6 +83,8 @@ class Kube:
         except ApiException as exc:
             if exc.status == 409:
                 return False
+            if exc.status in (400, 403, 422):
+                raise PodCreateError(_message(exc)) from exc
             raise
         return True
 

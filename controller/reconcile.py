@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller import status as st
-from controller.gangs import GangError
+from controller.errors import GangError, PodCreateError
 from controller.pods import LABEL_ATTEMPT, whole_gpus, worker_pod, worker_prefix
 from controller.prediction import Demand, InvalidModel, predict
 from controller.queue import Waiting, may_try
@@ -260,7 +260,14 @@ class _Pass:
                 continue
             body = worker_pod(self.job, demand, attempt=attempt, index=slot["index"],
                               slot=slot["slot"], scheduler_name=self.r.config.scheduler_name)
-            await self.r.kube.create_pod(body)
+            try:
+                await self.r.kube.create_pod(body)
+            except PodCreateError as exc:  # retried next pass; the slots expire meanwhile
+                message = f"creating pod {body['metadata']['name']} failed: {exc}"
+                if self.status.get("message") != message:
+                    self.events.append(("Warning", "FailedCreate", message))
+                self.status["message"] = message
+                return
 
     # --- following the pods ---------------------------------------------------------------
 

@@ -22,6 +22,7 @@ PURE = [
     "controller.pods",
     "controller.status",
     "controller.queue",
+    "controller.reconcile",
 ]
 FORBIDDEN = ["aiohttp", "redis", "kubernetes_asyncio", "prometheus_client", "torch"]
 

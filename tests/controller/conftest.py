@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from builders import gpu_node, inventory
 
+from controller.errors import PodCreateError
 from controller.reconcile import Config, Reconciler, waiting_entry
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
@@ -36,6 +37,7 @@ class FakeKube:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[str, str, str]] = []
         self.fail_creates = 0
+        self.refuse_creates = False
 
     async def get_job(self, namespace, name):
         job = self.jobs.get(name)
@@ -46,6 +48,8 @@ class FakeKube:
                 if p["metadata"]["labels"].get("sparse.io/job-uid") == job_uid]
 
     async def create_pod(self, body):
+        if self.refuse_creates:
+            raise PodCreateError("admission webhook denied the request")
         if self.fail_creates:
             self.fail_creates -= 1
             raise RuntimeError("controller killed")

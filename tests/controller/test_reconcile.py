@@ -182,3 +182,16 @@ async def test_deadline(world):
     s = await world.reconcile("dlrm")
     assert s["phase"] == "Failed" and cond(s, "Failed")["reason"] == "DeadlineExceeded"
     assert not world.kube.pods and await world.ledger() == {}
+
+
+async def test_refused_pods_are_reported_and_retried(world):
+    world.submit("dlrm")
+    world.kube.refuse_creates = True
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Admitted" and "admission webhook denied" in s["message"]
+    await world.reconcile("dlrm")
+    assert [r for _, r, _ in world.kube.events].count("FailedCreate") == 1
+    world.kube.refuse_creates = False
+    await world.reconcile("dlrm")
+    assert len(world.kube.pods) == 4
+    assert len(await world.ledger()) == 4  # the same slots, nothing booked twice
