@@ -222,10 +222,13 @@ class _Pass:
             self._not_admitted(reason, message)
             return
         slots = sorted(answer["slots"], key=lambda x: x["index"])
+        again = s.get("phase") == st.ADMITTED and [x["slot"] for x in slots] == [
+            x.get("slot") for x in s.get("placement") or []]  # the same slots, asked again
         s["placement"] = [{"index": x["index"], "pod": f"{request['name']}-{x['index']}",
                            "slot": x["slot"], "node": x["node"], "gpus": x["gpus"],
                            "phase": "Pending"} for x in slots]
-        s["admittedAt"] = st.now_iso(self.now)
+        if not again:
+            s["admittedAt"] = st.now_iso(self.now)
         s.setdefault("startTime", st.now_iso(self.now))
         s["waitingSince"] = None
         s["everFits"] = None
@@ -234,10 +237,11 @@ class _Pass:
         s["conditions"] = st.set_condition(s.get("conditions"), "Admitted", True, "GangReserved",
                                            message, self.now)
         s["phase"] = st.ADMITTED
-        s["message"] = message
         self._counts(st.Workers(0, 0, 0, 0, [], s["placement"],
                                 len({g for x in slots for g in x["gpus"]})))
-        self.events.append(("Normal", "Admitted", message))
+        if not again:
+            s["message"] = message
+            self.events.append(("Normal", "Admitted", message))
         await self._write()  # the slots are on record before any pod exists
         await self._create_missing(demand, attempt, set())
 
