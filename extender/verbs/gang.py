@@ -162,8 +162,8 @@ async def reserve(s: Scheduler, req: GangReserve) -> GangAnswer:
         state = await s.view()
         booked, why = plan(state, s, demands, req.ttlSeconds)
         if why:
-            empty, never = plan(ClusterState.build(state.inventory, s.matrix), s, demands,
-                                req.ttlSeconds)
+            _, never = plan(ClusterState.build(state.inventory, s.matrix), s, demands,
+                            req.ttlSeconds)
             return GangAnswer(admitted=False, reason=why, placeable=len(booked),
                               everFits=not never)
         try:
@@ -216,9 +216,9 @@ async def filter_slot(s: Scheduler, pod: Pod, args: ExtenderArgs) -> FilterResul
     own = await s.ledger.get(pod.metadata.uid)  # a bind in flight or retried
     booking = own if own is not None else await s.ledger.get(slot)
     namespace = pod.metadata.namespace or "default"
-    if booking is None or booking.namespace != namespace:
-        reason = (f"gang slot {slot} is not reserved (expired or released); the job"
-                  " controller re-admits the job")
+    if booking is None or (booking.namespace, booking.name) != (namespace, pod.metadata.name):
+        reason = (f"gang slot {slot} is not reserved for this pod (expired or released);"
+                  " the job controller re-admits the job")
         s.notify(Outcome("filter", *pod_ref(pod), False, reason))
         return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
     passed = [booking.node] if booking.node in args.node_names else []
@@ -244,8 +244,10 @@ async def consume_slot(s: Scheduler, args: BindingArgs) -> Reservation | None:
     if not slot:
         return None
     held = await s.ledger.get(slot)
-    if held is None or held.namespace != args.pod_namespace:
-        raise ReservationConflict(f"gang slot {slot} is not reserved (expired or released)")
+    if held is None or (held.namespace, held.name) != (args.pod_namespace, args.pod_name):
+        # a slot is booked for one pod name: another pod naming it gets nothing
+        raise ReservationConflict(f"gang slot {slot} is not reserved for pod "
+                                  f"{args.pod_namespace}/{args.pod_name} (expired or released)")
     if held.node != args.node:
         raise ReservationConflict(f"gang slot {slot} is on node {held.node}, not {args.node}")
     now = s.clock()

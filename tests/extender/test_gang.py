@@ -82,12 +82,16 @@ async def test_retry_returns_the_same_slots(client):
 async def test_worker_binds_into_its_slot(client):
     out = await post(client, "gangs/reserve", gang(3, gpus=1))
     slot = next(s for s in out["slots"] if s["node"] == "b")
-    worker = pod("dlrm-2", gpus=1, uid="uid-w2")
+    thief = pod("someone-else", gpus=1, uid="uid-x")
+    thief["metadata"]["annotations"]["sparse.io/gang-slot"] = slot["slot"]
+    answer = await post(client, "filter", {"Pod": thief, "NodeNames": ["a", "b"]})
+    assert answer["NodeNames"] == []
+    worker = pod(f"dlrm-{slot['index']}", gpus=1, uid="uid-w2")
     worker["metadata"]["annotations"]["sparse.io/gang-slot"] = slot["slot"]
     answer = await post(client, "filter", {"Pod": worker, "NodeNames": ["a", "b"]})
     assert answer["NodeNames"] == ["b"]
     assert "is on node b" in answer["FailedNodes"]["a"]
-    assert await post(client, "bind", {"PodName": "dlrm-2", "PodNamespace": "ml",
+    assert await post(client, "bind", {"PodName": f"dlrm-{slot['index']}", "PodNamespace": "ml",
                                        "PodUID": "uid-w2", "Node": "b"}) == {"Error": ""}
     ledger = await held(client)
     assert slot["slot"] not in ledger
