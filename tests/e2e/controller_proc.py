@@ -15,9 +15,11 @@ import cluster as e2e_cluster
 
 class Controller:
     def __init__(self, workdir: Path, kubeconfig: str | Path, extender_url: str, *,
+                 name: str = "controller",
                  slot_ttl: float = 20, interval: float = 1, max_pass_over: float = 300,
                  extra: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
+        self.name = name
         self.kubeconfig = str(kubeconfig)
         self.extender_url = extender_url
         self.args = ["--slot-ttl", str(slot_ttl), "--interval", str(interval),
@@ -28,7 +30,7 @@ class Controller:
 
     @property
     def log_path(self) -> Path:
-        return self.workdir / f"controller-{self.runs}.log"
+        return self.workdir / f"{self.name}-{self.runs}.log"
 
     def start(self, timeout: float = 60) -> Controller:
         self.runs += 1

@@ -4,6 +4,7 @@ the extender and kube-scheduler placing the workers all together or not at all."
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Any
 
 import cluster as e2e_cluster
 import pytest
+import yaml
 from controller_proc import Controller
+from tooling import helm_path, versions
 
 from controller.prediction import predict
 
@@ -270,4 +273,35 @@ def test_failed_worker_restarts_the_job_then_backoff_limit_fails_it(stack: Any) 
     job = wait_for(env, lambda: (j := get_job(env, "dlrm"))
                    and j["status"].get("phase") == "Failed" and j, 60, "job failed")
     assert condition(job, "Failed")["reason"] == "BackoffLimitExceeded"
+    wait_for(env, lambda: not bookings(env), 30, "every GPU released")
+
+
+def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) -> None:
+    """The chart's ClusterRole is all the controller needs: run it with that token alone."""
+    env, c = stack, stack.cluster
+    helm = helm_path()
+    if not helm.exists():
+        pytest.skip("helm not built (hack/build-helm.sh)")
+    env.ctl.stop()  # the admin-token controller steps aside
+    rendered = subprocess.run(
+        [str(helm), "template", "sparse", str(REPO / "charts" / "sparse"), "--namespace",
+         "sparse-system", "--kube-version", versions()["K8S_VERSION"],
+         "--show-only", "templates/controller.yaml"],
+        capture_output=True, text=True, check=True).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] != "Deployment"]
+    c.kubectl("create", "namespace", "sparse-system", check=False)
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    token = c.kubectl("create", "token", "sparse-controller", "-n", "sparse-system").stdout
+    kubeconfig = yaml.safe_load(Path(c.kubeconfig).read_text())
+    kubeconfig["users"] = [{"name": "admin", "user": {"token": token.strip()}}]
+    limited = tmp_path / "controller-kubeconfig"
+    limited.write_text(yaml.safe_dump(kubeconfig))
+    ctl = Controller(tmp_path, limited, env.ext.url, slot_ttl=SLOT_TTL, name="rbac").start()
+    env.ctl = ctl  # the fixture's teardown uses (and stops) this one
+    c.create_gpu_node("gpu-0", gpus=4)
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2)))
+    wait_for(env, lambda: get_job(env, "dlrm").get("status", {}).get("phase") == "Scheduled",
+             60, "job scheduled by the least-privileged controller")
+    assert "Forbidden" not in ctl.tail(400) and "403" not in ctl.tail(400)
+    c.kubectl("delete", "rdj", "dlrm", "--wait=true", "--timeout=60s")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")
