@@ -305,3 +305,36 @@ def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) 
     assert "Forbidden" not in ctl.tail(400) and "403" not in ctl.tail(400)
     c.kubectl("delete", "rdj", "dlrm", "--wait=true", "--timeout=60s")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")
+
+
+def test_controller_restarted_mid_admission_reuses_its_slots(stack: Any) -> None:
+    env, c = stack, stack.cluster
+    c.create_gpu_node("gpu-0", gpus=4)
+    c.kubectl("apply", "-f", "-", input=NO_WORKER_PODS)
+    probe = e2e_cluster.gpu_pod_manifest("probe", labels={"sparse.io/job": "x"})
+
+    def refused() -> bool:
+        try:
+            c.request("POST", "/api/v1/namespaces/default/pods", probe)
+        except e2e_cluster.ClusterError:
+            return True
+        c.request("DELETE", "/api/v1/namespaces/default/pods/probe", {"gracePeriodSeconds": 0})
+        return False
+
+    wait_for(env, refused, 30, "the admission policy in force")
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm")))
+    slots = wait_for(env, lambda: {u: b["gpus"] for u, b in bookings(env).items()
+                                   if u.startswith("gang/")}, 30, "slots booked")
+    assert len(slots) == 4
+    env.ctl.kill9()
+    c.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+              "e2e-no-worker-pods")
+    wait_for(env, lambda: not refused(), 30, "the admission policy gone")
+    env.ctl.start()  # well within the slot TTL: the same slots come back
+    job = wait_for(env, lambda: (j := get_job(env, "dlrm"))
+                   and j["status"].get("phase") == "Scheduled" and j, 60, "job scheduled")
+    held = bookings(env)
+    assert not any(u.startswith("gang/") for u in held) and len(held) == 4
+    assert sorted(g for b in held.values() for g in b["gpus"]) == sorted(
+        g for gpus in slots.values() for g in gpus)
+    assert {x["slot"] for x in job["status"]["placement"]} == set(slots)
