@@ -49,6 +49,9 @@ def main(extender_url: str, kubeconfig: Path | None, namespaces: tuple[str, ...]
 
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_level != "debug":  # kopf reports every timer run and probe at info
+        for noisy in ("kopf.objects", "aiohttp.access"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     if slot_ttl <= 0 or interval <= 0 or max_pass_over < 0:
         raise click.BadParameter("--slot-ttl and --interval must be positive,"
                                  " --max-pass-over not negative")

@@ -173,6 +173,8 @@ def test_gang_waits_for_a_free_slot_then_runs_and_delete_releases(stack: Any) ->
     assert worker_pods(env) == []
     assert [b["pod"] for b in bookings(env).values()] == ["default/legacy"]
     assert "NotAdmitted" in job_events(env, "dlrm")
+    wide = c.kubectl("get", "rdj", "dlrm", "-o", "wide").stdout.splitlines()
+    assert "REASON" in wide[0].split() and "InsufficientGPU" in wide[1].split()
 
     c.request("DELETE", "/api/v1/namespaces/default/pods/legacy", {"gracePeriodSeconds": 0})
     job = wait_for(env, lambda: (j := get_job(env, "dlrm"))
