@@ -101,13 +101,22 @@ class Reconciler:
         """The job is being deleted: free every slot and delete every pod."""
         meta = job["metadata"]
         async with self._locks[meta["uid"]]:
-            released = await self.gangs.release(meta["uid"])
             pods = await self.kube.list_pods(meta["namespace"], meta["uid"])
             for p in pods:
                 await self.kube.delete_pod(meta["namespace"], p["metadata"]["name"])
+            released = await self.release(meta["uid"])
             log.info("job %s deleted: %d pods deleted, %d slots released", _job_key(job),
                      len(pods), len(released))
         self._locks.pop(meta["uid"], None)
+
+    async def release(self, job_uid: str, attempt: int | None = None) -> list[str]:
+        """Release slots; an unreachable extender does not block (they expire on their own)."""
+        try:
+            return await self.gangs.release(job_uid, attempt)
+        except GangError as exc:
+            log.warning("slots of job %s not released (they expire after the slot TTL): %s",
+                        job_uid, exc)
+            return []
 
 
 class _Pass:
@@ -310,7 +319,7 @@ class _Pass:
         s["conditions"] = conds
         if phase == st.SUCCEEDED:
             self._finish(st.SUCCEEDED, "AllSucceeded", "every worker succeeded")
-            await self.r.gangs.release(self.meta["uid"])
+            await self.r.release(self.meta["uid"])
             return
         if phase != s.get("phase"):
             s["phase"] = phase
@@ -360,7 +369,7 @@ class _Pass:
         attempt = int(s.get("attempt", 0))
         for p in pods:
             await self.r.kube.delete_pod(self.ns, p["metadata"]["name"])
-        await self.r.gangs.release(self.meta["uid"], attempt)
+        await self.r.release(self.meta["uid"], attempt)
         s["attempt"] = attempt + 1
         if counted:
             s["restarts"] = int(s.get("restarts", 0)) + 1
@@ -381,7 +390,7 @@ class _Pass:
         for p in pods:
             if (p.get("status") or {}).get("phase") not in st.FINISHED:
                 await self.r.kube.delete_pod(self.ns, p["metadata"]["name"])
-        await self.r.gangs.release(self.meta["uid"])
+        await self.r.release(self.meta["uid"])
         self._finish(st.FAILED, reason, message)
 
     def _finish(self, phase: str, reason: str, message: str) -> None:

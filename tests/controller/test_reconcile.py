@@ -195,3 +195,29 @@ async def test_refused_pods_are_reported_and_retried(world):
     await world.reconcile("dlrm")
     assert len(world.kube.pods) == 4
     assert len(await world.ledger()) == 4  # the same slots, nothing booked twice
+
+
+async def test_unreachable_extender_does_not_block_delete_or_restart(world):
+    from controller.errors import GangError
+
+    world.submit("dlrm")
+    await world.reconcile("dlrm")
+    await world.schedule()
+    real = world.r.gangs
+
+    class Down:
+        async def reserve(self, request):
+            raise GangError("extender unreachable")
+
+        async def release(self, job_uid, attempt=None):
+            raise GangError("extender unreachable")
+
+    world.r.gangs = Down()
+    world.set_phase("Failed", "dlrm-worker-1")
+    s = await world.reconcile("dlrm")
+    assert (s["phase"], s["attempt"], s["restarts"]) == ("Pending", 1, 1)
+    s = await world.reconcile("dlrm")
+    assert cond(s, "Admitted")["reason"] == "ExtenderUnavailable"
+    await world.r.cleanup(world.kube.jobs["dlrm"])
+    assert not world.kube.pods
+    world.r.gangs = real
