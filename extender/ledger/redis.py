@@ -126,7 +126,7 @@ class RedisLedger:
         self._release = client.register_script(_RELEASE)
         self._expire = client.register_script(_EXPIRE)
         self._replace = client.register_script(_REPLACE)
-        self._reserve_many = client.register_script(_LOG + _DROP + redis_many.RESERVE_MANY)
+        self._reserve_many = client.register_script(redis_many.RESERVE_MANY)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "sparse:ledger:") -> RedisLedger:

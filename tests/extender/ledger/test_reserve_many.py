@@ -100,3 +100,19 @@ async def test_bad_calls(ledger):
         await ledger.reserve_many([res("a", ("g0", 1, 1)), res("a", ("g1", 1, 1))], CAPS)
     with pytest.raises(ReservationConflict):
         await ledger.reserve_many([res("a", ("gX", 1, 1))], CAPS)
+
+
+async def test_epoch_base_starts_a_fresh_counter(redis_url):
+    """The script can number from an epoch base on a wiped Redis (versions never repeat)."""
+    from extender.ledger.redis_many import script_args
+
+    ledger = RedisLedger.from_url(redis_url)
+    try:
+        args = script_args([res("s0", ("g0", 1, 1)), res("s1", ("g1", 1, 1))], [], CAPS,
+                           epoch_base=5_000_000)
+        reply = await ledger._reserve_many(keys=ledger._keys, args=args)
+        assert reply[0] == b"ok" and int(reply[1]) == 5_000_002
+        assert await ledger.version() == 5_000_002
+        assert await ledger.reserve_many([res("s2", ("g0", 1, 1))], CAPS) == 5_000_003
+    finally:
+        await ledger.close()
