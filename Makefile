@@ -11,6 +11,7 @@ help:
 	@echo "make test             set up and run the unit and integration tests (real redis-server)"
 	@echo "make e2e              build the local control plane and Helm, run the end-to-end tests"
 	@echo "make lint             ruff and the manifests drift check"
+	@echo "make chart-docs       regenerate the chart's values.schema.json, README.md and manifests/"
 	@echo "make bench            latency benchmark (5,000 nodes x 8 GPUs) and the trace simulator"
 	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
 
@@ -36,11 +37,19 @@ helm:
 	hack/build-helm.sh
 
 e2e: setup control-plane helm
+	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q tests/webhook/test_chart.py tests/webhook/test_chart_templates.py
 	SPARSE_E2E_REQUIRE=1 $(BIN)/python -m pytest -q -m e2e tests/e2e
 
 lint: setup
 	$(BIN)/ruff check .
 	hack/render-manifests.sh --check
+	$(BIN)/python hack/chart_docs.py --check
+
+# values.yaml is the source: schema and chart README from its comments, then the plain manifests.
+.PHONY: chart-docs
+chart-docs: setup
+	$(BIN)/python hack/chart_docs.py
+	hack/render-manifests.sh
 
 bench: bench-latency bench-sim
 

@@ -20,6 +20,8 @@ def default_priority() -> int:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--extender-url", required=True, envvar="SPARSE_EXTENDER_URL",
               help="The extender's verb prefix, e.g. http://sparse-extender:8888/scheduler.")
+@click.option("--extender-ca", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CA bundle of the extender's HTTPS certificate (https:// URLs).")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
               envvar="KUBECONFIG", default=None, help="Default: the in-cluster service account.")
 @click.option("--namespace", "namespaces", multiple=True,
@@ -40,8 +42,9 @@ def default_priority() -> int:
 @click.option("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def main(extender_url: str, kubeconfig: Path | None, namespaces: tuple[str, ...],
-         peering: str | None, priority: int | None, scheduler_name: str, slot_ttl: float,
+def main(extender_url: str, extender_ca: str | None, kubeconfig: Path | None,
+         namespaces: tuple[str, ...], peering: str | None, priority: int | None,
+         scheduler_name: str, slot_ttl: float,
          max_pass_over: float, interval: float, pod_delete_grace: int | None,
          liveness: str | None, log_level: str) -> None:
     """Predict, admit (all workers or none) and run RecommendDLJobs."""
@@ -60,7 +63,7 @@ def main(extender_url: str, kubeconfig: Path | None, namespaces: tuple[str, ...]
         config=Config(scheduler_name=scheduler_name, slot_ttl_s=slot_ttl,
                       max_pass_over_s=max_pass_over),
         interval_s=interval, pod_delete_grace_s=pod_delete_grace, peering=peering,
-        namespaces=namespaces)
+        namespaces=namespaces, extender_ca=extender_ca)
     run(options, priority=default_priority() if priority is None else priority,
         liveness=liveness)
 

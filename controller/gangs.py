@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import aiohttp
@@ -12,14 +13,18 @@ __all__ = ["GangClient", "GangError"]
 
 
 class GangClient:
-    def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 30.0, ca_file: str | None = None
+                 ) -> None:
+        """``ca_file``: CA bundle that signed the extender's HTTPS certificate."""
         self.base = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._ssl = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self._session: aiohttp.ClientSession | None = None
 
     async def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl else None
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
             async with self._session.post(f"{self.base}{path}", json=payload) as resp:
                 body = await resp.json(content_type=None)

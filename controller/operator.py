@@ -37,6 +37,7 @@ class Options:
     interval_s: float = 5.0
     pod_delete_grace_s: int | None = None
     peering: str | None = None
+    extender_ca: str | None = None
     namespaces: tuple[str, ...] = ()
 
 
@@ -85,7 +86,7 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
         if options.peering:  # kopf needs the object; the replicas share it
             await holder.kube.ensure_peering(options.peering, cluster_wide=not options.namespaces,
                                              namespaces=options.namespaces)
-        holder.gangs = GangClient(options.extender_url)
+        holder.gangs = GangClient(options.extender_url, ca_file=options.extender_ca)
         holder.reconciler = Reconciler(holder.kube, holder.gangs, options.config,
                                        waiting=holder.waiting)
         log.info("job controller started (extender %s)", options.extender_url)

@@ -231,11 +231,14 @@ class _Pass:
             self._not_admitted(reason, message)
             return
         slots = sorted(answer["slots"], key=lambda x: x["index"])
-        again = s.get("phase") == st.ADMITTED and [x["slot"] for x in slots] == [
-            x.get("slot") for x in s.get("placement") or []]  # the same slots, asked again
+        # The very slots recorded before (a repeated reservation answers with their deadline);
+        # slots booked anew after an expiry have the same names but a new deadline.
+        again = (s.get("phase") == st.ADMITTED and answer.get("expiresAt") is not None
+                 and answer.get("expiresAt") == s.get("slotsExpireAt"))
         s["placement"] = [{"index": x["index"], "pod": f"{request['name']}-{x['index']}",
                            "slot": x["slot"], "node": x["node"], "gpus": x["gpus"],
                            "phase": "Pending"} for x in slots]
+        s["slotsExpireAt"] = answer.get("expiresAt")
         if not again:
             s["admittedAt"] = st.now_iso(self.now)
         s.setdefault("startTime", st.now_iso(self.now))

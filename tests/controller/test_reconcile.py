@@ -221,3 +221,18 @@ async def test_unreachable_extender_does_not_block_delete_or_restart(world):
     await world.r.cleanup(world.kube.jobs["dlrm"])
     assert not world.kube.pods
     world.r.gangs = real
+
+
+async def test_slots_booked_anew_after_expiry_restart_the_bind_clock(world):
+    world.submit("dlrm")
+    world.kube.refuse_creates = True
+    await world.reconcile("dlrm")
+    world.now += 61
+    assert len(await world.scheduler.expire()) == 4
+    world.kube.refuse_creates = False
+    s = await world.reconcile("dlrm")  # same slot names, new deadline: a new admission
+    assert s["phase"] == "Admitted" and len(world.kube.pods) == 4
+    s = await world.reconcile("dlrm")
+    assert (s["phase"], s["attempt"]) == ("Admitted", 0)  # no GangTimeout from the old clock
+    await world.schedule()
+    assert (await world.reconcile("dlrm"))["phase"] == "Scheduled"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -11,6 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import cluster as e2e_cluster
+
+# Peering priorities unique over the session: a later controller always outranks the earlier
+# ones (a killed one stays in the peering object for its lifetime; equal priorities freeze).
+_PRIORITY = itertools.count(100)
 
 
 class Controller:
@@ -41,7 +46,7 @@ class Controller:
              "--kubeconfig", self.kubeconfig, "--namespace", "default",
              "--liveness", f"http://127.0.0.1:{self.port}/healthz",
              # peering on, as installed; a restart outranks the killed run it replaces
-             "--peering", "sparse-e2e", "--priority", str(100 + self.runs), *self.args],
+             "--peering", "sparse-e2e", "--priority", str(next(_PRIORITY)), *self.args],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout
