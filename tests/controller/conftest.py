@@ -12,6 +12,7 @@ import pytest
 from builders import gpu_node, inventory
 
 from controller.errors import PodCreateError
+from controller.prediction import predict
 from controller.reconcile import Config, Reconciler, waiting_entry
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
@@ -21,6 +22,15 @@ from extender.service import Scheduler
 from extender.verbs import gang
 
 _uids = itertools.count()
+
+MODEL = {"batchSize": 2048, "vocabularySize": [1_000_000] * 8, "embeddingDim": [64] * 8,
+         "optimizer": "adagrad"}
+
+
+def gpu_mib_for_one_worker() -> int:
+    """GPU memory that holds one worker of MODEL but never two, whatever the predictor's
+    current models say (so the tests count GPUs, not predictor versions)."""
+    return int(predict(MODEL).gpu_mem_mib * 1.5)
 
 
 def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -105,9 +115,7 @@ class World:
     def submit(self, name, replicas=4, created=None, **spec):
         job = {"metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}",
                             "creationTimestamp": created or "2026-12-01T00:00:00Z"},
-               "spec": {"replicas": replicas, "batchSize": 2048,
-                        "vocabularySize": [1_000_000] * 8, "embeddingDim": [64] * 8,
-                        "optimizer": "adagrad", "runPolicy": {"backoffLimit": 1},
+               "spec": {"replicas": replicas, **MODEL, "runPolicy": {"backoffLimit": 1},
                         "template": {"spec": {"containers": [{"name": "trainer",
                                                               "image": "x"}]}}, **spec}}
         self.kube.jobs[name] = job
@@ -148,4 +156,7 @@ class World:
 
 @pytest.fixture
 def world():
-    return World([gpu_node("a", 2), gpu_node("b", 2)])
+    mib = gpu_mib_for_one_worker()
+    w = World([gpu_node("a", 2, memory_mib=mib), gpu_node("b", 2, memory_mib=mib)])
+    w.gpu_mib = mib
+    return w

@@ -12,9 +12,10 @@ def cond(status, kind):
 
 
 async def occupy_one_gpu(world, gpu="GPU-b-1"):
+    mib = world.gpu_mib
     r = Reservation(pod_uid="other", namespace="ml", name="other", node="b",
-                    allocations=(Allocation(gpu, "c", 30000, 900),))
-    await world.scheduler.ledger.reserve(r, {gpu: GpuCapacity(32768)})
+                    allocations=(Allocation(gpu, "c", mib, 1000),))
+    await world.scheduler.ledger.reserve(r, {gpu: GpuCapacity(mib)})
 
 
 async def test_predicted_admitted_bound_running_succeeded(world):

@@ -53,6 +53,15 @@ spec: {policyName: e2e-no-worker-pods, validationActions: [Deny]}
 """
 
 
+def gpu_mib() -> int:
+    """GPU memory holding one worker of DLRM but never two, whatever the predictor's models."""
+    return int(predict(DLRM).gpu_mem_mib * 1.5)
+
+
+def gpu_node(c: e2e_cluster.LocalCluster, name: str = "gpu-0") -> None:
+    c.create_gpu_node(name, gpus=4, memory_mib=gpu_mib())
+
+
 def job_manifest(name: str, **overrides: Any) -> dict[str, Any]:
     return {"apiVersion": "sparse.io/v1alpha1", "kind": "RecommendDLJob",
             "metadata": {"name": name}, "spec": {**json.loads(json.dumps(DLRM)), **overrides}}
@@ -151,12 +160,11 @@ def test_crd_applies_and_refuses_invalid_jobs(crds: e2e_cluster.LocalCluster) ->
 
 def test_gang_waits_for_a_free_slot_then_runs_and_delete_releases(stack: Any) -> None:
     demand = predict(DLRM)
-    assert 8192 < demand.gpu_mem_mib < 16384  # one worker per 16 GiB GPU
     env, c = stack, stack.cluster
-    c.create_gpu_node("gpu-0", gpus=4)
+    gpu_node(c)
     # A legacy pod (the original system's annotation, no job) takes one GPU of four.
     c.request("POST", "/api/v1/namespaces/default/pods", e2e_cluster.gpu_pod_manifest(
-        "legacy", milli=1000, mem_mib=16000, annotations={
+        "legacy", milli=1000, mem_mib=gpu_mib(), annotations={
             "kube-gpu-sparse/task_info": json.dumps({"batch_size": 256, "macs": 1e6})}))
     wait_for(env, lambda: c.request("GET", "/api/v1/namespaces/default/pods/legacy")["spec"]
              .get("nodeName"), 30, "legacy pod bound")
@@ -213,7 +221,7 @@ def test_gang_waits_for_a_free_slot_then_runs_and_delete_releases(stack: Any) ->
 
 def test_controller_killed_mid_admission_leaves_no_partial_reservation(stack: Any) -> None:
     env, c = stack, stack.cluster
-    c.create_gpu_node("gpu-0", gpus=4)
+    gpu_node(c)
     c.kubectl("apply", "-f", "-", input=NO_WORKER_PODS)  # pod creation fails after the slots
 
     def refused() -> bool:
@@ -256,7 +264,7 @@ def set_pod_phase(c: e2e_cluster.LocalCluster, name: str, phase: str) -> None:
 
 def test_failed_worker_restarts_the_job_then_backoff_limit_fails_it(stack: Any) -> None:
     env, c = stack, stack.cluster
-    c.create_gpu_node("gpu-0", gpus=4)
+    gpu_node(c)
     c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2)))
     wait_for(env, lambda: get_job(env, "dlrm").get("status", {}).get("phase") == "Scheduled",
              60, "job scheduled")
@@ -300,7 +308,7 @@ def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) 
     limited.write_text(yaml.safe_dump(kubeconfig))
     ctl = Controller(tmp_path, limited, env.ext.url, slot_ttl=SLOT_TTL, name="rbac").start()
     env.ctl = ctl  # the fixture's teardown uses (and stops) this one
-    c.create_gpu_node("gpu-0", gpus=4)
+    gpu_node(c)
     c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2)))
     wait_for(env, lambda: get_job(env, "dlrm").get("status", {}).get("phase") == "Scheduled",
              60, "job scheduled by the least-privileged controller")
@@ -311,7 +319,7 @@ def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) 
 
 def test_controller_restarted_mid_admission_reuses_its_slots(stack: Any) -> None:
     env, c = stack, stack.cluster
-    c.create_gpu_node("gpu-0", gpus=4)
+    gpu_node(c)
     c.kubectl("apply", "-f", "-", input=NO_WORKER_PODS)
     probe = e2e_cluster.gpu_pod_manifest("probe", labels={"sparse.io/job": "x"})
 
