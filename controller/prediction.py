@@ -58,8 +58,22 @@ def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
     return []
 
 
+# The job's fields the predictor reads as they are (camelCase, as in the CRD).
+JOB_FIELDS = ("batchSize", "macs", "params", "vocabularySize", "embeddingDim",
+              "embeddingSizeTotal", "embeddingDimTotal", "embeddingTableCount", "optimizer",
+              "dtype")
+
+
 def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
-    """The ``sparse.io/model`` annotation describing one worker of the job."""
+    """The ``sparse.io/model`` annotation describing one worker of the job: the job's own
+    camelCase fields where the predictor reads them (``features.JobFields``), else (or when the
+    job names a ``family``, which only the full schema carries) the full snake_case schema."""
+    gpu = (job_spec.get("gpuModel") or "").split("|")[0].strip()
+    if hasattr(features, "JobFields") and not job_spec.get("family"):
+        fields = {k: job_spec[k] for k in JOB_FIELDS if job_spec.get(k) is not None}
+        if gpu in gpus.CATALOGUE:
+            fields["gpuModel"] = gpu
+        return {ANN_MODEL: json.dumps(fields, separators=(",", ":"), sort_keys=True)}
     tables = _tables(job_spec)
     model: dict[str, Any] = {
         "family": job_spec.get("family") or ("recommendation" if tables else "other"),
@@ -70,7 +84,6 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
         "params": float(job_spec.get("params") or 0),
         "tables": tables,
     }
-    gpu = (job_spec.get("gpuModel") or "").split("|")[0].strip()
     if gpu in gpus.CATALOGUE:  # other names still restrict placement, not the prediction
         model["gpu_model"] = gpu
     return {ANN_MODEL: json.dumps(model, separators=(",", ":"), sort_keys=True)}

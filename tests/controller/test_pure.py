@@ -19,7 +19,18 @@ JOB = {"metadata": {"name": "dlrm", "namespace": "ml", "uid": "u1"},
 DEMAND = Demand(12000, 700, "recommendation", "v3")
 
 
-def test_model_annotation_groups_tables_and_is_a_valid_spec():
+def test_camel_case_job_fields_when_the_predictor_reads_them():
+    if not hasattr(features, "JobFields"):
+        pytest.skip("this predictor reads the full schema only")
+    ann = json.loads(model_annotation(JOB["spec"])["sparse.io/model"])
+    assert ann["vocabularySize"] == JOB["spec"]["vocabularySize"]
+    assert ann["batchSize"] == 1024 and ann["gpuModel"] == "V100M32"
+    spec = features.from_annotations(model_annotation(JOB["spec"]))
+    assert sum(t.count for t in spec.tables) == 3
+
+
+def test_model_annotation_groups_tables_and_is_a_valid_spec(monkeypatch):
+    monkeypatch.delattr(features, "JobFields", raising=False)
     ann = model_annotation(JOB["spec"])
     model = json.loads(ann["sparse.io/model"])
     assert model["tables"] == [{"rows": 10**6, "dim": 64, "count": 2},
@@ -29,7 +40,8 @@ def test_model_annotation_groups_tables_and_is_a_valid_spec():
     assert sum(t.count for t in spec.tables) == 3
 
 
-def test_totals_only_job_gets_equal_tables():
+def test_totals_only_job_gets_equal_tables(monkeypatch):
+    monkeypatch.delattr(features, "JobFields", raising=False)
     model = json.loads(model_annotation({"batchSize": 64, "embeddingSizeTotal": 26000,
                                          "embeddingDimTotal": 26 * 8,
                                          "embeddingTableCount": 26})["sparse.io/model"])
