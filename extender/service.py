@@ -236,6 +236,10 @@ class Scheduler:
             state.unapply(uid)
         return state
 
+    def pending_pod(self, uid: str) -> Pod | None:
+        cached = self._pending.get(uid)
+        return None if cached is None else cached[0]
+
     def pending_demand(self, uid: str) -> PodDemand | None:
         cached = self._pending.get(uid)
         return None if cached is None else cached[1]

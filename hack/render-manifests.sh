@@ -48,9 +48,15 @@ if [ "$CHECK" = 1 ]; then
     diff -u "$OUT" "$TMP/sparse.yaml" | head -200 >&2 || true
     rc=1
   fi
+  if ! diff -r -q "$ROOT/charts/sparse/crds" "$ROOT/manifests/crds" >/dev/null 2>&1; then
+    echo "drift: manifests/crds differs from charts/sparse/crds" >&2
+    rc=1
+  fi
   [ "$rc" = 0 ] && echo "manifests up to date" >&2 || echo "run hack/render-manifests.sh" >&2
   exit "$rc"
 fi
 cp "$SRC" "$COPY"
 cp "$TMP/sparse.yaml" "$OUT"
+# CRDs (Helm's crds/ folder, not rendered by `helm template`): apply them first.
+rm -rf "$ROOT/manifests/crds" && cp -r "$ROOT/charts/sparse/crds" "$ROOT/manifests/crds"
 echo "wrote $OUT and $COPY" >&2

@@ -53,6 +53,8 @@ def add_routes(app: web.Application, prefix: str) -> None:
     app.router.add_post(f"{prefix}/prioritize", handlers.prioritize)
     app.router.add_post(f"{prefix}/bind", handlers.bind)
     app.router.add_post(f"{prefix}/preempt", handlers.preempt)
+    app.router.add_post(f"{prefix}/gangs/reserve", handlers.gang_reserve)
+    app.router.add_post(f"{prefix}/gangs/release", handlers.gang_release)
     app.router.add_get(f"{prefix}/inspect", handlers.inspect)
     app.router.add_get(f"{prefix}/inspect/{{node}}", handlers.inspect)
     app.router.add_get("/healthz", handlers.healthz)

@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender import protocol
 from extender.http.keys import METRICS, READY, SCHEDULER
 from extender.protocol import encode
+from extender.verbs import gang
 
 
 def _json(payload: object, status: int = 200) -> web.Response:
@@ -32,6 +33,16 @@ async def bind(request: web.Request) -> web.Response:
 async def preempt(request: web.Request) -> web.Response:
     args = protocol.decode_preemption_args(await request.read())
     return _json(await request.app[SCHEDULER].preempt(args))
+
+
+async def gang_reserve(request: web.Request) -> web.Response:
+    req = gang.decode_reserve(await request.read())
+    return _json(await gang.reserve(request.app[SCHEDULER], req))
+
+
+async def gang_release(request: web.Request) -> web.Response:
+    req = gang.decode_release(await request.read())
+    return _json({"released": await gang.release(request.app[SCHEDULER], req)})
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 
 from extender.errors import ReservationConflict
-from extender.ledger import rules
+from extender.ledger import many, rules
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation, Usage
 from extender.ledger.store import Change
 
@@ -40,6 +40,28 @@ class MemoryLedger:
         self._reservations[reservation.pod_uid] = reservation
         self._usage.add(reservation)
         return self._changed(reservation.pod_uid, reservation)
+
+    async def reserve_many(
+        self, reservations: Sequence[Reservation], capacities: Mapping[str, GpuCapacity],
+        release: Iterable[str] = (),
+    ) -> int:
+        release = list(release)
+        many.validate_many(reservations, release, capacities)
+        existing = {r.pod_uid: self._reservations.get(r.pod_uid) for r in reservations}
+        if many.already_booked(existing, reservations):
+            return self._version
+        usage = Usage(dict(self._usage.mem_mib), dict(self._usage.milli))
+        for uid in release:
+            if uid in self._reservations:
+                usage.add(self._reservations[uid], -1)
+        many.check_fits_many(usage, reservations, capacities)
+        for uid in release:
+            await self.release(uid)
+        for r in reservations:
+            self._reservations[r.pod_uid] = r
+            self._usage.add(r)
+            self._changed(r.pod_uid, r)
+        return self._version
 
     async def confirm(self, pod_uid: str) -> Reservation | None:
         existing = self._reservations.get(pod_uid)

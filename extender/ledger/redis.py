@@ -12,12 +12,12 @@ that readers detect and answer with a full snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import redis.asyncio as aioredis
 
 from extender.errors import ReservationConflict
-from extender.ledger import rules
+from extender.ledger import many, redis_many, rules
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation
 from extender.ledger.store import Change
 
@@ -126,6 +126,7 @@ class RedisLedger:
         self._release = client.register_script(_RELEASE)
         self._expire = client.register_script(_EXPIRE)
         self._replace = client.register_script(_REPLACE)
+        self._reserve_many = client.register_script(redis_many.RESERVE_MANY)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "sparse:ledger:") -> RedisLedger:
@@ -156,6 +157,27 @@ class RedisLedger:
             raise ReservationConflict(
                 f"pod {reservation.pod_uid} already holds GPUs on {existing.node}"
             )
+        gpu, unit, free = (x.decode() for x in reply[1:4])
+        raise ReservationConflict(f"GPU {gpu}: not enough {unit} left ({free} free)", gpu)
+
+    async def reserve_many(
+        self, reservations: Sequence[Reservation], capacities: Mapping[str, GpuCapacity],
+        release: Iterable[str] = (),
+    ) -> int:
+        release = list(release)
+        many.validate_many(reservations, release, capacities)
+        args = redis_many.script_args(reservations, release, capacities)
+        reply = await self._reserve_many(keys=self._keys, args=args)
+        status = reply[0].decode()
+        if status == "ok":
+            return int(reply[1])
+        if status == "exists":
+            docs = await self._r.hmget(self._keys[0], [r.pod_uid for r in reservations])
+            held = {r.pod_uid: rules.from_json(d) if d else None
+                    for r, d in zip(reservations, docs, strict=True)}
+            if many.already_booked(held, reservations):
+                return await self.version()
+            raise ReservationConflict("reservations changed concurrently; retry")
         gpu, unit, free = (x.decode() for x in reply[1:4])
         raise ReservationConflict(f"GPU {gpu}: not enough {unit} left ({free} free)", gpu)
 

@@ -17,6 +17,7 @@ from extender.outcome import Outcome
 from extender.placement import Assignment, ClusterState, assign, fit, reservation_for
 from extender.placement.state import gpu_fraction
 from extender.protocol import BindingArgs, BindingResult
+from extender.verbs import gang
 from extender.verbs.reasons import summarize
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     try:
         await s.binder.bind(args, reservation)
     except BindError as exc:
-        await s.release(args.pod_uid, keep_pending=True)
+        if not gang.is_gang_worker(s, args.pod_uid):  # a worker keeps its slot's GPUs
+            await s.release(args.pod_uid, keep_pending=True)
         log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
         s.notify(Outcome("bind", *ref, False, f"binding failed: {exc}"))
         return BindingResult(Error=f"binding {key} to {args.node} failed: {exc}")
@@ -71,6 +73,9 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
                 f"pod {args.pod_namespace}/{args.pod_name} is already bound to {existing.node}"
             )
         await s.release(args.pod_uid, keep_pending=True)
+    consumed = await gang.consume_slot(s, args)
+    if consumed is not None:
+        return consumed, None
     demand = await demand_for_bind(s, args)
     if demand is None:
         raise LookupError(

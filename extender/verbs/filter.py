@@ -16,6 +16,7 @@ from extender.errors import InvalidDemand
 from extender.outcome import Outcome
 from extender.placement import fit, node_costs
 from extender.protocol import ExtenderArgs, FilterResult
+from extender.verbs import gang
 from extender.verbs.reasons import pod_ref, summarize
 
 if TYPE_CHECKING:
@@ -29,6 +30,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
                        for n in args.nodes)
     if not wants_gpu(pod):
         return protocol.filter_result(list(args.node_names), {}, {}, args)
+    slotted = await gang.filter_slot(s, pod, args)
+    if slotted is not None:  # a gang worker goes to its slot's node
+        return slotted
     try:
         demand = await s.demand_of(pod)
     except InvalidDemand as exc:
