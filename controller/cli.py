@@ -18,6 +18,7 @@ def default_priority() -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sparse", prog_name="sparse-controller")
 @click.option("--extender-url", required=True, envvar="SPARSE_EXTENDER_URL",
               help="The extender's verb prefix, e.g. http://sparse-extender:8888/scheduler.")
 @click.option("--extender-ca", type=click.Path(exists=True, dir_okay=False), default=None,
