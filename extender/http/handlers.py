@@ -2,36 +2,69 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender import protocol
-from extender.http.keys import METRICS, READY, SCHEDULER
-from extender.protocol import encode
+from extender.errors import InvalidRequest, Overloaded
+from extender.http.body import read_body
+from extender.http.keys import ADMISSION, BODY_LIMIT, DECODER, METRICS, READY, SCHEDULER
+from extender.protocol import BindingResult, FilterResult, PreemptionResult, encode
+
+log = logging.getLogger("sparse.http")
 
 
 def _json(payload: object, status: int = 200) -> web.Response:
     return web.Response(body=encode(payload), status=status, content_type="application/json")
 
 
+def _failure(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+async def _verb(request: web.Request, verb: str, failed: Callable[[str], Any]) -> web.Response:
+    """Admission, bounded read, decode (4xx when malformed), then the verb. Anything that goes
+    wrong past the decode (overload, an unreachable store, a bug) is the verb's own error
+    answer with HTTP 200, which the scheduler retries; never a 5xx."""
+    app = request.app
+    metrics = app[METRICS]
+    try:
+        async with app[ADMISSION].slot():
+            body = await read_body(request, app[BODY_LIMIT])
+            try:
+                args = await app[DECODER].decode(verb, body)
+                return _json(await getattr(app[SCHEDULER], verb)(args))
+            except InvalidRequest:
+                raise  # malformed: 4xx with the message (middleware)
+            except Exception as exc:
+                log.exception("%s failed; answered as an Error for the scheduler to retry", verb)
+                metrics.failures.labels(verb, "error").inc()
+                return _json(failed(f"{verb} failed on this replica ({_failure(exc)}); retry"))
+    except Overloaded as exc:
+        metrics.failures.labels(verb, "overloaded").inc()
+        return _json(failed(str(exc)))
+
+
 async def filter_(request: web.Request) -> web.Response:
-    args = protocol.decode_extender_args(await request.read(), "ExtenderArgs (filter)")
-    return _json(await request.app[SCHEDULER].filter(args))
+    return await _verb(request, "filter", lambda why: FilterResult(Error=why))
 
 
 async def prioritize(request: web.Request) -> web.Response:
-    args = protocol.decode_extender_args(await request.read(), "ExtenderArgs (prioritize)")
-    return _json(await request.app[SCHEDULER].prioritize(args))
+    # HostPriorityList has no Error field; no scores = no contribution (errors are ignored).
+    return await _verb(request, "prioritize", lambda why: [])
 
 
 async def bind(request: web.Request) -> web.Response:
-    args = protocol.decode_binding_args(await request.read())
-    return _json(await request.app[SCHEDULER].bind(args))
+    return await _verb(request, "bind", lambda why: BindingResult(Error=why))
 
 
 async def preempt(request: web.Request) -> web.Response:
-    args = protocol.decode_preemption_args(await request.read())
-    return _json(await request.app[SCHEDULER].preempt(args))
+    # No Error field either: no node is offered for preemption until the next attempt.
+    return await _verb(request, "preempt", lambda why: PreemptionResult())
 
 
 async def healthz(request: web.Request) -> web.Response:
