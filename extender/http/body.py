@@ -39,7 +39,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole body, decompressed; 413 past ``limit`` bytes (raw or decompressed), 415 for an
     unknown encoding, 400 for a corrupt one."""
     if request.content_length is not None and request.content_length > limit:
-        raise _too_large(limit, "of %d bytes" % request.content_length)
+        raise _too_large(limit, f"of {request.content_length} bytes")
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     decompressor = _decompressor(encoding)
     parts: list[bytes] = []

@@ -111,7 +111,7 @@ async def test_unplaceable_and_invalid_pods(client):
     out = await post(client, "filter", {"Pod": pod(mem=100, milli=10, models="H100"),
                                         "NodeNames": ["gpu-a", "gpu-b"]})
     assert out["NodeNames"] == []
-    assert out["FailedAndUnresolvableNodes"]["gpu-a"] == "no GPU of model H100 on this node"
+    assert out["FailedAndUnresolvableNodes"]["gpu-a"] == "GPU model: no GPU of model H100 (2 nodes)"
     out = await post(client, "filter", {"Pod": pod(mem=100, milli=5000), "NodeNames": ["gpu-a"]})
     assert out["FailedAndUnresolvableNodes"]["gpu-a"].startswith("invalid GPU request")
 
