@@ -351,7 +351,8 @@ def filter_result(
     )
 
 
-def decode_verb(verb: str, body: bytes) -> ExtenderArgs | BindingArgs | PreemptionArgs:
+def decode_verb(verb: str, body: bytes | bytearray
+                ) -> ExtenderArgs | BindingArgs | PreemptionArgs:
     """The request body of one verb, typed (also run in a worker process for big bodies)."""
     if verb in ("filter", "prioritize"):
         return decode_extender_args(body, f"ExtenderArgs ({verb})")

@@ -114,7 +114,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     app[METRICS] = metrics
     app[READY] = asyncio.Event()
     app[ADMISSION] = Admission(settings.max_in_flight, settings.queue_timeout_s)
-    app[DECODER] = BodyDecoder()
+    app[DECODER] = BodyDecoder(keep_annotations=settings.trust_request_inventory)
     app[BODY_LIMIT] = limit
     add_routes(app, prefix)
     if settings.metrics_port is None:
@@ -140,7 +140,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             await kube.stop()
         await scheduler.ledger.close()
         await scheduler.demand_source.close()
-        app[DECODER].close()
+        await app[DECODER].close()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
 

@@ -35,31 +35,29 @@ def _decompressor(encoding: str) -> zlib._Decompress | None:
                               " (identity, gzip or deflate)")
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
+async def read_body(request: web.Request, limit: int) -> bytearray:
     """The whole body, decompressed; 413 past ``limit`` bytes (raw or decompressed), 415 for an
     unknown encoding, 400 for a corrupt one."""
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit, f"of {request.content_length} bytes")
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     decompressor = _decompressor(encoding)
-    parts: list[bytes] = []
-    raw = size = 0
+    # Filled in place as chunks arrive (no joining copy of a big body at the end).
+    buffer = bytearray()
+    raw = 0
     try:
         async for chunk in request.content.iter_any():
             raw += len(chunk)
             if raw > limit:
                 raise _too_large(limit, "received")
             if decompressor is None:
-                parts.append(chunk)
-                size = raw
+                buffer += chunk
                 continue
             data = chunk
             while data:
-                out = decompressor.decompress(data, DECOMPRESS_STEP)
-                size += len(out)
-                if size > limit:
+                buffer += decompressor.decompress(data, DECOMPRESS_STEP)
+                if len(buffer) > limit:
                     raise _too_large(limit, "decompressed")
-                parts.append(out)
                 data = decompressor.unconsumed_tail
                 if data:
                     await asyncio.sleep(0)
@@ -69,4 +67,4 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         raise InvalidRequest(f"request body could not be read: {exc}") from exc
     if decompressor is not None and (not decompressor.eof or decompressor.unused_data):
         raise InvalidRequest(f"request body is truncated or trailed by garbage ({encoding})")
-    return b"".join(parts)
+    return buffer
