@@ -5,6 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .PHONY: help setup run test e2e lint bench bench-latency bench-throughput bench-sim control-plane helm clean
+.PHONY: chaos chaos-fuzz
 
 help:
 	@echo "make run              set up and run the extender (embedded defaults, no cluster)"
@@ -13,6 +14,7 @@ help:
 	@echo "make lint             ruff and the manifests drift check"
 	@echo "make bench            latency benchmark (5,000 nodes x 8 GPUs) and the trace simulator"
 	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
+	@echo "make chaos            long chaos and fuzz suites (50,000 fuzzed requests, ...)"
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null || hack/install-system-deps.sh
@@ -52,6 +54,12 @@ bench-sim: setup
 
 bench-throughput: setup control-plane
 	$(BIN)/python -m bench.throughput
+
+# Long forms of tests/chaos (the short forms run with `make test`).
+chaos: chaos-fuzz
+
+chaos-fuzz: setup
+	PYTHONPATH=tests $(BIN)/python -m chaos.fuzz_verbs --requests 50000
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
