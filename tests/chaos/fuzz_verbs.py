@@ -212,7 +212,14 @@ class Builder:
                     if self.chance(0.7)}
         meta["annotations"] = {self.pick(ANNOTATION_KEYS): self.pick(ANNOTATION_VALUES)
                                for _ in range(self.r.randint(0, 2))}
-        spec = {"containers": [self.container() for _ in range(self.r.randint(0, 3))]}
+        if self.chance(0.5):  # a well-formed GPU pod, so that binds book for real
+            limits = ({"sparse.io/gpu-mem": str(self.pick([512, 1024, 4096, 8192, 16000])),
+                       "sparse.io/gpu-milli": str(self.pick([50, 100, 300, 700]))}
+                      if self.chance(0.8) else {"nvidia.com/gpu": self.pick(["1", "2"])})
+            spec: dict[str, Any] = {"containers": [{"name": "main",
+                                                    "resources": {"limits": limits}}]}
+        else:
+            spec = {"containers": [self.container() for _ in range(self.r.randint(0, 3))]}
         if self.chance(0.2):
             spec["initContainers"] = [self.container()]
         return {"metadata": meta, "spec": spec}
