@@ -41,6 +41,12 @@ class PayloadTooLarge(InvalidRequest):
     http_status = 413
 
 
+class RequestTimeout(InvalidRequest):
+    """A body that did not arrive in time (HTTP 408): a slow sender holds no slot for long."""
+
+    http_status = 408
+
+
 class UnsupportedEncoding(InvalidRequest):
     """A Content-Encoding the extender does not decode (HTTP 415)."""
 

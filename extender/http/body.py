@@ -14,9 +14,12 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from extender.errors import InvalidRequest, PayloadTooLarge, UnsupportedEncoding
+from extender.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
 
 DECOMPRESS_STEP = 1024 * 1024  # bytes produced per zlib call: the loop gets a turn in between
+# The scheduler gives up on a call after its httpTimeout (5 s by default); a body still
+# arriving after this is a slow or hostile sender holding one of the in-flight slots.
+READ_TIMEOUT_S = 10.0
 
 
 def _too_large(limit: int, what: str) -> PayloadTooLarge:
@@ -35,9 +38,19 @@ def _decompressor(encoding: str) -> zlib._Decompress | None:
                               " (identity, gzip or deflate)")
 
 
-async def read_body(request: web.Request, limit: int) -> bytearray:
+async def read_body(request: web.Request, limit: int,
+                    timeout_s: float | None = None) -> bytearray:
     """The whole body, decompressed; 413 past ``limit`` bytes (raw or decompressed), 415 for an
-    unknown encoding, 400 for a corrupt one."""
+    unknown encoding, 400 for a corrupt one, 408 when it takes longer than ``timeout_s``."""
+    timeout_s = READ_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read(request, limit)
+    except TimeoutError as exc:
+        raise RequestTimeout(f"request body not received within {timeout_s:g} s") from exc
+
+
+async def _read(request: web.Request, limit: int) -> bytearray:
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit, f"of {request.content_length} bytes")
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
@@ -63,8 +76,8 @@ async def read_body(request: web.Request, limit: int) -> bytearray:
                     await asyncio.sleep(0)
     except zlib.error as exc:
         raise InvalidRequest(f"request body is not valid {encoding} data: {exc}") from exc
-    except (HttpProcessingError, RequestPayloadError) as exc:  # e.g. bad chunked encoding
-        raise InvalidRequest(f"request body could not be read: {exc}") from exc
+    except (HttpProcessingError, RequestPayloadError, ConnectionError) as exc:
+        raise InvalidRequest(f"request body could not be read: {exc}") from exc  # bad chunking
     if decompressor is not None and (not decompressor.eof or decompressor.unused_data):
         raise InvalidRequest(f"request body is truncated or trailed by garbage ({encoding})")
     return buffer

@@ -187,6 +187,19 @@ async def test_gzip_bomb_stops_at_the_decompressed_limit(client):
     assert (await client.get("/healthz")).status == 200
 
 
+async def test_slow_body_is_408_and_frees_its_slot(client, monkeypatch):
+    monkeypatch.setattr("extender.http.body.READ_TIMEOUT_S", 0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
+    writer.write(http_post("/scheduler/filter", b"{}")[:-1].replace(
+        b"Content-Length: 2", b"Content-Length: 200"))
+    await writer.drain()
+    status_line = await reader.readline()  # answered although the body never completes
+    writer.close()
+    assert status_line.split()[1] == b"408"
+    out = await post(client, "filter", {"Pod": pod(mem=1, milli=1), "NodeNames": ["gpu-a"]})
+    assert out["NodeNames"] == ["gpu-a"]
+
+
 # --- big requests: bounded, and decoded off the event loop -------------------------------
 
 
