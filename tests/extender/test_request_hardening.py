@@ -513,3 +513,22 @@ def test_inventory_annotation_value_round_trip_still_valid():
     gpus = gpu_node("x", 2).gpus
     node = node_from_annotations("x", {"sparse.io/gpu-inventory": annotation_value(gpus)})
     assert node is not None and node.gpus == gpus
+
+
+def test_new_serve_options_are_validated(repo_root):
+    from click.testing import CliRunner
+
+    from extender.cli import main
+
+    conf = str(repo_root / "examples" / "node-conf.yaml")
+    runner = CliRunner()
+    result = runner.invoke(main, ["serve", "--nodes", conf, "--metrics-port", "8888"])
+    assert result.exit_code == 2 and "--metrics-port" in result.output
+    result = runner.invoke(main, ["serve", "--nodes", conf, "--queue-timeout", "9"])
+    assert result.exit_code == 2 and "httpTimeout" in result.output
+    result = runner.invoke(main, ["serve", "--nodes", conf, "--max-in-flight", "0"])
+    assert result.exit_code == 2 and "--max-in-flight" in result.output
+    help_text = runner.invoke(main, ["serve", "--help"]).output
+    for option in ("--trust-request-inventory", "--metrics-port", "--no-inspect",
+                   "--no-node-cache-capable", "--max-in-flight", "--queue-timeout"):
+        assert option in help_text
