@@ -20,6 +20,14 @@ NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
 # naming more is hostile, and bounding it bounds the work one request can cost.
 MAX_NODES_PER_REQUEST = 50_000
 MAX_VICTIMS_PER_NODE = 10_000
+# The API server's own limits on a Pod: names of DNS subdomains (253), namespaces of DNS
+# labels (63), 256 KiB of annotations in all. Kept here so that what the extender remembers
+# per pod (its demand, until bind) stays small whatever a caller sends.
+MAX_NAME = 253
+MAX_NAMESPACE = 63
+MAX_UID = 128
+MAX_CONTAINERS = 256
+MAX_ANNOTATION_BYTES = 256 * 1024
 
 
 class ObjectMeta(msgspec.Struct, omit_defaults=True):
@@ -226,8 +234,19 @@ def _first(*values: Any) -> Any:
 def _check_pod(pod: Pod | None, what: str) -> Pod:
     if pod is None:
         raise InvalidRequest(f"{what}: missing Pod")
-    if not pod.metadata.uid or not pod.metadata.name:
+    meta = pod.metadata
+    if not meta.uid or not meta.name:
         raise InvalidRequest(f"{what}: Pod.metadata.name and Pod.metadata.uid are required")
+    if (len(meta.name) > MAX_NAME or len(meta.namespace) > MAX_NAMESPACE
+            or len(meta.uid) > MAX_UID):
+        raise InvalidRequest(f"{what}: Pod name, namespace or uid longer than Kubernetes allows")
+    containers = [*pod.spec.containers, *(pod.spec.initContainers or [])]
+    if len(containers) > MAX_CONTAINERS or any(len(c.name) > MAX_NAME for c in containers):
+        raise InvalidRequest(f"{what}: more than {MAX_CONTAINERS} containers, or a container"
+                             f" name longer than {MAX_NAME} characters")
+    annotations = meta.annotations or {}
+    if sum(len(k) + len(v) for k, v in annotations.items()) > MAX_ANNOTATION_BYTES:
+        raise InvalidRequest(f"{what}: Pod annotations exceed {MAX_ANNOTATION_BYTES // 1024} KiB")
     return pod
 
 
@@ -274,6 +293,9 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     missing = [k for k in ("pod_name", "pod_uid", "node") if not getattr(args, k)]
     if missing:
         raise InvalidRequest(f"ExtenderBindingArgs: missing {', '.join(missing)}")
+    if (len(args.pod_name) > MAX_NAME or len(args.pod_namespace) > MAX_NAMESPACE
+            or len(args.pod_uid) > MAX_UID or len(args.node) > MAX_NAME):
+        raise InvalidRequest("ExtenderBindingArgs: a name or uid longer than Kubernetes allows")
     return args
 
 

@@ -229,6 +229,23 @@ async def test_too_many_names_is_400_and_repeated_names_are_answered_once(client
     assert "at most" in out["error"]
 
 
+@pytest.mark.parametrize("field", ["name", "uid", "namespace", "container", "annotations"])
+async def test_oversized_pod_fields_are_400(client, field):
+    p = pod("p", mem=100, milli=10)
+    if field == "container":
+        p["spec"]["containers"][0]["name"] = "c" * 300
+    elif field == "annotations":
+        p["metadata"]["annotations"] = {f"k{i}": "v" * 1024 for i in range(300)}
+    else:
+        p["metadata"][field] = "x" * 300
+    for verb in ("filter", "prioritize"):
+        out = await post(client, verb, {"Pod": p, "NodeNames": ["gpu-a"]}, status=400)
+        assert any(w in out["error"] for w in ("Kubernetes allows", "exceed", "longer than"))
+    out = await post(client, "bind", {"PodName": "p", "PodNamespace": "ml", "PodUID": "u" * 200,
+                                      "Node": "gpu-a"}, status=400)
+    assert "longer than" in out["error"]
+
+
 async def test_big_bodies_are_decoded_in_the_worker_process():
     nodes = [gpu_node(f"n{i}", 2) for i in range(40)]
     s = scheduler(*nodes)
