@@ -406,12 +406,10 @@ async def test_repeated_bind_of_a_bound_pod_never_frees_its_gpus(flaky):
 
 
 @pytest.mark.redis
-async def test_stopped_redis_answers_200_with_error():
-    from conftest import RedisServer
-
+async def test_stopped_redis_answers_200_with_error(redis_server):
     from extender.ledger.redis import RedisLedger
 
-    server = RedisServer()  # a server of its own: this test stops it
+    server = type(redis_server)()  # a redis-server of its own: this test stops it
     s = scheduler(gpu_node("gpu-a", 2), ledger=RedisLedger.from_url(server.url))
     async with TestClient(TestServer(make_app(Settings(), scheduler=s))) as c:
         server.stop()
