@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -16,14 +17,20 @@ from extender.protocol import BindingResult, FilterResult, PreemptionResult, enc
 
 log = logging.getLogger("sparse.http")
 
+# A frozen store must not hold a read-only verb past the scheduler's httpTimeout (5 s by
+# default, a slot may already have been waited for): cut it short and answer Error. Bind is
+# not cut: a write cancelled half way could leave a booking; it relies on the store client's
+# own timeouts, and rolls back when they fire.
+READ_ONLY_DEADLINE_S = 2.5
+
 
 def _json(payload: object, status: int = 200) -> web.Response:
     return web.Response(body=encode(payload), status=status, content_type="application/json")
 
 
 def _failure(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text[:300]}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 async def _verb(request: web.Request, verb: str, failed: Callable[[str], Any]) -> web.Response:
@@ -37,7 +44,9 @@ async def _verb(request: web.Request, verb: str, failed: Callable[[str], Any]) -
             body = await read_body(request, app[BODY_LIMIT])
             try:
                 args = await app[DECODER].decode(verb, body)
-                return _json(await getattr(app[SCHEDULER], verb)(args))
+                deadline = None if verb == "bind" else READ_ONLY_DEADLINE_S
+                async with asyncio.timeout(deadline):
+                    return _json(await getattr(app[SCHEDULER], verb)(args))
             except InvalidRequest:
                 raise  # malformed: 4xx with the message (middleware)
             except Exception as exc:

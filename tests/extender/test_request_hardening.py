@@ -422,6 +422,26 @@ async def test_stopped_redis_answers_200_with_error(redis_server):
             assert resp.status == 200, (verb, await resp.text())
 
 
+async def test_frozen_demand_store_is_cut_short_for_read_only_verbs(monkeypatch):
+    class FrozenPredictions:
+        async def get(self, pod_uid):
+            await asyncio.Event().wait()  # never answers, like a SIGSTOPped redis-server
+
+        async def close(self):
+            return None
+
+    monkeypatch.setattr("extender.http.handlers.READ_ONLY_DEADLINE_S", 0.05)
+    s = scheduler(gpu_node("gpu-a", 2))
+    s.demand_source = FrozenPredictions()
+    async with TestClient(TestServer(make_app(Settings(), scheduler=s))) as c:
+        p = pod("p", mem=100, milli=10)
+        out = await post(c, "filter", {"Pod": p, "NodeNames": ["gpu-a"]})
+        assert "TimeoutError" in out["Error"]
+        assert await post(c, "prioritize", {"Pod": p, "NodeNames": ["gpu-a"]}) == []
+        out = await post(c, "preempt", {"Pod": p, "NodeNameToMetaVictims": {}})
+        assert out == {"NodeNameToMetaVictims": {}}
+
+
 async def test_overloaded_replica_answers_error_after_waiting():
     s = scheduler(gpu_node("gpu-a", 2))
     gate = asyncio.Event()
