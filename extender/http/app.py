@@ -113,7 +113,9 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
     app[READY] = asyncio.Event()
-    app[ADMISSION] = Admission(settings.max_in_flight, settings.queue_timeout_s)
+    # Bodies held at once over all requests: room for two of the largest, and at least 256 MiB.
+    app[ADMISSION] = Admission(settings.max_in_flight, settings.queue_timeout_s,
+                               body_budget_bytes=max(2 * limit, 256 * 1024 * 1024))
     app[DECODER] = BodyDecoder(keep_annotations=settings.trust_request_inventory)
     app[BODY_LIMIT] = limit
     add_routes(app, prefix)

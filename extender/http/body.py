@@ -15,6 +15,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from extender.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
+from extender.http.admission import BodyHold
 
 DECOMPRESS_STEP = 1024 * 1024  # bytes produced per zlib call: the loop gets a turn in between
 # The scheduler gives up on a call after its httpTimeout (5 s by default); a body still
@@ -38,19 +39,19 @@ def _decompressor(encoding: str) -> zlib._Decompress | None:
                               " (identity, gzip or deflate)")
 
 
-async def read_body(request: web.Request, limit: int,
+async def read_body(request: web.Request, limit: int, hold: BodyHold | None = None,
                     timeout_s: float | None = None) -> bytearray:
     """The whole body, decompressed; 413 past ``limit`` bytes (raw or decompressed), 415 for an
     unknown encoding, 400 for a corrupt one, 408 when it takes longer than ``timeout_s``."""
     timeout_s = READ_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         async with asyncio.timeout(timeout_s):
-            return await _read(request, limit)
+            return await _read(request, limit, hold)
     except TimeoutError as exc:
         raise RequestTimeout(f"request body not received within {timeout_s:g} s") from exc
 
 
-async def _read(request: web.Request, limit: int) -> bytearray:
+async def _read(request: web.Request, limit: int, hold: BodyHold | None) -> bytearray:
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit, f"of {request.content_length} bytes")
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
@@ -64,13 +65,18 @@ async def _read(request: web.Request, limit: int) -> bytearray:
             if raw > limit:
                 raise _too_large(limit, "received")
             if decompressor is None:
+                if hold is not None:
+                    hold.take(len(chunk))
                 buffer += chunk
                 continue
             data = chunk
             while data:
-                buffer += decompressor.decompress(data, DECOMPRESS_STEP)
-                if len(buffer) > limit:
+                out = decompressor.decompress(data, DECOMPRESS_STEP)
+                if len(buffer) + len(out) > limit:
                     raise _too_large(limit, "decompressed")
+                if hold is not None:
+                    hold.take(len(out))
+                buffer += out
                 data = decompressor.unconsumed_tail
                 if data:
                     await asyncio.sleep(0)

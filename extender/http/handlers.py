@@ -11,6 +11,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.errors import InvalidRequest, Overloaded
+from extender.http.admission import BodyHold
 from extender.http.body import read_body
 from extender.http.keys import ADMISSION, BODY_LIMIT, DECODER, METRICS, READY, SCHEDULER
 from extender.protocol import BindingResult, FilterResult, PreemptionResult, encode
@@ -40,22 +41,30 @@ async def _verb(request: web.Request, verb: str, failed: Callable[[str], Any]) -
     app = request.app
     metrics = app[METRICS]
     try:
-        async with app[ADMISSION].slot():
-            body = await read_body(request, app[BODY_LIMIT])
-            try:
-                args = await app[DECODER].decode(verb, body)
-                deadline = None if verb == "bind" else READ_ONLY_DEADLINE_S
-                async with asyncio.timeout(deadline):
-                    return _json(await getattr(app[SCHEDULER], verb)(args))
-            except InvalidRequest:
-                raise  # malformed: 4xx with the message (middleware)
-            except Exception as exc:
-                log.exception("%s failed; answered as an Error for the scheduler to retry", verb)
-                metrics.failures.labels(verb, "error").inc()
-                return _json(failed(f"{verb} failed on this replica ({_failure(exc)}); retry"))
+        admission = app[ADMISSION]
+        async with admission.slot():
+            with admission.bodies.hold() as hold:
+                return await _serve(request, verb, failed, hold)
     except Overloaded as exc:
         metrics.failures.labels(verb, "overloaded").inc()
         return _json(failed(str(exc)))
+
+
+async def _serve(request: web.Request, verb: str, failed: Callable[[str], Any],
+                 hold: BodyHold) -> web.Response:
+    app = request.app
+    body = await read_body(request, app[BODY_LIMIT], hold)
+    try:
+        args = await app[DECODER].decode(verb, body)
+        deadline = None if verb == "bind" else READ_ONLY_DEADLINE_S
+        async with asyncio.timeout(deadline):
+            return _json(await getattr(app[SCHEDULER], verb)(args))
+    except InvalidRequest:
+        raise  # malformed: 4xx with the message (middleware)
+    except Exception as exc:
+        log.exception("%s failed; answered as an Error for the scheduler to retry", verb)
+        app[METRICS].failures.labels(verb, "error").inc()
+        return _json(failed(f"{verb} failed on this replica ({_failure(exc)}); retry"))
 
 
 async def filter_(request: web.Request) -> web.Response:

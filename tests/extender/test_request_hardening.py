@@ -470,6 +470,29 @@ async def test_overloaded_replica_answers_error_after_waiting():
         assert (await s.ledger.snapshot())[1] == {}
 
 
+async def test_body_memory_budget_turns_requests_away_and_never_leaks(client):
+    from extender.http.keys import ADMISSION
+
+    bodies = client.server.app[ADMISSION].bodies
+    p = pod("p", mem=100, milli=10)
+    for payload, headers, status in (
+            ({"Pod": p, "NodeNames": ["gpu-a"]}, None, 200),
+            (b"{bad", None, 400),
+            (b" " * (3 * 1024 * 1024), None, 413),
+            (gzip.compress(b" " * (3 * 1024 * 1024)), {"Content-Encoding": "gzip"}, 413)):
+        await post(client, "filter", payload, status=status, headers=headers)
+    assert bodies.used == 0  # every request gave its bytes back
+    bodies.used = bodies.total - 10  # as if other requests held nearly all of it
+    out = await post(client, "filter", {"Pod": p, "NodeNames": ["gpu-a"]})
+    assert "overloaded" in out["Error"]
+    out = await post(client, "bind", bind_args(p))
+    assert "overloaded" in out["Error"]
+    bodies.used = 0
+    out = await post(client, "filter", {"Pod": p, "NodeNames": ["gpu-a"]})
+    assert out["NodeNames"] == ["gpu-a"] and bodies.used == 0
+    assert (await client.sched.ledger.snapshot())[1] == {}
+
+
 # --- metrics port and /inspect ----------------------------------------------------------
 
 
