@@ -219,11 +219,11 @@ def _decode(decoder: msgspec.json.Decoder, body: bytes, what: str) -> Any:
 
 def _unique_names(names: list[str], what: str) -> list[str]:
     """The scheduler never repeats a node; a repeated name is dropped (the answer stays a
-    subset of the request), and the count is bounded."""
-    if len(names) > MAX_NODES_PER_REQUEST:
-        raise InvalidRequest(
-            f"{what}: {len(names)} nodes in one request; at most {MAX_NODES_PER_REQUEST}")
+    subset of the request), and the count of distinct names is bounded."""
     unique = list(dict.fromkeys(names))
+    if len(unique) > MAX_NODES_PER_REQUEST:
+        raise InvalidRequest(
+            f"{what}: {len(unique)} nodes in one request; at most {MAX_NODES_PER_REQUEST}")
     return unique if len(unique) != len(names) else names
 
 
