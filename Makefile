@@ -6,6 +6,7 @@ STAMP   := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: help setup run test e2e lint bench bench-latency bench-throughput bench-sim control-plane helm clean
+.PHONY: chaos chaos-fuzz
 
 help:
 	@echo "make run              run the extender (embedded defaults, no cluster, no Redis, no root)"
@@ -27,6 +28,7 @@ help:
 	@echo "make chart-docs       regenerate the chart's values.schema.json, README.md and manifests/"
 	@echo "make bench            latency benchmark (5,000 nodes x 8 GPUs) and the trace simulator"
 	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
+	@echo "make chaos            long chaos and fuzz suites (50,000 fuzzed requests, ...)"
 
 # The dev venv (tests, benchmarks, demo). System packages are system-deps, never make run's.
 $(STAMP): pyproject.toml
@@ -99,6 +101,12 @@ bench-sim: setup
 
 bench-throughput: setup control-plane
 	$(BIN)/python -m bench.throughput
+
+# Long forms of tests/chaos (the short forms run with `make test`).
+chaos: chaos-fuzz
+
+chaos-fuzz: setup
+	PYTHONPATH=tests $(BIN)/python -m chaos.fuzz_verbs --requests 50000
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -9,7 +9,12 @@ from pathlib import Path
 import click
 
 from extender import logs
-from extender.config import DEFAULT_MAX_BODY_MIB, DEFAULT_RESERVATION_TTL_S, Settings
+from extender.config import (
+    DEFAULT_MAX_BODY_MIB,
+    DEFAULT_MAX_BODY_MIB_NAMES,
+    DEFAULT_RESERVATION_TTL_S,
+    Settings,
+)
 from extender.errors import SparseError
 from extender.placement.policies import REGISTRY
 from webhook import cli as webhook_cli
@@ -37,7 +42,23 @@ def main() -> None:
 @click.option("--interference", type=_file, help="Interference matrix CSV (default: Gavel V100).")
 @click.option("--reservation-ttl", default=DEFAULT_RESERVATION_TTL_S, show_default=True,
               type=float, help="Seconds an unbound reservation is kept.")
-@click.option("--max-body-mib", default=DEFAULT_MAX_BODY_MIB, show_default=True, type=int)
+@click.option("--max-body-mib", type=int,
+              help=f"Largest request body, after decompression (default: "
+                   f"{DEFAULT_MAX_BODY_MIB_NAMES} with --node-cache-capable, "
+                   f"{DEFAULT_MAX_BODY_MIB} without).")
+@click.option("--node-cache-capable/--no-node-cache-capable", default=True, show_default=True,
+              help="The scheduler's nodeCacheCapable: requests carry node names, not Nodes.")
+@click.option("--trust-request-inventory", is_flag=True,
+              help="Let the GPU inventory annotation of a request's Nodes.items change the"
+                   " inventory (off: only --nodes, the API server and the agent are trusted).")
+@click.option("--metrics-port", type=int,
+              help="Serve /metrics and /inspect on this port only (default: on --port).")
+@click.option("--inspect/--no-inspect", default=True, show_default=True,
+              help="Serve /inspect (nodes, GPUs, pod names and UIDs).")
+@click.option("--max-in-flight", default=64, show_default=True, type=int,
+              help="Verb requests worked on at once; more wait for a slot.")
+@click.option("--queue-timeout", default=2.0, show_default=True, type=float,
+              help="Seconds a request waits for a slot before it is answered with an Error.")
 @click.option("--tls-cert", type=_file, help="Serve HTTPS with this certificate (PEM).")
 @click.option("--tls-key", type=_file, help="Private key of --tls-cert (PEM).")
 @click.option("--tls-client-ca", type=_file, help="Require client certificates signed by this CA.")
@@ -68,6 +89,10 @@ def serve(**options: object) -> None:
         tls_client_ca=options["tls_client_ca"], kubeconfig=options["kubeconfig"],
         in_cluster=bool(options["in_cluster"]), pod_selector=options["pod_selector"],
         success_events=bool(options["success_events"]),
+        node_cache_capable=bool(options["node_cache_capable"]),
+        trust_request_inventory=bool(options["trust_request_inventory"]),
+        metrics_port=options["metrics_port"], inspect=bool(options["inspect"]),
+        max_in_flight=options["max_in_flight"], queue_timeout_s=options["queue_timeout"],
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:

@@ -33,3 +33,28 @@ class ReservationConflict(SparseError):
     def __init__(self, message: str, gpu_uuid: str | None = None) -> None:
         super().__init__(message)
         self.gpu_uuid = gpu_uuid
+
+
+class PayloadTooLarge(InvalidRequest):
+    """A body over the size limit, before or after decompression (HTTP 413)."""
+
+    http_status = 413
+
+
+class RequestTimeout(InvalidRequest):
+    """A body that did not arrive in time (HTTP 408): a slow sender holds no slot for long."""
+
+    http_status = 408
+
+
+class UnsupportedEncoding(InvalidRequest):
+    """A Content-Encoding the extender does not decode (HTTP 415)."""
+
+    http_status = 415
+
+
+class Overloaded(SparseError):
+    """Too much work in flight on this replica: answered as the verb's Error so the scheduler
+    retries (another replica, or this one a moment later)."""
+
+    http_status = 503

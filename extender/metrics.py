@@ -37,6 +37,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.failures = Counter(
+            "sparse_extender_request_failures_total",
+            "Verb requests answered with an Error for the scheduler to retry, by reason"
+            " (overloaded: no slot within --queue-timeout; error: e.g. the store unreachable).",
+            ["verb", "reason"],
+            registry=self.registry,
+        )
         self.decisions = Counter(
             "sparse_extender_decisions_total",
             "Scheduling decisions by verb and result (ok, rejected).",

@@ -84,6 +84,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         reservation_ttl_s: float = 120.0,
         observers: Iterable[Callable[[Outcome], None]] = (),
+        trust_request_inventory: bool = False,
     ) -> None:
         self.ledger = ledger
         self.matrix = matrix
@@ -93,6 +94,8 @@ class Scheduler:
         self.clock = clock
         self.reservation_ttl_s = reservation_ttl_s
         self.observers = list(observers)
+        # A request's Nodes.items may change the inventory only when the operator opts in.
+        self.trust_request_inventory = trust_request_inventory
         self.cycle_costs = CycleCosts()
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()

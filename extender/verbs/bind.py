@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from extender.binder import BindError
+from extender.binder import BindError, LedgerOnlyBinder
 from extender.demand import PodDemand
 from extender.errors import InvalidDemand, ReservationConflict
 from extender.ledger.rules import STATE_BOUND, Reservation
@@ -36,19 +36,61 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     except (InvalidDemand, ReservationConflict, LookupError) as exc:
         s.notify(Outcome("bind", *ref, False, str(exc)))
         return BindingResult(Error=str(exc))
+    except Exception as exc:  # the store failed (unreachable, timed out); reserve rolled back
+        return _store_failure(s, args, ref, "booking", exc)
     try:
         await s.binder.bind(args, reservation)
     except BindError as exc:
-        if not gang.is_gang_worker(s, args.pod_uid):  # a worker keeps its slot's GPUs
-            await s.release(args.pod_uid, keep_pending=True)
+        await _roll_back(s, args, reservation)
         log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
         s.notify(Outcome("bind", *ref, False, f"binding failed: {exc}"))
         return BindingResult(Error=f"binding {key} to {args.node} failed: {exc}")
-    confirmed = await s.confirm(args.pod_uid)
+    except Exception as exc:
+        # The Binding may or may not exist (the call's answer was lost): the booking stays
+        # unconfirmed, so it expires after --reservation-ttl unless the watch sees the pod
+        # bound and confirms it.
+        log.warning("bind %s to %s: outcome of the Binding unknown: %s", key, args.node, exc)
+        s.notify(Outcome("bind", *ref, False, f"binding outcome unknown: {exc}"))
+        return BindingResult(Error=f"binding {key} to {args.node}: outcome unknown ({exc});"
+                                   " the booking expires unless the pod is bound")
+    try:
+        confirmed = await s.confirm(args.pod_uid)
+    except Exception as exc:
+        if isinstance(s.binder, LedgerOnlyBinder):  # no cluster: the booking is the binding
+            await _roll_back(s, args, reservation)
+            return _store_failure(s, args, ref, "confirming", exc)
+        # The pod is bound on the API server: its booking must stay (dropping it would let
+        # another pod onto these GPUs); the watch confirms it from the pod's annotations.
+        log.warning("bind %s: bound, but confirming the booking failed: %s", key, exc)
+        confirmed = None
     s.forget_pending(args.pod_uid)
     s.notify(Outcome("bind", *ref, True, reservation=confirmed or reservation,
                      interference=loss))
     return BindingResult()
+
+
+async def _roll_back(s: Scheduler, args: BindingArgs, booked: Reservation | None) -> None:
+    """Give back what this bind booked (never a booking already bound: a repeated bind of a
+    bound pod must not free its GPUs); when the store cannot be reached the booking, never
+    confirmed, expires after --reservation-ttl."""
+    if booked is not None and booked.state == STATE_BOUND:
+        return
+    if gang.is_gang_worker(s, args.pod_uid):  # a worker keeps its slot's GPUs for the retry
+        return
+    try:
+        await s.release(args.pod_uid, keep_pending=True)
+    except Exception as exc:
+        log.warning("bind %s/%s: rolling back failed (%s); the booking expires unconfirmed",
+                    args.pod_namespace, args.pod_name, exc)
+
+
+def _store_failure(s: Scheduler, args: BindingArgs, ref: tuple[str, str, str], step: str,
+                   exc: Exception) -> BindingResult:
+    log.warning("bind %s/%s: %s failed on the store: %r", args.pod_namespace, args.pod_name,
+                step, exc)
+    why = f"GPU ledger unavailable while {step} ({type(exc).__name__}: {str(exc)[:200]}); retry"
+    s.notify(Outcome("bind", *ref, False, why))
+    return BindingResult(Error=why)
 
 
 async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:
@@ -97,6 +139,9 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
         except ReservationConflict as exc:
             last = str(exc)
             continue  # the next view() replays what the other replica booked
+        except Exception:  # the write may have landed although its answer was lost
+            await _roll_back(s, args, None)
+            raise
         s.after_change(version, add=reservation)
         return reservation, placement_loss(state, demand, choice)
     raise ReservationConflict(f"node {args.node}: GPUs taken concurrently ({last})")

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     pod = args.pod
-    if args.nodes is not None:
+    if args.nodes is not None and s.trust_request_inventory:  # see docs/security.md
         s.update_nodes((n.metadata.name, n.metadata.annotations, n.metadata.labels)
                        for n in args.nodes)
     if not wants_gpu(pod):
