@@ -1,0 +1,106 @@
+"""Data locality on the real control plane: kube-scheduler -> extender, with node caches that
+publish through the DaemonSet's own publisher (a real redis-server as the cache, filled by the
+read-through client) and a store shard pod whose node fixes the store's rack."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import cluster as e2e_cluster
+import numpy as np
+import pytest
+from test_scheduling import wait_nodes
+
+from bench.embed.servers import RedisProc
+from embed.cache import ReadThrough
+from embed.layout import TableMeta
+from embed.publisher import CachePublisher, count_rows
+from embed.store import EmbeddingStore, connect
+from extender.annotations import ANN_EMBEDDING, ANN_EMBEDDING_CACHE, LABEL_EMBEDDING_STORE
+
+pytestmark = pytest.mark.e2e
+
+STORE = "emb-store"
+RACK = "topology.sparse.io/rack"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def rack(name: str) -> dict[str, str]:
+    return {ZONE: "zone-a", RACK: name}
+
+
+async def publish_fake_cache(core, node: str, server: RedisProc, table: str) -> None:
+    """A node cache that served lookups of ``table`` publishes what it holds."""
+    store = EmbeddingStore(connect(server.url))
+    rows = np.random.default_rng(0).standard_normal((5000, 16)).astype(np.float32)
+    store.write_table(TableMeta(table, 5000, 16), [rows])
+    cache = connect(server.url.replace("/0", "/1"))
+    cache.config_set("maxmemory", "8mb")
+    cache.config_set("maxmemory-policy", "allkeys-lfu")
+    reader = ReadThrough(cache, store)
+    reader.lookup(table, np.arange(4000))
+    publisher = CachePublisher(node, lambda: count_rows(cache, store))
+    assert await publisher.publish_once(core)
+
+
+async def wait_annotation(core, node: str, timeout: float = 10) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        ann = (await core.read_node(node)).metadata.annotations or {}
+        if ANN_EMBEDDING_CACHE in ann:
+            return json.loads(ann[ANN_EMBEDDING_CACHE])
+        assert time.monotonic() < deadline, f"{node} never published its cache"
+        await asyncio.sleep(0.2)
+
+
+def embedded(tables: list[str], required: bool = False) -> dict[str, str]:
+    return {ANN_EMBEDDING: json.dumps({"store": STORE, "tables": tables, "required": required})}
+
+
+async def test_jobs_land_on_their_cache_then_the_store_rack(cluster, core, extender):
+    # loc-a: caches the job's table (rack-1); loc-b: the store's rack; loc-c: neither.
+    for name, labels in (("loc-a", rack("rack-1")), ("loc-b", rack("rack-0")),
+                         ("loc-c", rack("rack-1"))):
+        cluster.create_gpu_node(name, gpus=2, labels=labels)
+    await wait_nodes(extender, ["loc-a", "loc-b", "loc-c"])
+    shard = e2e_cluster.gpu_pod_manifest("store-0", scheduler_name="default-scheduler",
+                                         labels={LABEL_EMBEDDING_STORE: STORE})
+    shard["spec"]["nodeName"] = "loc-b"  # the store shard runs on loc-b (rack-0)
+    await core.create_namespaced_pod("default", shard)
+    server = RedisProc()
+    try:
+        await publish_fake_cache(core, "loc-a", server, "clicks")
+    finally:
+        server.stop()
+    content = await wait_annotation(core, "loc-a")
+    assert content["tables"]["clicks"]["rows"] >= 1000
+    await asyncio.sleep(1.5)  # the extender's node and store watches catch up
+
+    # A job without embeddings leaves the cache node alone when another node fits as well.
+    await e2e_cluster.create_pod(core, "plain", gpus=1)
+    assert await e2e_cluster.wait_for_pod_bound(core, "plain") != "loc-a"
+    await e2e_cluster.delete_pod(core, "plain")
+
+    # The job reading "clicks" goes where its rows are cached.
+    await e2e_cluster.create_pod(core, "reader-1", gpus=1, annotations=embedded(["clicks"]))
+    assert await e2e_cluster.wait_for_pod_bound(core, "reader-1") == "loc-a"
+
+    # loc-a full: the next reader goes to the store's rack, not just anywhere.
+    filler = e2e_cluster.gpu_pod_manifest("filler", gpus=1)
+    filler["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "loc-a"}
+    await core.create_namespaced_pod("default", filler)
+    assert await e2e_cluster.wait_for_pod_bound(core, "filler") == "loc-a"
+    await e2e_cluster.create_pod(core, "reader-2", gpus=1, annotations=embedded(["clicks"]))
+    assert await e2e_cluster.wait_for_pod_bound(core, "reader-2") == "loc-b"
+
+    # Required mode: only the store's rack, even for a table cached nowhere.
+    await e2e_cluster.create_pod(core, "reader-3", gpus=1,
+                                 annotations=embedded(["views"], required=True))
+    assert await e2e_cluster.wait_for_pod_bound(core, "reader-3") == "loc-b"
+    await e2e_cluster.create_pod(core, "reader-4", gpus=1,
+                                 annotations=embedded(["views"], required=True))
+    await asyncio.sleep(3)
+    pod = await core.read_namespaced_pod("reader-4", "default")
+    assert not pod.spec.node_name, "the store's rack is full: a required pod waits"
