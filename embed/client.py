@@ -15,6 +15,7 @@ prefetched rows. Returns a ``torch.Tensor`` (float32) when torch is installed, e
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -31,10 +32,13 @@ ENV_HOST_IP = "HOST_IP"
 DEFAULT_SOCKET = "/var/run/sparse-embed/redis.sock"
 DEFAULT_PORT = 6390
 
-try:  # torch is optional: NumPy arrays without it
-    import torch
-except ImportError:  # pragma: no cover - depends on the environment
-    torch = None
+HAVE_TORCH = importlib.util.find_spec("torch") is not None  # optional: NumPy without it
+
+
+def _torch():
+    import torch  # imported on first use: it takes seconds, and the cache agent never needs it
+
+    return torch
 
 
 def cache_url_from_env() -> str | None:
@@ -62,8 +66,8 @@ class EmbeddingClient:
         self.store = EmbeddingStore(connect(store_url, socket_timeout=10 * timeout_s))
         self.meta = self.store.meta(table)
         self.reader = ReadThrough(cache, self.store, metrics=metrics)
-        self.as_tensor = (torch is not None) if as_tensor is None else as_tensor
-        if self.as_tensor and torch is None:
+        self.as_tensor = HAVE_TORCH if as_tensor is None else as_tensor
+        if self.as_tensor and not HAVE_TORCH:
             raise RuntimeError("as_tensor=True needs torch installed")
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="embed-prefetch") \
             if prefetch else None
@@ -104,7 +108,7 @@ class EmbeddingClient:
         if next_ids is not None:
             self.prefetch(next_ids)
         rows = rows.reshape(*arr.shape, self.meta.dim)
-        return torch.from_numpy(rows) if self.as_tensor else rows
+        return _torch().from_numpy(rows) if self.as_tensor else rows
 
     def close(self) -> None:
         if self._pool is not None:
@@ -118,6 +122,6 @@ class EmbeddingClient:
 
 
 def _numpy(ids: Any) -> Any:
-    if torch is not None and isinstance(ids, torch.Tensor):
+    if hasattr(ids, "detach") and hasattr(ids, "cpu"):  # a torch.Tensor, without importing torch
         return ids.detach().cpu().numpy()
     return ids
