@@ -11,6 +11,7 @@ Lookups go to the node cache and fall back to the store when the cache is gone
 (``embed.cache.ReadThrough``). ``lookup(ids, next_ids=...)`` starts fetching the next batch in a
 background thread while the caller computes; the next ``lookup`` of exactly those ids takes the
 prefetched rows. Returns a ``torch.Tensor`` (float32) when torch is installed, else NumPy.
+``hot_rows=K`` adds an in-process tier of the K most frequent recent rows (``embed.hot``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from embed.cache import ReadThrough
+from embed.hot import HotRows
 from embed.metrics import ClientMetrics
 from embed.store import EmbeddingStore, connect
 
@@ -55,7 +57,7 @@ class EmbeddingClient:
     def __init__(self, table: str, *, cache_url: str | None = None,
                  store_url: str | None = None, prefetch: bool = True,
                  as_tensor: bool | None = None, metrics: ClientMetrics | None = None,
-                 timeout_s: float = 2.0) -> None:
+                 timeout_s: float = 2.0, hot_rows: int = 0, hot_refresh: int = 16) -> None:
         store_url = store_url or os.environ.get(ENV_STORE)
         if not store_url:
             raise ValueError(f"no embedding store: pass store_url or set {ENV_STORE}")
@@ -66,6 +68,7 @@ class EmbeddingClient:
         self.store = EmbeddingStore(connect(store_url, socket_timeout=10 * timeout_s))
         self.meta = self.store.meta(table)
         self.reader = ReadThrough(cache, self.store, metrics=metrics)
+        self.hot = HotRows(hot_rows, refresh_every=hot_refresh)
         self.as_tensor = HAVE_TORCH if as_tensor is None else as_tensor
         if self.as_tensor and not HAVE_TORCH:
             raise RuntimeError("as_tensor=True needs torch installed")
@@ -81,8 +84,22 @@ class EmbeddingClient:
     def metrics(self) -> ClientMetrics:
         return self.reader.metrics
 
-    def _fetch(self, ids: np.ndarray) -> np.ndarray:
+    def _read(self, ids: np.ndarray) -> np.ndarray:
         return self.reader.lookup(self.table, ids)
+
+    def _fetch(self, ids: np.ndarray) -> np.ndarray:
+        if not self.hot.capacity:
+            return self._read(ids)
+        mask, pinned = self.hot.split(ids)
+        if pinned is None:
+            out = self._read(ids)
+        else:
+            out = np.empty((len(ids), self.meta.dim), dtype=np.float32)
+            out[mask] = pinned
+            if not mask.all():
+                out[~mask] = self._read(ids[~mask])
+        self.hot.observe(ids, self._read)
+        return out
 
     def prefetch(self, ids: Any) -> None:
         """Start fetching ``ids`` in the background (one batch ahead)."""

@@ -72,17 +72,19 @@ def main(out, rows, batches, hit_rows, hit_batches, small_rows, skip_latency,
         lat = run_latency(rows=rows, batches=batches, progress=click.echo)
         half = at_latency(lat, "store", 0.5)
         lat.append(half)
-        hit = next(r for r in lat if r["path"] == "local-hit")
-        ratio = hit["lookups_per_s"] / half["lookups_per_s"]
+        by = {r["path"]: r for r in lat}
+        ratio = by["process-hit"]["lookups_per_s"] / half["lookups_per_s"]
+        node = by["local-hit"]["lookups_per_s"] / half["lookups_per_s"]
         result["latency"] = lat
-        result["local_hit_over_store_at_0.5ms"] = ratio
+        result["process_hit_over_store_at_0.5ms"] = ratio
+        result["node_cache_hit_over_store_at_0.5ms"] = node
         report += ["## Lookup paths (batch 4,096 ids, dim 64, fp32)", "",
                    _table(lat, [("path", "path", ""), ("p50_ms", "p50 ms", ".2f"),
                                 ("p99_ms", "p99 ms", ".2f"),
                                 ("lookups_per_s", "lookups/s", ",.0f")]), "",
-                   f"local hit / store at +0.5 ms (throughput): **{ratio:.2f}x** (goal >= 5x)",
-                   ""]
-        click.echo(f"local hit / store+0.5ms: {ratio:.2f}x")
+                   f"Throughput against the store at +0.5 ms: in-process hit **{ratio:.2f}x** "
+                   f"(goal >= 5x), node-cache hit {node:.2f}x.", ""]
+        click.echo(f"process hit / store+0.5ms: {ratio:.2f}x; node cache hit: {node:.2f}x")
     if not skip_hitratio:
         for n in (hit_rows, small_rows):
             if not n:

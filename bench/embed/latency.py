@@ -3,6 +3,10 @@ behind toxiproxy with added latency.
 
 Each batch is ``batch`` Zipf ids over a ``rows`` x ``dim`` fp32 table (one row per key). Paths:
 
+* ``process-hit``: the client's in-process tier (``embed.hot``) has every row of the batch
+  pinned: a ``searchsorted`` and a copy;
+* ``client-1%-pinned``: the client as deployed with 1 % of the rows pinned (refreshed every 16
+  batches from the last 32) in front of a warm node cache;
 * ``local-hit``: the node cache (Unix socket) holds every row of the batch;
 * ``local-miss``: the cache is emptied before each batch: cache MGET + store MGET + cache fill;
 * ``store-direct``: the store over loopback TCP, no cache;
@@ -22,6 +26,8 @@ import numpy as np
 from bench.embed.servers import RedisProc, Toxiproxy
 from bench.embed.zipf import ZipfIds
 from embed.cache import ReadThrough
+from embed.client import EmbeddingClient
+from embed.hot import HotRows
 from embed.layout import TableMeta
 from embed.store import EmbeddingStore, connect
 
@@ -57,7 +63,15 @@ def run_latency(rows: int = 200_000, dim: int = 64, batch: int = 4096, batches: 
         store.write_table(meta, (data[i:i + 50_000] for i in range(0, rows, 50_000)))
         hit_cache, miss_cache = connect(hit_srv.unix_url), connect(miss_srv.unix_url)
         hit, miss = ReadThrough(hit_cache, store), ReadThrough(miss_cache, store)
+        pinned = EmbeddingClient("bench", cache_url=hit_srv.unix_url, store_url=store_srv.url,
+                                 as_tensor=False, prefetch=False)
+        pinned.hot = HotRows(rows, window=len(work), refresh_every=len(work))
+        deployed = EmbeddingClient("bench", cache_url=hit_srv.unix_url,
+                                   store_url=store_srv.url, as_tensor=False, prefetch=False,
+                                   hot_rows=max(1, rows // 100))
         paths: dict[str, tuple[float, Callable[[np.ndarray], object], Callable | None]] = {
+            "process-hit": (0.0, pinned.lookup, None),
+            "client-1%-pinned": (0.0, deployed.lookup, None),
             "local-hit": (0.0, lambda b: hit.lookup("bench", b), None),
             "local-miss": (0.0, lambda b: miss.lookup("bench", b), miss_cache.flushdb),
             "store-direct": (0.0, lambda b: store.lookup("bench", b), None),
@@ -73,6 +87,9 @@ def run_latency(rows: int = 200_000, dim: int = 64, batch: int = 4096, batches: 
                 float(ms), lambda b, r=far_miss: r.lookup("bench", b), miss_cache.flushdb)
         for b in work:  # warm: every row of the batches in the hit cache, connections up
             hit.lookup("bench", b)
+            pinned.lookup(b)
+            deployed.lookup(b)
+        pinned.hot.refresh_every = 10**9  # pinned: every row of the batches, no refresh
         for _, fn, _ in paths.values():
             fn(work[0])
         times: dict[str, list[float]] = {p: [] for p in paths}

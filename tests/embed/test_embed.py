@@ -160,3 +160,20 @@ def test_cli_loads_numpy_tables(tmp_path, redis_url, store):
     bad = CliRunner().invoke(embed_cli, ["load", str(tmp_path / "emb.npz"), "--store",
                                          redis_url, "--match", "zzz"])
     assert bad.exit_code != 0
+
+
+def test_hot_tier_pins_the_most_frequent_rows_and_serves_them_in_process(redis_server, store):
+    data = table(2000)
+    store.write_table(TableMeta("t", 2000, 8), [data])
+    with EmbeddingClient("t", cache_url=redis_server.url.replace("/0", "/4"),
+                         store_url=redis_server.url, as_tensor=False, prefetch=False,
+                         hot_rows=50, hot_refresh=4) as client:
+        rng = np.random.default_rng(0)
+        for _ in range(8):  # rows 0..49 in every batch, the rest rarely
+            ids = np.concatenate([np.arange(50), rng.integers(50, 2000, 30)])
+            np.testing.assert_array_equal(client.lookup(ids), data[ids])
+        assert client.hot.size == 50
+        before = client.metrics.hits + client.metrics.misses
+        ids = np.array([3, 7, 49, 1999, 3])
+        np.testing.assert_array_equal(client.lookup(ids), data[ids])
+        assert client.metrics.hits + client.metrics.misses - before == 1  # only 1999 left
