@@ -18,6 +18,7 @@ from embed.cache import ReadThrough
 from embed.layout import TableMeta
 from embed.publisher import CachePublisher, count_rows
 from embed.store import EmbeddingStore, connect
+from embed.topology import store_topology
 from extender.annotations import ANN_EMBEDDING, ANN_EMBEDDING_CACHE, LABEL_EMBEDDING_STORE
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +70,8 @@ async def test_jobs_land_on_their_cache_then_the_store_rack(cluster, core, exten
                                          labels={LABEL_EMBEDDING_STORE: STORE})
     shard["spec"]["nodeName"] = "loc-b"  # the store shard runs on loc-b (rack-0)
     await core.create_namespaced_pod("default", shard)
+    places = await store_topology(core, STORE, "default")  # what `sparse-embed where` prints
+    assert [(p.node, p.zone, p.rack) for p in places] == [("loc-b", "zone-a", "rack-0")]
     server = RedisProc()
     try:
         await publish_fake_cache(core, "loc-a", server, "clicks")

@@ -175,3 +175,23 @@ async def test_invalid_embedding_is_a_clear_filter_error_and_neutral_score():
     assert "sparse.io/embedding" in out.FailedAndUnresolvableNodes["a"]
     got = {h.Host: h.Score for h in await s.prioritize(args(p, ["a", "b"]))}
     assert set(got) == {"a", "b"}
+
+
+async def test_store_shards_follow_pod_events():
+    from extender.kube.stores import StoreShards
+
+    ix = LocalityIndex()
+    shards = StoreShards(ix)
+
+    def shard(uid, node, phase="Running", store="s"):
+        return {"metadata": {"uid": uid, "labels": {"sparse.io/embedding-store": store}},
+                "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    await shards.resync([shard("1", "a"), shard("2", "b"), shard("3", None)])
+    assert ix.store_nodes["s"] == {"a", "b"}
+    await shards.on_event("MODIFIED", shard("2", "b", phase="Failed"))
+    assert ix.store_nodes["s"] == {"a"}
+    await shards.on_event("DELETED", shard("1", "a"))
+    assert "s" not in ix.store_nodes
+    await shards.resync([shard("4", "c", store="t")])
+    assert ix.store_nodes == {"t": frozenset({"c"})}
