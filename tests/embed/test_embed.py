@@ -177,3 +177,66 @@ def test_hot_tier_pins_the_most_frequent_rows_and_serves_them_in_process(redis_s
         ids = np.array([3, 7, 49, 1999, 3])
         np.testing.assert_array_equal(client.lookup(ids), data[ids])
         assert client.metrics.hits + client.metrics.misses - before == 1  # only 1999 left
+
+
+def test_cache_collector_exports_hits_evictions_and_bytes(redis_server, store):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from embed.metrics import CacheCollector
+
+    store.write_table(TableMeta("t", 100, 4), [table(100, 4)])
+    server = RedisServer()  # its own server: INFO counts every database's lookups
+    try:
+        cache = connect(server.url)
+        reader = ReadThrough(cache, store)
+        reader.lookup("t", np.arange(10))
+        reader.lookup("t", np.arange(10))
+        registry = CollectorRegistry()
+        registry.register(CacheCollector(cache, lambda: {"t": 10}))
+        text = generate_latest(registry).decode()
+    finally:
+        server.stop()
+    assert "sparse_embed_cache_hits_total 10.0" in text
+    assert "sparse_embed_cache_misses_total 10.0" in text
+    assert "sparse_embed_cache_hit_ratio 0.5" in text
+    assert 'sparse_embed_cache_rows{table="t"} 10.0' in text
+    assert "sparse_embed_cache_evictions_total" in text and "sparse_embed_cache_bytes" in text
+    down = CollectorRegistry()
+    down.register(CacheCollector(connect(f"redis://127.0.0.1:{free_port()}/0",
+                                         socket_connect_timeout=0.2)))
+    assert "sparse_embed_cache_up 0.0" in generate_latest(down).decode()
+    hist = generate_latest(reader.metrics.registry).decode()
+    assert 'sparse_embed_lookup_seconds_count{source="cache"} 2.0' in hist
+
+
+def test_cache_location_from_the_environment(monkeypatch, tmp_path):
+    from embed import client as client_mod
+
+    monkeypatch.delenv(client_mod.ENV_CACHE, raising=False)
+    monkeypatch.setattr(client_mod, "DEFAULT_SOCKET", str(tmp_path / "none.sock"))
+    monkeypatch.setenv(client_mod.ENV_HOST_IP, "10.1.2.3")
+    assert client_mod.cache_url_from_env() == "redis://10.1.2.3:6390/0"
+    sock = tmp_path / "redis.sock"
+    sock.touch()
+    monkeypatch.setattr(client_mod, "DEFAULT_SOCKET", str(sock))
+    assert client_mod.cache_url_from_env() == f"unix://{sock}"
+    monkeypatch.setenv(client_mod.ENV_CACHE, "redis://cache:1/0")
+    assert client_mod.cache_url_from_env() == "redis://cache:1/0"
+
+
+def test_cli_loads_a_pytorch_state_dict(tmp_path, redis_url, store):
+    import os
+
+    from embed.client import HAVE_TORCH
+
+    if not (HAVE_TORCH and os.environ.get("SPARSE_TORCH_TESTS")):
+        pytest.skip("PyTorch path: set SPARSE_TORCH_TESTS=1 (importing torch takes seconds)")
+    import torch
+
+    model = torch.nn.ModuleDict({"user": torch.nn.Embedding(30, 4), "mlp": torch.nn.Linear(4, 2)})
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    out = CliRunner().invoke(embed_cli, ["load", str(tmp_path / "model.pt"), "--store",
+                                         redis_url, "--match", "user.*"])
+    assert out.exit_code == 0, out.output
+    np.testing.assert_allclose(store.lookup("user", np.arange(30)),
+                               model["user"].weight.detach().numpy())
