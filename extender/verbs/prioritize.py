@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from extender.service import Scheduler
 
 log = logging.getLogger("sparse.prioritize")
+_unplaced_stores: set[str] = set()  # stores already reported as without known shards
 
 
 def with_locality(s: Scheduler, pod: Pod, demand: PodDemand | None, names: list[str],
@@ -36,6 +37,11 @@ def with_locality(s: Scheduler, pod: Pod, demand: PodDemand | None, names: list[
         log.warning("%s/%s: no locality score: %s", pod.metadata.namespace, pod.metadata.name,
                     exc)
         return costs
+    if (spec is not None and spec.store not in s.locality.store_nodes
+            and spec.store not in _unplaced_stores and len(_unplaced_stores) < 1000):
+        _unplaced_stores.add(spec.store)
+        log.warning("embedding store %r: no shard pod labelled sparse.io/embedding-store=%s "
+                    "seen; its pods get no rack or zone score", spec.store, spec.store)
     return combine(costs, s.locality.term(spec, demand, names))
 
 
