@@ -107,3 +107,39 @@ async def test_jobs_land_on_their_cache_then_the_store_rack(cluster, core, exten
     await asyncio.sleep(3)
     pod = await core.read_namespaced_pod("reader-4", "default")
     assert not pod.spec.node_name, "the store's rack is full: a required pod waits"
+
+
+async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, tmp_path):
+    """The DaemonSet's agent as a process: it patches its Node and answers /metrics."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    cluster.reset()
+    cluster.create_gpu_node("agent-node", gpus=1)
+    server = RedisProc()
+    (port,) = e2e_cluster.free_ports(1)
+    log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115 - owned by the process
+    agent = None
+    try:
+        store = EmbeddingStore(connect(server.url))
+        store.write_table(TableMeta("views", 300, 8), [np.ones((300, 8), np.float32)])
+        cache_url = server.url.replace("/0", "/1")
+        ReadThrough(connect(cache_url), store).lookup("views", np.arange(120))
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "embed.cli", "cache", "--cache", cache_url, "--store",
+             server.url, "--node", "agent-node", "--kubeconfig", str(cluster.kubeconfig),
+             "--metrics-port", str(port), "--publish-interval", "1"],
+            stdout=log, stderr=subprocess.STDOUT)
+        content = await wait_annotation(core, "agent-node", timeout=30)
+        assert content["tables"]["views"] == {"rows": 120, "total": 300}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        assert "sparse_embed_cache_up 1.0" in text
+        assert 'sparse_embed_cache_rows{table="views"} 120.0' in text
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait(10)
+        log.close()
+        server.stop()
