@@ -22,7 +22,7 @@ from extender.interference.matrix import default_matrix
 from extender.ledger import rules
 from extender.ledger.rules import Reservation
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
-from extender.placement.locality import EmbeddingSpec, LocalityIndex, combine
+from extender.placement.locality import EmbeddingSpec, LocalityIndex, combine, idle_nodes
 from extender.placement.policies.base import Policy
 from extender.placement.policies.common import HostView, pod_tag
 
@@ -101,7 +101,8 @@ class SimCluster:
         result = fit(st, d, self.names[cand].tolist(), explain=False)
         costs = node_costs(st, d, result, self.policy)
         if self.locality is not None:
-            costs = combine(costs, self.locality.term(embedding, d, result.names))
+            idle = idle_nodes(st, result.names) if embedding is None else None
+            costs = combine(costs, self.locality.term(embedding, d, result.names, idle))
         j = self._pick(costs)
         if j is None:
             return None

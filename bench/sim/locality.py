@@ -175,6 +175,7 @@ class NodeCaches:
 class LocalityRun:
     workload: str
     scenario: str
+    mode: str
     locality: bool
     seed: int
     jobs: int
@@ -208,9 +209,12 @@ def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, 
 def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = True,
                  scenario: str = "recommendation", n_jobs: int = 400, rec_share: float = 0.7,
                  load: float = 0.9, topology: str | None = None, policy: str = "sparse",
-                 weights: LocalityWeights | None = None) -> LocalityRun:
+                 weights: LocalityWeights | None = None, mode: str = "continuous"
+                 ) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
-    ``no-embeddings`` (none do; the caches start warm on a third of the nodes)."""
+    ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
+    ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
+    submitted at t = 0: queueing dominates, as in ``replay``)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     topo = Topology.load(topology, seed)
@@ -259,6 +263,10 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     created = created - created.min()
     span = float((work * request).sum()) / (n_gpus * load)
     arrive = created / max(created.max(), 1.0) * span
+    if mode == "high-load":
+        arrive = np.zeros(len(jobs))
+    elif mode != "continuous":
+        raise ValueError(f"mode must be continuous or high-load, got {mode!r}")
     shapes = [(int(a), int(b), int(c), int(d), e) for a, b, c, d, e in zip(
         jobs["num_gpu"], jobs["gpu_milli"], jobs["cpu_milli"], jobs["memory_mib"],
         jobs["gpu_spec"], strict=True)]
@@ -367,7 +375,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     run_time = done - started
     fetch_s = fetch * steps
     return LocalityRun(
-        workload=workload_name(workload), scenario=scenario, locality=locality, seed=seed,
+        workload=workload_name(workload), scenario=scenario, mode=mode, locality=locality,
+        seed=seed,
         jobs=len(jobs), gpus=n_gpus, makespan=float(np.nanmax(done) - arrive.min()),
         jct_mean=float(np.nanmean(jct)), jct_p95=float(np.nanpercentile(jct, 95)),
         queue_mean=float(np.nanmean(started - arrive)),

@@ -16,9 +16,11 @@ GOAL_JCT = 0.80  # mean JCT with locality / without, recommendation-heavy worklo
 
 def summary(runs: list) -> pd.DataFrame:
     rows = []
-    for scenario in sorted({r.scenario for r in runs}):
-        off = {r.seed: r for r in runs if r.scenario == scenario and not r.locality}
-        on = {r.seed: r for r in runs if r.scenario == scenario and r.locality}
+    for mode, scenario in sorted({(r.mode, r.scenario) for r in runs}):
+        off = {r.seed: r for r in runs if (r.mode, r.scenario) == (mode, scenario)
+               and not r.locality}
+        on = {r.seed: r for r in runs if (r.mode, r.scenario) == (mode, scenario)
+              and r.locality}
         seeds = sorted(set(off) & set(on))
         if not seeds:
             continue
@@ -27,7 +29,7 @@ def summary(runs: list) -> pd.DataFrame:
             return float(np.mean([getattr(group[s], key) for s in seeds]))
 
         rows.append({
-            "scenario": scenario, "seeds": len(seeds),
+            "mode": mode, "scenario": scenario, "seeds": len(seeds),
             "jct_mean_off": mean(off, "jct_mean"), "jct_mean_on": mean(on, "jct_mean"),
             "jct_ratio": float(np.mean([on[s].jct_mean / off[s].jct_mean for s in seeds])),
             "makespan_ratio": float(np.mean([on[s].makespan / off[s].makespan for s in seeds])),
@@ -45,11 +47,11 @@ def summary(runs: list) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cdf(runs: list, scenario: str, path: Path) -> None:
+def _cdf(runs: list, mode: str, scenario: str, path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for locality, style in ((False, "C1"), (True, "C0")):
-        jct = np.concatenate([r.jct for r in runs if r.scenario == scenario
+        jct = np.concatenate([r.jct for r in runs if (r.mode, r.scenario) == (mode, scenario)
                               and r.locality == locality])
         if len(jct):
             jct = np.sort(jct)
@@ -58,7 +60,7 @@ def _cdf(runs: list, scenario: str, path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (s)")
     ax.set_ylabel("share of jobs")
-    ax.set_title(f"JCT, {scenario} workload (all seeds)")
+    ax.set_title(f"JCT, {scenario} workload, {mode} (all seeds)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -75,7 +77,8 @@ def _ratios(table: pd.DataFrame, path: Path) -> None:
         ax.bar(x + (i - 1) * 0.27, table[key], 0.27, label=label)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(GOAL_JCT, color="C3", ls="--", lw=0.8, label=f"goal {GOAL_JCT}")
-    ax.set_xticks(x, table["scenario"])
+    ax.set_xticks(x, [f"{m}\n{s}" for m, s in zip(table["mode"], table["scenario"],
+                                                   strict=True)], fontsize=8)
     ax.set_ylabel("with locality / without")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -98,10 +101,10 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
     if len(table):
         _ratios(table, folder / "ratios.png")
         lines += ["![ratios](ratios.png)", ""]
-    for scenario in table["scenario"] if len(table) else []:
-        name = f"jct-cdf-{scenario}.png"
-        _cdf(runs, scenario, folder / name)
-        lines += [f"![{scenario}]({name})", ""]
+    for mode, scenario in zip(table.get("mode", []), table.get("scenario", []), strict=True):
+        name = f"jct-cdf-{mode}-{scenario}.png"
+        _cdf(runs, mode, scenario, folder / name)
+        lines += [f"![{mode} {scenario}]({name})", ""]
     path = folder / "report.md"
     path.write_text("\n".join(lines))
     return path

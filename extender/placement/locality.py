@@ -20,9 +20,10 @@ region tiers (100 / 50 / 20), scored here from measured cache content instead of
 * Never overrides fit: only finite costs move; infeasible nodes stay infeasible.
 * Missing data (no annotation, unknown store, node without labels) gives no bonus: neutral.
 * ``required: true``: filter keeps only nodes in a rack of the store's shards (opt-in).
-* Pods without embeddings get ``avoid_weight * cache fill`` added: a tie-breaker far below any
-  interference or fragmentation difference (0.02 GPUs by default) that keeps cache-rich nodes
-  for the jobs that read them when the choice is otherwise free.
+* Pods without embeddings get ``avoid_weight * cache fill`` (0.02 GPUs by default) added on
+  *idle* nodes only: between idle nodes the policies' costs differ by little more than their
+  node order, so this keeps cache-rich nodes for the jobs that read them when the choice is
+  otherwise free, and never outweighs packing onto a partly used node.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from extender.annotations import (
 )
 from extender.demand import MILLI_PER_GPU, PodDemand
 from extender.errors import InvalidDemand
+from extender.placement.state import ClusterState
 
 CACHE_FORMAT = 1
 MAX_TABLES = 256
@@ -159,6 +161,21 @@ def gpu_amount(demand: PodDemand) -> float:
     """GPUs the pod uses (whole plus its share's compute fraction): scales the bonus like the
     policies' per-GPU costs scale with the slots."""
     return demand.whole_gpus + (demand.share_milli / MILLI_PER_GPU if demand.has_share else 0.0)
+
+
+def idle_nodes(state: ClusterState, names: list[str]) -> np.ndarray:
+    """Per name: a node whose GPUs are all unbooked (False for unknown nodes)."""
+    used = state.mem_used + state.milli_used
+    cs = np.concatenate([[0], np.cumsum(used)])
+    idle = (cs[state.node_stop] - cs[state.node_start]) == 0
+    if not names:
+        return np.zeros(0, dtype=bool)
+    try:  # every name known: one C-level lookup
+        found = operator.itemgetter(*names)(state.node_index)
+        return idle[np.array(found if len(names) != 1 else [found], dtype=np.int64)]
+    except KeyError:
+        index = state.node_index
+        return np.array([n in index and bool(idle[index[n]]) for n in names], dtype=bool)
 
 
 def combine(costs: np.ndarray, term: np.ndarray) -> np.ndarray:
@@ -301,11 +318,15 @@ class LocalityIndex:
             out += w.zone * np.isin(self._gather(self.zone_id, slots), list(zones))
         return out
 
-    def term(self, spec: EmbeddingSpec | None, demand: PodDemand, names: list[str]
-             ) -> np.ndarray:
-        """What to add to the nodes' policy costs for this pod (negative = preferred)."""
+    def term(self, spec: EmbeddingSpec | None, demand: PodDemand, names: list[str],
+             idle: np.ndarray | None = None) -> np.ndarray:
+        """What to add to the nodes' policy costs for this pod (negative = preferred);
+        ``idle`` (per name) limits the avoidance of pods without embeddings to idle nodes."""
         if spec is None:
-            return self.weights.avoid * self._gather(self.fill, self.slots_of(names))
+            if not self.weights.avoid:
+                return np.zeros(len(names))
+            avoid = self.weights.avoid * self._gather(self.fill, self.slots_of(names))
+            return avoid if idle is None else avoid * idle
         return -gpu_amount(demand) * self.bonus(spec, names)
 
     def required_misses(self, spec: EmbeddingSpec, names: list[str]) -> dict[str, str]:

@@ -14,7 +14,7 @@ import numpy as np
 from extender.demand import PodDemand, wants_gpu
 from extender.errors import InvalidDemand
 from extender.placement import fit, node_costs, scores_from_costs
-from extender.placement.locality import InvalidEmbedding, combine, parse_embedding
+from extender.placement.locality import InvalidEmbedding, combine, idle_nodes, parse_embedding
 from extender.protocol import ExtenderArgs, HostPriority
 from extender.verbs.reasons import zero_scores
 
@@ -42,7 +42,8 @@ def with_locality(s: Scheduler, pod: Pod, demand: PodDemand | None, names: list[
         _unplaced_stores.add(spec.store)
         log.warning("embedding store %r: no shard pod labelled sparse.io/embedding-store=%s "
                     "seen; its pods get no rack or zone score", spec.store, spec.store)
-    return combine(costs, s.locality.term(spec, demand, names))
+    idle = idle_nodes(s.state, names) if spec is None else None
+    return combine(costs, s.locality.term(spec, demand, names, idle))
 
 
 async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:

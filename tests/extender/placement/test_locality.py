@@ -195,3 +195,19 @@ async def test_store_shards_follow_pod_events():
     assert "s" not in ix.store_nodes
     await shards.resync([shard("4", "c", store="t")])
     assert ix.store_nodes == {"t": frozenset({"c"})}
+
+
+def test_avoidance_only_between_idle_nodes():
+    from extender.ledger.rules import Allocation, Reservation
+    from extender.placement import ClusterState
+    from extender.placement.locality import idle_nodes
+
+    state = ClusterState.build(inventory(gpu_node("a", 2), gpu_node("b", 2)), default_matrix())
+    state.apply(Reservation(pod_uid="x", namespace="ml", name="x", node="a",
+                            allocations=(Allocation("GPU-a-0", "c", 1000, 100),)))
+    assert idle_nodes(state, ["a", "b", "ghost"]).tolist() == [False, True, False]
+    ix = LocalityIndex()
+    ix.observe_node("a", cache({"t": 5}), None)
+    ix.observe_node("b", cache({"t": 5}), None)
+    term = ix.term(None, demand(1), ["a", "b"], idle_nodes(state, ["a", "b"]))
+    assert term[0] == 0 and term[1] > 0  # packing onto the used node is never discouraged
