@@ -55,7 +55,8 @@ def main() -> None:
 @click.option("--locality-zone-weight", default=0.2, show_default=True, type=float,
               help="Locality: worth of a node in a zone of the embedding store's shards.")
 @click.option("--locality-avoid-weight", default=0.02, show_default=True, type=float,
-              help="Locality: tie-breaker keeping pods without embeddings off full caches.")
+              help="Locality: tie-breaker keeping pods without embeddings off full caches"
+                   " (between idle nodes).")
 @click.option("--rack-label", default="topology.sparse.io/rack", show_default=True,
               help="Node label naming the rack.")
 @click.option("--log-level", default="info", show_default=True,
