@@ -1,6 +1,6 @@
 """Real servers for the cache benchmarks: redis-server processes and a toxiproxy in front of the
-store (built from the Go module proxy: ``go install github.com/Shopify/toxiproxy/v2/cmd/server``
-into ``~/.cache/sparse/toxiproxy``). Loopback addresses only."""
+store (built from the Go module proxy by ``hack/build-toxiproxy.sh`` into
+``~/.cache/sparse/toxiproxy``). Loopback addresses only."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from pathlib import Path
 
 TOXIPROXY = Path(os.environ.get("SPARSE_TOXIPROXY",
                                 Path.home() / ".cache" / "sparse" / "toxiproxy" / "server"))
-TOXIPROXY_INSTALL = ("GOBIN=~/.cache/sparse/toxiproxy go install "
-                     "github.com/Shopify/toxiproxy/v2/cmd/server@latest")
+TOXIPROXY_INSTALL = "hack/build-toxiproxy.sh (go install .../toxiproxy/v2/cmd/server)"
 
 
 def free_port() -> int:
