@@ -27,6 +27,7 @@ def test_locality_term_moves_recommendation_jobs_to_their_rows():
 
 def test_cli_writes_the_report(tmp_path):
     out = CliRunner().invoke(bench_cli, ["locality", "--seeds", "5", "--jobs", "40", "-j", "1",
+                                         "--mode", "continuous",
                                          "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     report = (tmp_path / "report.md").read_text()
