@@ -29,6 +29,7 @@ help:
 	@echo "make bench            latency benchmark (5,000 nodes x 8 GPUs) and the trace simulator"
 	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
 	@echo "make chaos            long chaos and fuzz suites (50,000 fuzzed requests, ...)"
+	@echo "make chaos-fuzz       the fuzz half of make chaos (hypothesis over the four verbs)"
 
 # The dev venv (tests, benchmarks, demo). System packages are system-deps, never make run's.
 $(STAMP): pyproject.toml

@@ -165,6 +165,46 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
     click.echo(f"report: {path}")
 
 
+def _locality_job(args: tuple) -> object:
+    from bench.sim.locality import run_locality
+
+    workload, scenario, mode, locality, seed, kw = args
+    return run_locality(workload, seed, locality=locality, scenario=scenario, mode=mode, **kw)
+
+
+@main.command()
+@click.option("--workload", "-w", default="default", show_default=True,
+              help="openb workload name or pod-list CSV path (job shapes and durations)")
+@click.option("--topology", default=None, help="topology YAML (default: "
+              "bench/data/locality/topology.yaml)")
+@click.option("--scenario", multiple=True, default=("recommendation", "no-embeddings"),
+              show_default=True, type=click.Choice(["recommendation", "no-embeddings"]))
+@click.option("--mode", multiple=True, default=("continuous", "high-load"), show_default=True,
+              type=click.Choice(["continuous", "high-load"]),
+              help="continuous: trace arrivals at --load; high-load: all jobs at t = 0")
+@click.option("--seeds", default="42-44", show_default=True)
+@click.option("--jobs", "n_jobs", default=400, show_default=True)
+@click.option("--rec-share", default=0.7, show_default=True,
+              help="share of jobs reading embeddings (recommendation scenario)")
+@click.option("--load", default=0.9, show_default=True, help="offered load of the arrivals")
+@click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
+@click.option("--out", default=None, help="results folder (default results/locality-<time>)")
+def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
+             out) -> None:
+    """Embedding locality: JCT and makespan with and without the locality term."""
+    from bench.sim.locality_report import write_locality
+
+    kw = {"n_jobs": n_jobs, "rec_share": rec_share, "load": load, "topology": topology}
+    jobs = [(workload, sc, m, loc, s, kw) for m in mode for sc in scenario
+            for loc in (False, True) for s in parse_seeds(seeds)]
+    folder = _out_dir(out, "locality")
+    runs = _run_all(jobs, _locality_job, workers,
+                    lambda j: f"{j[2]} {j[1]} {'on' if j[3] else 'off'} seed {j[4]}",
+                    folder / "runs.jsonl")
+    path = write_locality(runs, folder, "sparse-bench " + shlex.join(sys.argv[1:]))
+    click.echo(f"report: {path}")
+
+
 @main.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, help="folder for the merged report")

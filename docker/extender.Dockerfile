@@ -19,6 +19,7 @@ COPY predictor ./predictor
 COPY agent ./agent
 COPY bench ./bench
 COPY webhook ./webhook
+COPY embed ./embed
 RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt "." \
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 

@@ -21,3 +21,10 @@ ANN_GPU_INVENTORY = "sparse.io/gpu-inventory"
 
 # Redis hash with a predicted demand, written by the predictor worker.
 DEMAND_KEY_PREFIX = "sparse:demand:"
+
+# Data locality (extender/placement/locality.py, embed/).
+ANN_EMBEDDING = "sparse.io/embedding"  # pod: JSON {store, tables, hotRows?, required?}
+ANN_EMBEDDING_CACHE = "sparse.io/embedding-cache"  # node: what its embedding cache holds
+LABEL_EMBEDDING_STORE = "sparse.io/embedding-store"  # store shard pods: the store's name
+LABEL_ZONE = "topology.kubernetes.io/zone"
+DEFAULT_RACK_LABEL = "topology.sparse.io/rack"

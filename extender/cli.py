@@ -69,6 +69,17 @@ def main() -> None:
                    " '' follows every pod.")
 @click.option("--success-events/--no-success-events", default=False, show_default=True,
               help="Post a Normal event naming the GPUs of every bound pod.")
+@click.option("--locality-cache-weight", default=1.0, show_default=True, type=float,
+              help="Locality: cost (GPUs) a fully cached hot set is worth.")
+@click.option("--locality-rack-weight", default=0.5, show_default=True, type=float,
+              help="Locality: worth of a node in a rack of the embedding store's shards.")
+@click.option("--locality-zone-weight", default=0.2, show_default=True, type=float,
+              help="Locality: worth of a node in a zone of the embedding store's shards.")
+@click.option("--locality-avoid-weight", default=0.02, show_default=True, type=float,
+              help="Locality: tie-breaker keeping pods without embeddings off full caches"
+                   " (between idle nodes).")
+@click.option("--rack-label", default="topology.sparse.io/rack", show_default=True,
+              help="Node label naming the rack.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True,
@@ -77,9 +88,14 @@ def serve(**options: object) -> None:
     """Run the extender HTTP service."""
     from aiohttp import web
 
-    from extender.http.app import make_app
+    from extender.http.app import build_scheduler, make_app
+    from extender.placement.locality import LocalityIndex, LocalityWeights
 
     logs.setup(str(options.pop("log_level")), str(options.pop("log_format")))
+    locality = LocalityWeights(
+        cache=options.pop("locality_cache_weight"), rack=options.pop("locality_rack_weight"),
+        zone=options.pop("locality_zone_weight"), avoid=options.pop("locality_avoid_weight"),
+        rack_label=str(options.pop("rack_label")))  # type: ignore[arg-type]
     settings = Settings(
         host=options["host"], port=options["port"], prefix=options["prefix"],
         nodes=options["nodes"], store=options["store"], predictions=options["predictions"],
@@ -99,7 +115,9 @@ def serve(**options: object) -> None:
         raise click.UsageError("\n".join(errors))
     use_fast_event_loop()
     try:
-        app = make_app(settings)
+        scheduler = build_scheduler(settings)
+        scheduler.locality = LocalityIndex(locality)
+        app = make_app(settings, scheduler)
     except SparseError as exc:
         raise click.ClickException(str(exc)) from exc
     web.run_app(app, host=settings.host, port=settings.port, ssl_context=ssl_context(settings),

@@ -25,6 +25,7 @@ from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
 from extender.outcome import Outcome
 from extender.placement import ClusterState, Policy
+from extender.placement.locality import LocalityIndex
 from extender.protocol import (
     BindingArgs,
     BindingResult,
@@ -85,6 +86,7 @@ class Scheduler:
         reservation_ttl_s: float = 120.0,
         observers: Iterable[Callable[[Outcome], None]] = (),
         trust_request_inventory: bool = False,
+        locality: LocalityIndex | None = None,
     ) -> None:
         self.ledger = ledger
         self.matrix = matrix
@@ -97,6 +99,7 @@ class Scheduler:
         # A request's Nodes.items may change the inventory only when the operator opts in.
         self.trust_request_inventory = trust_request_inventory
         self.cycle_costs = CycleCosts()
+        self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
@@ -167,6 +170,7 @@ class Scheduler:
             self._seen_annotation = {}
         changed: dict[str, NodeGpus] = {}
         for name, node_annotations, labels in nodes:
+            self.locality.observe_node(name, node_annotations, labels)
             raw = (node_annotations or {}).get(ANN_GPU_INVENTORY)
             if raw is None or self._seen_annotation.get(name) == raw:
                 continue  # the common case on every full-Node request: nothing changed
@@ -199,6 +203,7 @@ class Scheduler:
 
     def remove_node(self, name: str) -> None:
         self._seen_annotation.pop(name, None)
+        self.locality.forget_node(name)
         if name in self.inventory.nodes:
             self.set_inventory(self.inventory.without_node(name))
 
