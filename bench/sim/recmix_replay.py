@@ -17,6 +17,11 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   queued again with its booking raised by ``oom_bump`` (the user, or sparse's predictor,
   learns from the failure). Every failure is counted.
 * Speed: bench/sim/physics.py, the same for every policy; whole GPUs are never shared.
+* Interference knowledge: with ``interference="learned"`` the cluster knows every job's solo
+  profile (GPU util %, DRAM util %, memory MiB: recommendation training recurs, and its
+  metrics are in Prometheus), and sparse scores pairs with the learned model
+  (extender/interference/pairmodel.py); ``"matrix"`` leaves sparse the class matrix alone.
+  Other policies use no interference knowledge either way.
 * Modes: ``high-load`` (all jobs at t = 0) and ``continuous`` (trace creation order, times
   compressed to offered load ``load``); FIFO queue retried after each departure.
 
@@ -43,6 +48,8 @@ from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs
 from bench.sim.replay import sample_nodes
 from bench.sim.trace import TraceDemand, load_nodes
 from extender.demand import ContainerRequest
+from extender.interference.pairmodel import default_pair_model
+from extender.interference.profiles import ProfileBook
 from extender.placement.policies import REGISTRY
 
 OOM_AFTER_S = 120.0
@@ -165,6 +172,13 @@ def run_recmix(
             "cpu_milli": jobs["cpu_milli"], "gpu_milli": np.where(milli > 0, milli, 1000),
             "num_gpu": 1, "gpu_spec": ""})))
     sim = SimCluster(nodes, list(nodes["sn"]), pol)
+    book = None
+    if interference == "learned":
+        model = default_pair_model()
+        if model is None:
+            raise RuntimeError("no shipped pair model: run `sparse-bench interference train "
+                               "--install`, or replay with --interference matrix")
+        book = sim.state.profiles = ProfileBook(model)
     if policy_setup is not None:
         policy_setup(sim, jobs)
     n_gpus = sim.total_milli // 1000
@@ -227,10 +241,15 @@ def run_recmix(
         gpu_sm[g] = delivered
 
     def try_start(j: int) -> bool:
-        d = share_demand(f"job-{j}-{attempt[j]}", int(cpu[j]), int(host[j]), int(milli[j]),
-                         int(mem[j]), str(classes[j]))
+        uid = f"job-{j}-{attempt[j]}"
+        d = share_demand(uid, int(cpu[j]), int(host[j]), int(milli[j]), int(mem[j]),
+                         str(classes[j]))
+        if book is not None:  # its solo profile, as the cluster's metrics report it
+            book.add(uid, (100.0 * util[j], 100.0 * dram[j], float(real_mem[j])))
         placed = sim.schedule(d, now)
         if placed is None:
+            if book is not None:
+                book.remove(uid)
             return False
         if np.isnan(started[j]):
             started[j] = now
@@ -248,6 +267,8 @@ def run_recmix(
 
     def stop(j: int) -> None:
         sim.release(f"job-{j}-{attempt[j]}")
+        if book is not None:
+            book.remove(f"job-{j}-{attempt[j]}")
         g = job_gpu.pop(j)
         gpu_jobs[g].remove(j)
         version[j] += 1

@@ -80,3 +80,39 @@ def test_evaluate_rejects_a_file_without_the_columns(tmp_path):
         read_pairs(path)
     res = CliRunner().invoke(main, ["interference", "evaluate", "--pairs", str(path)])
     assert res.exit_code != 0 and "missing column" in res.output
+
+
+def test_sparse_steers_a_known_profile_away_from_a_harmful_co_runner():
+    """Two GPUs, each with one resident of the same class; only the learned model (which
+    sees their profiles) can tell them apart, and sparse picks the quiet one."""
+    from extender.demand import ContainerRequest, PodDemand
+    from extender.interference.matrix import default_matrix
+    from extender.interference.profiles import ProfileBook
+    from extender.inventory import Gpu, Inventory, NodeGpus
+    from extender.ledger.rules import Allocation, Reservation
+    from extender.placement import ClusterState, assign, fit, node_costs
+    from extender.placement.policies.sparse import Sparse
+
+    inv = Inventory.of([NodeGpus("n1", (Gpu("g0", 0, "H200", 143771),)),
+                        NodeGpus("n2", (Gpu("g1", 0, "H200", 143771),))])
+    state = ClusterState.build(inv, default_matrix())
+    book = state.profiles = ProfileBook(default_pair_model())
+    for uid, gpu, prof in (("busy", "g0", (98.0, 60.0, 20000.0)),
+                           ("quiet", "g1", (5.0, 1.0, 1500.0))):
+        book.add(uid, prof)
+        state.apply(Reservation(uid, "ns", uid, "n1" if gpu == "g0" else "n2",
+                                (Allocation(gpu, "main", 2000, 200),), job_class="cnn"))
+    c = ContainerRequest("main", 0, 200, 2000)
+    demand = PodDemand(uid="new", namespace="ns", name="new", containers=(c,), whole_gpus=0,
+                       share_milli=200, share_mem_mib=2000, job_class="recommendation",
+                       share_containers=(c,))
+    book.add("new", (60.0, 10.0, 2000.0))
+    assert book.speed(book.id_of("new"), book.id_of("quiet")) > book.speed(
+        book.id_of("new"), book.id_of("busy"))
+    policy = Sparse(order_weight=0.0, frag_weight=0.0)
+    result = fit(state, demand, ["n1", "n2"], explain=False)
+    costs = node_costs(state, demand, result, policy)
+    assert result.names[int(np.argmin(costs))] == "n2"
+    assert assign(state, demand, "n2", policy) is not None
+    state.unapply("quiet")
+    assert 1 not in state.resident_pods  # bookkeeping follows the ledger

@@ -1,0 +1,68 @@
+"""Solo profiles of running and pending pods, and the pair speeds the learned model gives them.
+
+Pure. A profile is (GPU utilisation %, memory-controller utilisation %, GPU memory MiB) measured
+alone. Pods with equal profiles share one entry; the speed of every pair of known entries is
+computed once, when the later of the two is first seen (one vectorised model call per new
+profile), so scoring a placement is table lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from extender.interference.pairmodel import PairModel
+
+Profile = tuple[float, float, float]
+
+
+class ProfileBook:
+    def __init__(self, model: PairModel, capacity: int = 64) -> None:
+        self.model = model
+        self._ids: dict[Profile, int] = {}
+        self._by_uid: dict[str, int] = {}
+        self._table = np.zeros((0, 3))
+        self._speed = np.ones((capacity, capacity))  # [a, b] = a's speed next to b
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    @staticmethod
+    def key(profile: Sequence[float]) -> Profile:
+        util, mem_util, mib = (float(v) for v in profile)
+        mib = float("nan") if mib != mib else round(mib / 64.0) * 64.0  # NaN: unknown
+        return (round(util, 1), round(mem_util, 1), mib)
+
+    def intern(self, profile: Sequence[float]) -> int:
+        key = self.key(profile)
+        pid = self._ids.get(key)
+        if pid is not None:
+            return pid
+        pid = len(self._ids)
+        if pid >= len(self._speed):
+            grown = np.ones((2 * len(self._speed),) * 2)
+            grown[:pid, :pid] = self._speed[:pid, :pid]
+            self._speed = grown
+        self._table = np.vstack([self._table, np.array(key, dtype=np.float64)])
+        me = np.repeat(self._table[pid:pid + 1], pid + 1, axis=0)
+        self._speed[pid, : pid + 1] = self.model.predict(me, self._table)
+        self._speed[: pid + 1, pid] = self.model.predict(self._table, me)
+        self._ids[key] = pid
+        return pid
+
+    def add(self, uid: str, profile: Sequence[float]) -> int:
+        pid = self.intern(profile)
+        self._by_uid[uid] = pid
+        return pid
+
+    def remove(self, uid: str) -> None:
+        self._by_uid.pop(uid, None)
+
+    def id_of(self, uid: str) -> int:
+        """Profile id of a pod, -1 when its profile is unknown."""
+        return self._by_uid.get(uid, -1)
+
+    def speed(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+        """Speed of profile(s) ``a`` next to profile(s) ``b`` (ids, broadcast)."""
+        return self._speed[a, b]
