@@ -23,6 +23,7 @@ from extender.interference import InterferenceMatrix
 from extender.inventory import Inventory, NodeGpus, node_from_annotations
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
+from extender.livepairs import LivePairs
 from extender.outcome import Outcome
 from extender.placement import ClusterState, Policy
 from extender.protocol import (
@@ -84,6 +85,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         reservation_ttl_s: float = 120.0,
         observers: Iterable[Callable[[Outcome], None]] = (),
+        live_pairs: LivePairs | None = None,
     ) -> None:
         self.ledger = ledger
         self.matrix = matrix
@@ -97,6 +99,11 @@ class Scheduler:
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
+        # Pair estimates learned from running jobs (Redis, pair worker); by default read
+        # from the predictions' Redis when there is one.
+        client = getattr(self.demand_source, "client", None)
+        self.live_pairs = live_pairs or (LivePairs(client, matrix) if client is not None
+                                         else None)
 
     # --- verbs (one module each) ----------------------------------------------------------
 
@@ -127,6 +134,10 @@ class Scheduler:
         """The state matching the ledger's current version: when it moved, the changes since
         the cached version are applied (the ledger's change log); a full snapshot is read only
         when they are no longer all kept (or at start)."""
+        if self.live_pairs is not None:
+            matrix = await self.live_pairs.refresh()
+            if matrix is not None:
+                self.matrix = self._state.matrix = matrix
         version = await self.ledger.version()
         state = self._state
         if version != state.version:
