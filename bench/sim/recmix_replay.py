@@ -5,17 +5,20 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
 * Cluster: nodes of 8 H200 (the GPU the jobs were measured on) with the host of an HGX/DGX
   H200 system (224 logical CPUs, 2 TiB), ``--node-cpu`` / ``--node-mem`` to change; sized like
   ``replay``: solo GPU-seconds / (``overload`` x longest job).
-* What each policy books: ``kube-exclusive`` a whole GPU; ``sparse`` the predictor's estimate;
-  every other policy what the user declared: a whole GPU where the trace pod asked for one,
-  else a share with the padded memory figure and, as compute, the trace pod's declared
-  ``gpu_milli`` for policies that book compute shares (FGD and the FGD paper's baselines) or
-  the memory's fraction of the GPU for ``kube-shared`` (gpushare books GPU memory only).
+* What each policy books: ``kube-exclusive`` a whole GPU; ``sparse`` what the extender books
+  for a sharing pod that declares the user's padded memory figure and has the predictor's
+  estimate (``extender.demand.pod_demand``: memory = max(declared, predicted), compute
+  = predicted); every other policy what the user declared: a whole GPU where the trace pod
+  asked for one, else a share with the padded memory figure and, as compute, the trace
+  pod's declared ``gpu_milli`` for policies that book compute shares (FGD and the FGD
+  paper's baselines) or the memory's fraction of the GPU for ``kube-shared`` (gpushare
+  books GPU memory only).
   ``<policy>@predicted`` / ``<policy>@declared`` pick the other source, to separate placement
   from demand.
 * Out of memory: a job whose real peak exceeds its booked memory fails once it reaches its
   peak (``OOM_AFTER_S`` of running, at most a tenth of its work), loses its progress, and is
-  queued again with its booking raised by ``oom_bump`` (the user, or sparse's predictor,
-  learns from the failure). Every failure is counted.
+  queued again with the memory its user declares raised by ``oom_bump`` (the booking follows
+  the policy's rule). Every failure is counted.
 * Speed: bench/sim/physics.py, the same for every policy; whole GPUs are never shared.
 * Interference knowledge: with ``interference="learned"`` the cluster knows every job's solo
   profile (GPU util %, DRAM util %, memory MiB: recommendation training recurs, and its
@@ -38,6 +41,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -47,10 +51,12 @@ from bench.sim.physics import shared_speeds
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs
 from bench.sim.replay import sample_nodes
 from bench.sim.trace import TraceDemand, load_nodes
-from extender.demand import ContainerRequest
+from extender.annotations import RES_GPU_MEM
+from extender.demand import ContainerRequest, Prediction, pod_demand
 from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook
 from extender.placement.policies import REGISTRY
+from extender.protocol import Pod
 
 OOM_AFTER_S = 120.0
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
@@ -98,25 +104,50 @@ def split_policy(name: str) -> tuple[str, str | None]:
     return base, source or None
 
 
-def booked(jobs: pd.DataFrame, policy: str, source: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """(milli, memory MiB) each job books under the policy; milli 0 = a whole GPU."""
+def extender_booking(declared_mem: int, pred_milli: int, pred_mem: int) -> tuple[int, int]:
+    """What the extender books for a sharing pod that declares ``declared_mem`` MiB of GPU
+    memory (no compute) and has the predictor's estimate: ``extender.demand.pod_demand``'s rule
+    (memory never below either figure, compute from the prediction)."""
+    pod = msgspec.convert({
+        "metadata": {"name": "job", "namespace": "rec-mix", "uid": "job"},
+        "spec": {"containers": [{"name": "main", "resources": {
+            "requests": {RES_GPU_MEM: str(int(declared_mem))}}}]},
+    }, Pod)
+    d = pod_demand(pod, Prediction(gpu_milli=int(pred_milli), gpu_mem_mib=int(pred_mem)))
+    return d.share_milli, d.share_mem_mib
+
+
+def booking_rule(jobs: pd.DataFrame, policy: str, source: str | None):  # noqa: ANN201
+    """``book(j, declared_mem) -> (milli, memory MiB)`` for the policy; milli 0 = whole GPU.
+    ``declared_mem`` is the job's current declared figure (raised after running out)."""
     pol = REGISTRY[policy]()
     if getattr(pol, "exclusive", False):
-        return np.zeros(len(jobs), dtype=np.int64), np.full(len(jobs), GPU_MEM_MIB)
+        return lambda j, declared: (0, GPU_MEM_MIB)
     source = source or ("predicted" if policy == "sparse" else "declared")
+    pred_milli = jobs["pred_milli"].to_numpy(dtype=np.int64)
+    pred_mem = jobs["pred_mem_mib"].to_numpy(dtype=np.int64)
     if source == "predicted":
-        mem = jobs["pred_mem_mib"].to_numpy(dtype=np.int64)
-        return jobs["pred_milli"].to_numpy(dtype=np.int64), mem
-    mem = jobs["declared_mem_mib"].to_numpy(dtype=np.int64).copy()
-    declared = jobs["declared_milli"].to_numpy(dtype=np.int64)
-    if policy == "kube-shared":
-        milli = np.maximum(1, np.ceil(1000.0 * mem / GPU_MEM_MIB)).astype(np.int64)
-    else:
-        milli = declared.copy()
-    whole = declared >= 1000
-    milli[whole] = 0
-    mem[whole] = GPU_MEM_MIB
-    return milli, mem
+        return lambda j, declared: extender_booking(declared, pred_milli[j], pred_mem[j])
+    declared_milli = jobs["declared_milli"].to_numpy(dtype=np.int64)
+    by_memory = policy == "kube-shared"
+
+    def book(j: int, declared: int) -> tuple[int, int]:
+        if declared_milli[j] >= 1000:
+            return 0, GPU_MEM_MIB
+        if by_memory:
+            return max(1, math.ceil(1000.0 * declared / GPU_MEM_MIB)), int(declared)
+        return int(declared_milli[j]), int(declared)
+
+    return book
+
+
+def booked(jobs: pd.DataFrame, policy: str, source: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """(milli, memory MiB) each job books at its first attempt; milli 0 = a whole GPU."""
+    book = booking_rule(jobs, policy, source)
+    declared = jobs["declared_mem_mib"].to_numpy(dtype=np.int64)
+    pairs = [book(j, int(declared[j])) for j in range(len(jobs))]
+    return (np.array([p[0] for p in pairs], dtype=np.int64),
+            np.array([p[1] for p in pairs], dtype=np.int64))
 
 
 def share_demand(uid: str, cpu: int, host_mem: int, milli: int, mem: int,
@@ -163,6 +194,8 @@ def run_recmix(
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
+    book_of = booking_rule(jobs, base, source)
+    declared = jobs["declared_mem_mib"].to_numpy(dtype=np.int64).copy()
     milli, mem = booked(jobs, base, source)
     pol = REGISTRY[base]()
     if hasattr(pol, "reseed"):
@@ -196,7 +229,9 @@ def run_recmix(
     classes = jobs["job_class"].to_numpy()
     cpu = jobs["cpu_milli"].to_numpy()
     host = jobs["host_mem_mib"].to_numpy()
+    work_bound = float((milli.clip(0, 1000) / 1000.0 + (milli <= 0)) @ work / work.sum())
     mem = mem.copy()
+    milli = milli.copy()
 
     remaining = work.copy()
     speed = np.zeros(len(jobs))
@@ -305,7 +340,9 @@ def run_recmix(
             stop(j)
             remaining[j] = work[j]
             attempt[j] += 1
-            mem[j] = min(GPU_MEM_MIB, int(math.ceil(mem[j] * oom_bump)))
+            # the user raises the figure they declare; the booking follows the policy's rule
+            declared[j] = min(GPU_MEM_MIB, int(math.ceil(max(declared[j], mem[j]) * oom_bump)))
+            milli[j], mem[j] = book_of(j, int(declared[j]))
             pending.append(j)
             retry()
         else:
@@ -326,6 +363,6 @@ def run_recmix(
         work_per_gpu_hour=float(work.sum()) / (n_gpus * makespan) if makespan else 0.0,
         share_stretch=float(np.mean(stretch)) if len(stretch) else float("nan"),
         oom_events=ooms, seconds=time.perf_counter() - t0,
-        work_bound=float((milli.clip(0, 1000) / 1000.0 + (milli <= 0)) @ work / work.sum()),
+        work_bound=work_bound,
         jct=[round(float(x), 1) for x in np.sort(jct)],
     )

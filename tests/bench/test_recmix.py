@@ -47,8 +47,9 @@ def test_what_each_policy_books():
     jobs = build_jobs(50, np.random.default_rng(1)).jobs
     milli, mem = booked(jobs, "kube-exclusive", None)
     assert (milli == 0).all() and (mem == GPU_MEM_MIB).all()
-    milli, mem = booked(jobs, "sparse", None)
-    assert (milli == jobs["pred_milli"]).all() and (mem == jobs["pred_mem_mib"]).all()
+    milli, mem = booked(jobs, "sparse", None)  # the extender's rule: max memory, predicted milli
+    assert (milli == jobs["pred_milli"]).all()
+    assert (mem == np.maximum(jobs["pred_mem_mib"], jobs["declared_mem_mib"])).all()
     milli, mem = booked(jobs, "kube-shared", None)
     share = jobs["declared_milli"].to_numpy() < 1000
     assert (mem[share] == jobs["declared_mem_mib"].to_numpy()[share]).all()
