@@ -116,3 +116,13 @@ def test_sparse_steers_a_known_profile_away_from_a_harmful_co_runner():
     assert assign(state, demand, "n2", policy) is not None
     state.unapply("quiet")
     assert 1 not in state.resident_pods  # bookkeeping follows the ledger
+
+
+def test_gpu_pair_script_picks_one_small_config_per_measured_family():
+    from bench.interference.gpupairs import COLUMNS, MAX_MIB, pick_configs
+    from bench.sim.recmix import measured_profiles
+
+    picks = pick_configs()
+    assert set(picks) == set(measured_profiles()["family"])  # families come from the data
+    assert all(p["mib"] <= MAX_MIB and "family" in p["cfg"] for p in picks.values())
+    assert list(COLUMNS[3:10]) == [*gavel.COLUMNS]  # rows `evaluate --pairs` reads as they are
