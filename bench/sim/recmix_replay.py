@@ -30,7 +30,8 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
 
 Metrics: makespan, mean / p95 JCT, mean queueing, booked allocation (% of cluster milli-GPU,
 time-averaged), **SM-activity-weighted utilisation** (SM-time the running jobs actually
-deliver, % of cluster SM-time, time-averaged), share stretch (run time / solo work of jobs
+deliver, % of cluster SM-time, time-averaged over the makespan, and over the time jobs were
+waiting for a place, when utilisation is up to the scheduler), share stretch (run time / solo work of jobs
 that shared a GPU), OOM events.
 """
 
@@ -81,6 +82,7 @@ class RecMixRun:
     queue_mean: float
     alloc_mean: float
     sm_util_mean: float
+    sm_util_backlog: float
     work_per_gpu_hour: float
     share_stretch: float
     oom_events: int
@@ -249,7 +251,7 @@ def run_recmix(
     pending: list[int] = []
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
-    alloc_area = sm_area = 0.0
+    alloc_area = sm_area = backlog_area = backlog_time = 0.0
     sm_now = 0.0
     gpu_sm: dict[int, float] = {}
     t_prev = now = 0.0
@@ -331,6 +333,9 @@ def run_recmix(
         dt = t - t_prev
         alloc_area += sim.allocated_milli * dt
         sm_area += sm_now * dt
+        if pending:  # jobs were waiting: the cluster had more work than it placed
+            backlog_area += sm_now * dt
+            backlog_time += dt
         t_prev = now = t
         if kind == 1:
             if not try_start(j):
@@ -360,6 +365,8 @@ def run_recmix(
         queue_mean=float(np.nanmean(started - arrive)),
         alloc_mean=alloc_area / max(t_prev, 1e-9) / sim.total_milli * 100.0,
         sm_util_mean=sm_area / max(t_prev, 1e-9) / n_gpus * 100.0,
+        sm_util_backlog=(backlog_area / backlog_time / n_gpus * 100.0 if backlog_time
+                         else float("nan")),
         work_per_gpu_hour=float(work.sum()) / (n_gpus * makespan) if makespan else 0.0,
         share_stretch=float(np.mean(stretch)) if len(stretch) else float("nan"),
         oom_events=ooms, seconds=time.perf_counter() - t0,

@@ -12,7 +12,7 @@ from bench.sim.recmix_replay import ANCHORS
 from bench.sim.report import _plt, md_table
 
 METRICS = ["makespan", "jct_mean", "jct_p95", "queue_mean", "alloc_mean", "sm_util_mean",
-           "share_stretch", "oom_events", "work_bound"]
+           "sm_util_backlog", "share_stretch", "oom_events", "work_bound"]
 EXCLUSIVE = "kube-exclusive"
 SHARED = "kube-shared"
 # The original system's claims against the default scheduler (seed README): utilisation
@@ -35,6 +35,7 @@ def recmix_table(runs: list) -> pd.DataFrame:
             b = ex.iloc[0]
             out["makespan_vs_exclusive"] = row["makespan"] / b["makespan"]
             out["sm_util_vs_exclusive"] = row["sm_util_mean"] / b["sm_util_mean"]
+            out["sm_backlog_vs_exclusive"] = row["sm_util_backlog"] / b["sm_util_backlog"]
             out["jct_vs_exclusive"] = row["jct_mean"] / b["jct_mean"]
         if len(sh):
             out["jct_vs_shared"] = row["jct_mean"] / sh.iloc[0]["jct_mean"]
@@ -63,7 +64,9 @@ def write_recmix(runs: list, out: Path, command: str = "") -> Path:
         "policy).", "",
         "Times in seconds, means over seeds. `sm_util_mean`: SM-time the running jobs deliver, "
         "% of the cluster's, time-averaged over the makespan (what the GPUs really did; "
-        "`alloc_mean` is what was booked). `oom_events`: jobs that ran out of memory because "
+        "`alloc_mean` is what was booked); `sm_util_backlog`: the same, averaged only over the "
+        "time jobs were waiting in the queue (when utilisation is up to the scheduler rather "
+        "than to the amount of work left). `oom_events`: jobs that ran out of memory because "
         "their real peak exceeded what was booked (each fails, loses its progress and is "
         "retried with a larger booking), per run. `work_bound`: the jobs' booked GPU-seconds "
         "over their GPU-seconds on whole GPUs. `original_makespan_vs_exclusive`: the original "
