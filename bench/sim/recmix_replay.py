@@ -31,8 +31,8 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
 Metrics: makespan, mean / p95 JCT, mean queueing, booked allocation (% of cluster milli-GPU,
 time-averaged), **SM-activity-weighted utilisation** (SM-time the running jobs actually
 deliver, % of cluster SM-time, time-averaged over the makespan, and over the time jobs were
-waiting for a place, when utilisation is up to the scheduler), share stretch (run time / solo work of jobs
-that shared a GPU), OOM events.
+waiting for a place, when utilisation is up to the scheduler), share stretch (run time / solo
+work of jobs that shared a GPU), OOM events.
 """
 
 from __future__ import annotations
