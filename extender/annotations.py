@@ -9,6 +9,9 @@ MANAGED_RESOURCES = (RES_WHOLE_GPU, RES_GPU_MILLI, RES_GPU_MEM)
 # Pod annotations read by the extender.
 ANN_GPU_MODEL = "sparse.io/gpu-model"  # allowed models, "|"-separated: "V100M16|V100M32"
 ANN_JOB_CLASS = "sparse.io/job-class"  # recommendation, cnn, transformer, rnn, rl, gan, ...
+# The job's solo profile, as measured alone (a previous run's metrics):
+# "<GPU util %>,<memory-controller util %>,<GPU memory MiB>"; the learned pair model uses it.
+ANN_SOLO_PROFILE = "sparse.io/solo-profile"
 
 # Pod annotations written at bind.
 ANN_GPU_UUIDS = "sparse.io/gpu-uuids"  # comma-separated UUIDs of every GPU the pod got

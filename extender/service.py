@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from extender.annotations import ANN_GPU_INVENTORY
+from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidInventory, ReservationConflict
 from extender.interference import InterferenceMatrix
+from extender.interference.pairmodel import default_pair_model
+from extender.interference.profiles import ProfileBook, parse_profile
 from extender.inventory import Inventory, NodeGpus, node_from_annotations
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
@@ -104,6 +106,10 @@ class Scheduler:
         client = getattr(self.demand_source, "client", None)
         self.live_pairs = live_pairs or (LivePairs(client, matrix) if client is not None
                                          else None)
+        # Solo profiles of pods that carry one (annotation): the learned pair model scores them.
+        pair_model = default_pair_model()
+        self.profiles = ProfileBook(pair_model) if pair_model is not None else None
+        self._state.profiles = self.profiles
 
     # --- verbs (one module each) ----------------------------------------------------------
 
@@ -155,6 +161,7 @@ class Scheduler:
                     else:
                         state.apply(reservation)  # replaces an earlier booking of the pod
                 state.version = version
+        self._state.profiles = self.profiles
         return self._state
 
     def set_inventory(self, inventory: Inventory) -> None:
@@ -234,6 +241,9 @@ class Scheduler:
     async def demand_of(self, pod: Pod) -> PodDemand:
         prediction = await self.demand_source.get(pod.metadata.uid)
         demand = pod_demand(pod, prediction)
+        profile = (pod.metadata.annotations or {}).get(ANN_SOLO_PROFILE)
+        if profile and self.profiles is not None:
+            self.profiles.add(pod.metadata.uid, parse_profile(profile, ANN_SOLO_PROFILE))
         self._pending[pod.metadata.uid] = (pod, demand)
         self._pending.move_to_end(pod.metadata.uid)
         while len(self._pending) > PENDING_PODS:
@@ -270,6 +280,8 @@ class Scheduler:
             self.after_change(await self.ledger.version(), drop=pod_uid)
         if not keep_pending:
             self._pending.pop(pod_uid, None)
+            if self.profiles is not None:
+                self.profiles.remove(pod_uid)
         return dropped
 
     async def adopt(self, reservation: Reservation) -> bool:

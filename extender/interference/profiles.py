@@ -12,9 +12,26 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from extender.errors import InvalidDemand
 from extender.interference.pairmodel import PairModel
 
 Profile = tuple[float, float, float]
+
+
+def parse_profile(text: str, what: str = "solo profile") -> Profile:
+    """``"<GPU util %>,<memory-controller util %>,<GPU memory MiB>"``; the MiB may be empty."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3:
+        raise InvalidDemand(f"{what} {text[:60]!r}: expected '<GPU util %>,<memory util %>,"
+                            "<MiB>', e.g. '45,8,2100'")
+    try:
+        util, mem_util = float(parts[0]), float(parts[1])
+        mib = float(parts[2]) if parts[2] else float("nan")
+    except ValueError:
+        raise InvalidDemand(f"{what} {text[:60]!r}: values must be numbers") from None
+    if not (0 <= util <= 100 and 0 <= mem_util <= 100) or mib < 0:
+        raise InvalidDemand(f"{what} {text[:60]!r}: utilisations are 0..100 %, MiB >= 0")
+    return (util, mem_util, mib)
 
 
 class ProfileBook:

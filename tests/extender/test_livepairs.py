@@ -105,3 +105,39 @@ async def test_placement_changes_when_observed_pairs_move(redis_url):
     await store(client, [("recommendation", "cnn-small", 0.2)] * 6, {}, 1.0)
     assert await choice() == "b"
     await client.aclose()
+
+
+async def test_solo_profile_annotation_steers_placement_through_the_pair_model():
+    """Both nodes run a pod of the same class; only their solo profiles (annotations) differ.
+    The new pod goes next to the quiet one; a malformed profile is a clear demand error."""
+    import msgspec
+    from builders import pod
+
+    from extender.errors import InvalidDemand
+    from extender.protocol import Pod
+
+    sched = Scheduler(inventory=inventory(gpu_node("a", 1), gpu_node("b", 1)),
+                      ledger=MemoryLedger(), matrix=default_matrix(),
+                      policy=make_policy("sparse"))
+    assert sched.profiles is not None
+
+    def annotated(name: str, profile: str) -> Pod:
+        raw = pod(name, mem=4000, milli=300, job_class="cnn")
+        raw["metadata"]["annotations"]["sparse.io/solo-profile"] = profile
+        return msgspec.convert(raw, Pod)
+
+    for name, node, profile in (("busy", "a", "98,60,20000"), ("quiet", "b", "5,1,1500")):
+        p = annotated(name, profile)
+        await sched.demand_of(p)
+        gpu = f"GPU-{node}-0"
+        await sched.ledger.reserve(Reservation(p.metadata.uid, "ml", name, node, (
+            Allocation(gpu, "main", 4000, 300),), job_class="cnn"), sched.state.capacities([gpu]))
+    new = annotated("new", "60,10,2000")
+    demand = await sched.demand_of(new)
+    state = await sched.view()
+    result = fit(state, demand, ["a", "b"], explain=False)
+    assert result.names[int(node_costs(state, demand, result, sched.policy).argmin())] == "b"
+    with pytest.raises(InvalidDemand, match="solo-profile"):
+        await sched.demand_of(annotated("bad", "lots"))
+    await sched.release(new.metadata.uid)
+    assert sched.profiles.id_of(new.metadata.uid) == -1
