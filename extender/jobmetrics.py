@@ -56,8 +56,10 @@ class StepReporter:
             reporter.serve(int(env.get("SPARSE_METRICS_PORT", DEFAULT_PORT)))
         return reporter
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - pod network
-        start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "0.0.0.0"):  # noqa: ANN201, S104 - pod network
+        """Serve /metrics in a daemon thread; returns the server (``shutdown()`` stops it)."""
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return server
 
     def observe(self, seconds: float) -> None:
         self._times.append(float(seconds))

@@ -107,16 +107,23 @@ async def test_step_times_move_estimates_and_placement(prometheus, redis_url):
     jobs = [("rec-1", "recommendation", "GPU-a-0", 0.40, 0.10),
             ("cnn-1", "cnn-small", "GPU-a-0", 0.21, 0.20),
             ("rl-1", "rl", "GPU-b-0", 0.50, None)]
-    targets = []
+    targets, servers = [], []
     for pod, cls, gpu, step, solo in jobs:
         reporter = StepReporter("ns", pod, cls, gpu, solo_step_s=solo)
         port = free_port()
-        reporter.serve(port, addr="127.0.0.1")
+        servers.append(reporter.serve(port, addr="127.0.0.1"))
         for _ in range(5):
             reporter.observe(step)
         targets.append(f"127.0.0.1:{port}")
-    url = prometheus(targets)
-    await _wait_for_series(url, len(jobs))
+    try:
+        await _pair_round_trip(prometheus(targets), len(jobs), redis_url)
+    finally:
+        for server in servers:
+            server.shutdown()
+
+
+async def _pair_round_trip(url: str, n_jobs: int, redis_url: str) -> None:
+    await _wait_for_series(url, n_jobs)
 
     client = aioredis.Redis.from_url(redis_url)
     sched = Scheduler(inventory=inventory(gpu_node("a", 1), gpu_node("b", 1)),
