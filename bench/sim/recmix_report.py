@@ -94,20 +94,23 @@ def write_recmix(runs: list, out: Path, command: str = "") -> Path:
         plt.close(fig)
         lines += [f"![JCT CDF {mode}](jct-cdf-{mode}.png)", ""]
     if "makespan_vs_exclusive" in table:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig, axes = plt.subplots(1, 3, figsize=(14, 4))
         for ax, col, label in ((axes[0], "makespan_vs_exclusive", "makespan / kube-exclusive"),
                                (axes[1], "sm_util_vs_exclusive",
-                                "SM-weighted utilisation / kube-exclusive")):
+                                "SM-weighted util. / kube-exclusive"),
+                               (axes[2], "sm_backlog_vs_exclusive",
+                                "same, while jobs wait / kube-exclusive")):
             pivot = table.pivot(index="policy", columns="mode", values=col)
             pivot.plot.bar(ax=ax, rot=20)
             ax.set_ylabel(label)
             ax.axhline(1.0, color="gray", lw=0.8)
             ax.grid(alpha=0.3, axis="y")
-        anchors = table.dropna(subset=["original_makespan_vs_exclusive"])
-        for _, r in anchors.iterrows():
-            pos = list(table.pivot(index="policy", columns="mode",
-                                   values="makespan_vs_exclusive").index).index(r["policy"])
-            axes[0].plot(pos, r["original_makespan_vs_exclusive"], "k_", ms=18)
+        pivot = table.pivot(index="policy", columns="mode", values="makespan_vs_exclusive")
+        width = 0.5 / max(len(pivot.columns), 1)  # pandas' bar width over the modes
+        for _, r in table.dropna(subset=["original_makespan_vs_exclusive"]).iterrows():
+            x = (list(pivot.index).index(r["policy"]) - 0.25 + width / 2
+                 + width * list(pivot.columns).index(r["mode"]))
+            axes[0].plot(x, r["original_makespan_vs_exclusive"], "k_", ms=14, mew=2)
         axes[0].set_title("makespan (black ticks: original system)")
         fig.tight_layout()
         fig.savefig(out / "ratios.png", dpi=120)
