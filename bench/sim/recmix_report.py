@@ -41,6 +41,9 @@ def recmix_table(runs: list) -> pd.DataFrame:
             out["jct_vs_shared"] = row["jct_mean"] / sh.iloc[0]["jct_mean"]
         anchor = ANCHORS.get((row["mode"], row["policy"].partition("@")[0]))
         out["original_makespan_vs_exclusive"] = anchor if anchor is not None else np.nan
+        ours = row["policy"].partition("@")[0] == "sparse"
+        out["original_util_vs_exclusive"] = ORIGINAL_UTIL_GAIN if ours else ""
+        out["original_jct_vs_exclusive"] = ORIGINAL_JCT_RATIO if ours else np.nan
         rows.append(out)
     return pd.DataFrame(rows)
 
