@@ -211,20 +211,30 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, help="folder for the merged report")
 def report(sources, out) -> None:
-    """Rebuild an `fgd` report from the runs.jsonl of one or more result folders."""
+    """Rebuild an `fgd` or `replay -w rec-mix` report from the runs.jsonl of result folders."""
     from bench.sim.fgd import FgdRun
     from bench.sim.report import write_fgd
 
-    runs, seen = [], set()
+    docs = []
     for src in sources:
         path = Path(src)
         path = path / "runs.jsonl" if path.is_dir() else path
-        for line in path.read_text().splitlines():
-            run = FgdRun.from_json(json.loads(line))
-            key = (run.workload, run.policy, run.seed, run.tune)
-            if key not in seen:
-                seen.add(key)
-                runs.append(run)
+        docs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if docs and all("sm_util_mean" in d for d in docs):
+        from bench.sim.recmix_replay import RecMixRun
+        from bench.sim.recmix_report import write_recmix
+
+        unique = {(d["mode"], d["policy"], d["seed"]): d for d in docs}
+        runs = [RecMixRun(**d) for d in unique.values()]
+        click.echo(f"report: {write_recmix(runs, Path(out))}")
+        return
+    runs, seen = [], set()
+    for doc in docs:
+        run = FgdRun.from_json(doc)
+        key = (run.workload, run.policy, run.seed, run.tune)
+        if key not in seen:
+            seen.add(key)
+            runs.append(run)
     click.echo(f"report: {write_fgd(runs, Path(out))}")
 
 

@@ -87,6 +87,9 @@ def test_cli_rec_mix_report(tmp_path):
     text = (out / "report.md").read_text()
     assert "sm_util_vs_exclusive" in text and "oom_events" in text
     assert (out / "jct-cdf-high-load.png").exists()
+    again = CliRunner().invoke(main, ["report", str(out), "--out", str(tmp_path / "again")])
+    assert again.exit_code == 0, again.output
+    assert "sm_util_vs_exclusive" in (tmp_path / "again" / "report.md").read_text()
     bad = CliRunner().invoke(main, ["replay", "-w", "rec-mix", "-p", "nope", "--out",
                                     str(tmp_path / "x")])
     assert bad.exit_code != 0 and "unknown policy" in bad.output
