@@ -216,7 +216,11 @@ def run(out: Path, seconds: float, budget_s: float, modes: list[str]) -> list[di
             if time.monotonic() > t_end:
                 break
             tmp = Path(tempfile.mkdtemp(prefix="sparse-mps-"))
-            mps = start_mps(tmp) if mode == "mps" else {}
+            try:
+                mps = start_mps(tmp) if mode == "mps" else {}
+            except (OSError, subprocess.CalledProcessError) as exc:
+                print(f"[{mode}] cannot start the MPS daemon ({exc}): skipped", file=sys.stderr)
+                continue
             workers: dict[str, Worker] = {}
             twins: dict[str, Worker] = {}  # a second worker per config, for self-pairs
             try:
@@ -297,9 +301,12 @@ def main() -> None:
         worker_main(json.loads(args.worker))
         return
     out = Path(args.out)
-    rows = run(out, args.seconds, args.budget_s, [m for m in args.modes.split(",") if m])
-    print(f"{len(rows)} pair rows in {out}", file=sys.stderr)
-    sys.stdout.write(out.read_text())
+    try:
+        rows = run(out, args.seconds, args.budget_s, [m for m in args.modes.split(",") if m])
+        print(f"{len(rows)} pair rows in {out}", file=sys.stderr)
+    finally:  # whatever was measured reaches stdout, in case files do not come back
+        if out.exists():
+            sys.stdout.write(out.read_text())
 
 
 if __name__ == "__main__":
