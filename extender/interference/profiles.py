@@ -1,9 +1,9 @@
 """Solo profiles of running and pending pods, and the pair speeds the learned model gives them.
 
 Pure. A profile is (GPU utilisation %, memory-controller utilisation %, GPU memory MiB) measured
-alone. Pods with equal profiles share one entry; the speed of every pair of known entries is
-computed once, when the later of the two is first seen (one vectorised model call per new
-profile), so scoring a placement is table lookups.
+alone. Pods with equal profiles share one entry; the speed of a pair of entries is computed the
+first time it is asked for (all pairs a lookup misses in one vectorised model call) and kept, so
+scoring a placement is mostly table lookups.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class ProfileBook:
         self._ids: dict[Profile, int] = {}
         self._by_uid: dict[str, int] = {}
         self._table = np.zeros((0, 3))
-        self._speed = np.ones((capacity, capacity))  # [a, b] = a's speed next to b
+        self._speed = np.full((capacity, capacity), np.nan)  # [a, b] = a's speed next to b
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -58,13 +58,10 @@ class ProfileBook:
             return pid
         pid = len(self._ids)
         if pid >= len(self._speed):
-            grown = np.ones((2 * len(self._speed),) * 2)
+            grown = np.full((2 * len(self._speed),) * 2, np.nan)
             grown[:pid, :pid] = self._speed[:pid, :pid]
             self._speed = grown
         self._table = np.vstack([self._table, np.array(key, dtype=np.float64)])
-        me = np.repeat(self._table[pid:pid + 1], pid + 1, axis=0)
-        self._speed[pid, : pid + 1] = self.model.predict(me, self._table)
-        self._speed[: pid + 1, pid] = self.model.predict(self._table, me)
         self._ids[key] = pid
         return pid
 
@@ -82,4 +79,12 @@ class ProfileBook:
 
     def speed(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
         """Speed of profile(s) ``a`` next to profile(s) ``b`` (ids, broadcast)."""
-        return self._speed[a, b]
+        a, b = np.broadcast_arrays(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+        out = self._speed[a, b]
+        missing = np.isnan(out)
+        if missing.any():
+            ma, mb = a[missing], b[missing]
+            values = self.model.predict(self._table[ma], self._table[mb])
+            self._speed[ma, mb] = values
+            out = self._speed[a, b]
+        return out
