@@ -45,7 +45,7 @@ def test_exported_trees_predict_exactly_like_lightgbm():
 
 
 def test_model_learns_the_direction_of_interference():
-    model = PairModel.from_json(fit(_random_table(600), rounds=80))
+    model = PairModel.from_json(fit(_random_table(300), rounds=25))
     quiet, busy = model.predict([[60, 10, 2000]] * 2, [[5, 5, 2000], [95, 5, 2000]])
     assert quiet > busy
 
