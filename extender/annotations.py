@@ -10,6 +10,9 @@ MANAGED_RESOURCES = (RES_WHOLE_GPU, RES_GPU_MILLI, RES_GPU_MEM)
 ANN_GPU_MODEL = "sparse.io/gpu-model"  # allowed models, "|"-separated: "V100M16|V100M32"
 ANN_JOB_CLASS = "sparse.io/job-class"  # recommendation, cnn, transformer, rnn, rl, gan, ...
 ANN_GANG_SLOT = "sparse.io/gang-slot"  # the gang slot (ledger UID) a job's worker binds to
+# The job's solo profile, as measured alone (a previous run's metrics):
+# "<GPU util %>,<memory-controller util %>,<GPU memory MiB>"; the learned pair model uses it.
+ANN_SOLO_PROFILE = "sparse.io/solo-profile"
 
 # Pod annotations written at bind.
 ANN_GPU_UUIDS = "sparse.io/gpu-uuids"  # comma-separated UUIDs of every GPU the pod got

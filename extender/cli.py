@@ -146,5 +146,35 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
 
 main.add_command(webhook_cli.webhook)
 
+
+@main.command("pair-worker")
+@click.option("--prometheus", required=True, help="Prometheus base URL (http://host:9090).")
+@click.option("--redis", "redis_url", required=True, help="redis:// URL the extender reads.")
+@click.option("--interval", default=30.0, show_default=True, help="Seconds between rounds.")
+@click.option("--window", default="2m", show_default=True,
+              help="Range the step times are averaged over (PromQL duration).")
+@click.option("--once", is_flag=True, help="One round, print its summary, exit.")
+@click.option("--log-level", default="info", show_default=True)
+def pair_worker(prometheus, redis_url, interval, window, once, log_level) -> None:
+    """Learn pair slowdowns from jobs' step times (Prometheus) into Redis for the extender."""
+    import json
+
+    import redis.asyncio as aioredis
+
+    from extender import pairworker
+
+    logs.setup(str(log_level), "json")
+    if once:
+        async def one() -> dict:
+            client = aioredis.Redis.from_url(redis_url)
+            try:
+                return await pairworker.run_once(prometheus, client, window)
+            finally:
+                await client.aclose()
+
+        click.echo(json.dumps(asyncio.run(one())))
+        return
+    asyncio.run(pairworker.run_forever(prometheus, redis_url, interval, window))
+
 if __name__ == "__main__":
     main()

@@ -34,6 +34,11 @@ class RedisPredictions:
     def from_url(cls, url: str) -> RedisPredictions:
         return cls(aioredis.Redis.from_url(url))
 
+    @property
+    def client(self) -> aioredis.Redis:
+        """The connection, shared with the reader of live pair estimates."""
+        return self._r
+
     async def get(self, pod_uid: str) -> Prediction | None:
         fields = await self._r.hgetall(DEMAND_KEY_PREFIX + pod_uid)
         if not fields:

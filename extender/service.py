@@ -14,15 +14,18 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from extender.annotations import ANN_GPU_INVENTORY
+from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidInventory, ReservationConflict
 from extender.interference import InterferenceMatrix
+from extender.interference.pairmodel import default_pair_model
+from extender.interference.profiles import ProfileBook, parse_profile
 from extender.inventory import Inventory, NodeGpus, node_from_annotations
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
+from extender.livepairs import LivePairs
 from extender.outcome import Outcome
 from extender.placement import ClusterState, Policy
 from extender.placement.locality import LocalityIndex
@@ -87,6 +90,7 @@ class Scheduler:
         observers: Iterable[Callable[[Outcome], None]] = (),
         trust_request_inventory: bool = False,
         locality: LocalityIndex | None = None,
+        live_pairs: LivePairs | None = None,
     ) -> None:
         self.ledger = ledger
         self.matrix = matrix
@@ -103,6 +107,15 @@ class Scheduler:
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
+        # Pair estimates learned from running jobs (Redis, pair worker); by default read
+        # from the predictions' Redis when there is one.
+        client = getattr(self.demand_source, "client", None)
+        self.live_pairs = live_pairs or (LivePairs(client, matrix) if client is not None
+                                         else None)
+        # Solo profiles of pods that carry one (annotation): the learned pair model scores them.
+        pair_model = default_pair_model()
+        self.profiles = ProfileBook(pair_model) if pair_model is not None else None
+        self._state.profiles = self.profiles
 
     # --- verbs (one module each) ----------------------------------------------------------
 
@@ -133,6 +146,10 @@ class Scheduler:
         """The state matching the ledger's current version: when it moved, the changes since
         the cached version are applied (the ledger's change log); a full snapshot is read only
         when they are no longer all kept (or at start)."""
+        if self.live_pairs is not None:
+            matrix = await self.live_pairs.refresh()
+            if matrix is not None:
+                self.matrix = self._state.matrix = matrix
         version = await self.ledger.version()
         state = self._state
         if version != state.version:
@@ -150,6 +167,7 @@ class Scheduler:
                     else:
                         state.apply(reservation)  # replaces an earlier booking of the pod
                 state.version = version
+        self._state.profiles = self.profiles
         return self._state
 
     def set_inventory(self, inventory: Inventory) -> None:
@@ -231,6 +249,9 @@ class Scheduler:
     async def demand_of(self, pod: Pod) -> PodDemand:
         prediction = await self.demand_source.get(pod.metadata.uid)
         demand = pod_demand(pod, prediction)
+        profile = (pod.metadata.annotations or {}).get(ANN_SOLO_PROFILE)
+        if profile and self.profiles is not None:
+            self.profiles.add(pod.metadata.uid, parse_profile(profile, ANN_SOLO_PROFILE))
         self._pending[pod.metadata.uid] = (pod, demand)
         self._pending.move_to_end(pod.metadata.uid)
         while len(self._pending) > PENDING_PODS:
@@ -271,6 +292,8 @@ class Scheduler:
             self.after_change(await self.ledger.version(), drop=pod_uid)
         if not keep_pending:
             self._pending.pop(pod_uid, None)
+            if self.profiles is not None:
+                self.profiles.remove(pod_uid)
         return dropped
 
     async def adopt(self, reservation: Reservation) -> bool:
