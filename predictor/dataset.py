@@ -47,7 +47,8 @@ MEASURED = (
     "macs_per_sample",
     "activations_per_sample", "leaf_activations_per_sample", "param_bytes", "grad_bytes",
     "opt_state_bytes", "input_bytes",
-    "act_fwd_bytes", "peak_bytes", "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
+    "act_fwd_bytes", "bwd_peak_bytes", "step_peak_bytes", "peak_bytes", "flops_fwd",
+    "flops_step", "bytes_moved_step", "n_ops_step",
     "wall_s", "fake_real_rel_diff",
     # GPU mode only (empty for CPU rows)
     "gpu_max_allocated_bytes", "gpu_max_reserved_bytes", "gpu_nvml_used_bytes", "gpu_ctx_bytes",
@@ -59,7 +60,8 @@ MEASURED = (
 SHAPE_COLUMNS = (
     "n_emb_params", "macs_per_sample", "activations_per_sample", "leaf_activations_per_sample",
     "param_bytes", "grad_bytes", "opt_state_bytes", "input_bytes", "act_fwd_bytes",
-    "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
+    "bwd_peak_bytes", "step_peak_bytes", "flops_fwd", "flops_step", "bytes_moved_step",
+    "n_ops_step",
 )
 TEXT_COLUMNS = ("exec_mode", "label_source", "gpu_model", "gpu_sm_source", "gpu_nvml_source",
                 "gpu_nvml_errors")
@@ -171,7 +173,25 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
         tables=tables, dense_features=cfg.get("dense_features", 0),
         bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
         top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),
+        **measured_fields(m, cfg["batch_size"]),
     )
+
+
+def measured_fields(m: dict[str, Any], batch_size: int) -> dict[str, float]:
+    """The annotation fields ``describe`` measures, from a traced step's columns (empty when
+    the columns are missing, e.g. rows measured before these columns existed)."""
+    need = ("act_fwd_bytes", "bwd_peak_bytes", "step_peak_bytes", "opt_state_bytes",
+            "grad_bytes")
+    if any(m.get(k) in (None, "") or m.get(k) != m.get(k) for k in need):
+        return {}
+    saved = float(m["act_fwd_bytes"])
+    backward = float(m["bwd_peak_bytes"]) - saved - float(m["grad_bytes"])
+    return {
+        "saved_bytes": round(saved / batch_size, 3),
+        "backward_bytes": round(backward / batch_size, 3),
+        "step_bytes": float(m["step_peak_bytes"]),
+        "state_bytes": float(m["opt_state_bytes"]),
+    }
 
 
 def measure_cpu(cfg: dict[str, Any]) -> dict[str, Any]:

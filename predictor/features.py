@@ -38,6 +38,7 @@ Width = Annotated[int, msgspec.Meta(ge=1, le=10**6)]
 Count = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
 Pooling = Annotated[float, msgspec.Meta(gt=0, le=100_000)]
 NonNegBig = Annotated[float, msgspec.Meta(ge=0, le=1e16)]
+MeasuredBytes = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
 
 JOB_CLASSES = ("recommendation", "cnn", "cnn-small", "transformer", "rnn", "rl", "gan")
 RECOMMENDATION_FAMILIES = frozenset({"wide_deep", "deepfm", "dlrm", "recommendation"})
@@ -113,6 +114,14 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     bottom_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     top_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     sparse_grad: bool = False  # nn.EmbeddingBag(sparse=True)
+    # Measured by ``sparse-predictor describe`` (one traced training step); None = not given,
+    # the analytic rules apply. Bytes; ``saved``/``backward`` per sample.
+    saved_bytes: MeasuredBytes | None = None  # live at the end of the forward pass (kept)
+    # backward's peak minus saved activations minus gradients, per sample: negative when
+    # activations are freed before every gradient exists
+    backward_bytes: Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)] | None = None
+    step_bytes: MeasuredBytes | None = None  # the optimizer step's transient peak
+    state_bytes: MeasuredBytes | None = None  # optimizer state after a step
     schema_version: Literal[1] = 1
 
     def __post_init__(self) -> None:
@@ -265,6 +274,8 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
     """
     b = DTYPE_BYTES[spec.dtype]
     bsz = spec.batch_size
+    if spec.saved_bytes is not None:  # measured by describe: no family rule needed
+        return bsz * (spec.saved_bytes + (spec.backward_bytes or 0.0))
     if spec.family in ("bert", "transformer"):
         shape = transformer_shape(spec)
         if shape is not None:
@@ -303,10 +314,13 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     grad_mib = ((dense_params * b + spec.batch_size * (gathered * b + lookups * 8)) * mib
                 if spec.sparse_grad else p_mib)
     hold_mib = emb_params * b * mib * (1 + m_emb) + dense_params * b * mib * (1 + m)
+    if spec.state_bytes is not None:
+        hold_mib = p_mib + spec.state_bytes * mib
     temp = OPT_STEP_TEMP[spec.optimizer]
     if spec.sparse_grad:
         temp = max(temp, OPT_STEP_TEMP_SPARSE)
-    step_mib = hold_mib + grad_mib + p_mib * temp
+    step_temp_mib = p_mib * temp if spec.step_bytes is None else spec.step_bytes * mib
+    step_mib = hold_mib + grad_mib + step_temp_mib
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
     io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib
