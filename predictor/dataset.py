@@ -30,7 +30,12 @@ DEFAULT_CSV = DATA_DIR / "dataset-cpu-v1.csv"
 DEFAULT_GPU_CSV = DATA_DIR / "dataset-gpu-h200.csv"
 
 REC_FAMILIES = ("wide_deep", "deepfm", "dlrm")
-FAMILIES = (*REC_FAMILIES, "resnet", "bert", "yolo")
+# recommendation architectures of other structures (predictor/generate/families.py); their
+# annotation is what ``describe`` reads off the model (tables from the lookups it sees)
+NEW_FAMILIES = ("din", "two_tower", "mmoe", "fm", "sasrec", "qr_dlrm", "mixed_dim")
+FAMILIES = (*REC_FAMILIES, "resnet", "bert", "yolo", *NEW_FAMILIES)
+PER_FAMILY = {"wide_deep": 45, "deepfm": 45, "dlrm": 45, "resnet": 35, "bert": 35, "yolo": 35,
+              **{f: 12 for f in NEW_FAMILIES}}
 
 # Configs cheaper than this are re-run with real tensors; the real run's numbers are kept and
 # the fake/real agreement is recorded in ``fake_real_rel_diff``.
@@ -135,16 +140,88 @@ def _yolo_config(rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _training_choices(rng: random.Random, sparse_ok: bool = True) -> dict[str, Any]:
+    """Optimizer, its implementation, dtype and gradient layout of a new-family config."""
+    sparse = sparse_ok and rng.random() < 0.25
+    if sparse:
+        return {"optimizer": rng.choice(["sgd", "adagrad", "sparse_adam"]), "dtype": "fp32",
+                "sparse_grad": True, "optimizer_impl": rng.choice(["foreach", "single"])}
+    opt = rng.choice(["sgd", "momentum", "adagrad", "adam", "adamw", "rmsprop"])
+    impls = ["foreach", "single"] + (["fused"] if opt != "rmsprop" else [])
+    return {"optimizer": opt, "optimizer_impl": rng.choice(impls), "sparse_grad": False,
+            "dtype": rng.choice(["fp32", "fp32", "bf16", "fp16"])}
+
+
+def _rows(rng: random.Random, n: int, cap_bytes: float, dim: int, lo: int = 100) -> list[int]:
+    rows = [int(min(1e8, 1e3 * (1 / (1 - rng.random())) ** 2.2)) for _ in range(n)]
+    scale = min(1.0, cap_bytes / (sum(rows) * dim * 4))
+    return [max(lo, int(r * scale)) for r in rows]
+
+
+def _new_family_config(rng: random.Random, fam: str) -> dict[str, Any]:
+    t = _training_choices(rng, sparse_ok=fam != "sasrec")
+    cap = 2**27 if t["sparse_grad"] else rng.choice([2**27, 2**30, 2**33])
+    dim = rng.choice([8, 16, 32, 64] if t["sparse_grad"] else [8, 16, 32, 64, 128])
+    b = 2 ** rng.randint(7, 12 if t["sparse_grad"] else 14)
+    cfg: dict[str, Any] = {"family": fam, "batch_size": b, **t, "dim": dim,
+                           "bag": rng.random() < 0.7, "mode": rng.choice(["sum", "mean"])}
+    mlp = [int(_logu(rng, 32, 512)) for _ in range(rng.randint(1, 3))]
+    if fam == "din":
+        n_user = rng.randint(1, 6)
+        rows = _rows(rng, n_user + 1, cap, dim)
+        cfg.update(items=rows[0] * 10, seq_len=rng.choice([10, 20, 50, 100]),
+                   user_tables=[(r, float(rng.randint(1, 10))) for r in rows[1:]],
+                   att_mlp=[int(_logu(rng, 16, 128))], top_mlp=mlp,
+                   batch_size=min(b, 2**12))
+    elif fam == "two_tower":
+        rows = _rows(rng, rng.randint(3, 12), cap, dim)
+        k = max(1, len(rows) // 2)
+        cfg.update(items=rows[0] * 10, seq_len=float(rng.randint(5, 50)),
+                   user_tables=[(r, float(rng.randint(1, 5))) for r in rows[1:k]],
+                   item_tables=[(r, float(rng.randint(1, 5))) for r in rows[k:]],
+                   tower=mlp + [dim], batch_size=min(b, 2**12))
+    elif fam == "mmoe":
+        rows = _rows(rng, rng.randint(4, 30), cap, dim)
+        cfg.update(tables=[(r, float(rng.randint(1, 8))) for r in rows], dense_features=13,
+                   experts=rng.randint(2, 8), tasks=rng.randint(2, 4),
+                   expert=[int(_logu(rng, 64, 512)) for _ in range(rng.randint(1, 2))],
+                   tower=[int(_logu(rng, 16, 128))])
+    elif fam == "fm":
+        rows = _rows(rng, rng.randint(8, 40), cap, dim)
+        cfg.update(tables=[(r, float(rng.choice([1, 1, 2, 5, 20]))) for r in rows],
+                   batch_size=2 ** rng.randint(8, 15 if not t["sparse_grad"] else 12))
+    elif fam == "sasrec":
+        d = rng.choice([32, 64, 128, 256])
+        cfg.update(dim=d, heads=rng.choice([1, 2, 4]), layers=rng.randint(1, 4),
+                   items=rng.choice([5000, 20000, 60000]), seq_len=rng.choice([20, 50, 100, 200]),
+                   batch_size=2 ** rng.randint(4, 8), causal=rng.random() < 0.7,
+                   pre_ln=rng.random() < 0.5)
+    elif fam == "qr_dlrm":
+        rows = _rows(rng, rng.randint(4, 26), cap * 8, dim)
+        cfg.update(tables=[(r, float(rng.randint(1, 20))) for r in rows], dense_features=13,
+                   collisions=rng.choice([4, 16, 60]), bottom_mlp=mlp, top_mlp=mlp[::-1])
+    elif fam == "mixed_dim":
+        n = rng.randint(4, 26)
+        dims = [rng.choice([4, 8, 16, 32, 64, 128]) for _ in range(n)]
+        rows = _rows(rng, n, cap, 32)
+        cfg.update(tables=[(r, d, float(rng.randint(1, 20)))
+                           for r, d in zip(rows, dims, strict=True)],
+                   dense_features=13, bottom_mlp=mlp, top_mlp=mlp[::-1])
+    return cfg
+
+
 def sweep(seed: int = 0, per_family: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """The documented sweep (docs/predictor.md, 'Dataset'); deterministic for a seed."""
-    counts = per_family or {"wide_deep": 45, "deepfm": 45, "dlrm": 45,
-                            "resnet": 35, "bert": 35, "yolo": 35}
+    """The documented sweep (docs/predictor.md, 'Dataset'); deterministic for a seed. New
+    families come after the first six, so earlier rows keep their row ids."""
+    counts = per_family or PER_FAMILY
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
     for fam, n in counts.items():
         for _ in range(n):
             if fam in REC_FAMILIES:
                 out.append(_rec_config(rng, fam))
+            elif fam in NEW_FAMILIES:
+                out.append(_new_family_config(rng, fam))
             else:
                 out.append({"resnet": _resnet_config, "bert": _bert_config,
                             "yolo": _yolo_config}[fam](rng))
@@ -155,6 +232,8 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
     """The ``sparse.io/model`` a user would write for ``cfg`` (macs/params/activations as a
     profiler such as torchinfo/fvcore reports them)."""
     fam = cfg["family"]
+    if fam in NEW_FAMILIES:
+        return described_spec(cfg, m, gpu_model)
     tables: list[features.Table] = []
     if fam in REC_FAMILIES:
         tables = [features.Table(rows=r, dim=d, pooling=p) for r, d, p in cfg["tables"]]
@@ -173,6 +252,22 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
         tables=tables, dense_features=cfg.get("dense_features", 0),
         bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
         top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),
+        **measured_fields(m, cfg["batch_size"]),
+    )
+
+
+def described_spec(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features.ModelSpec:
+    """The annotation ``describe`` writes for a new-family config: the tables are the lookups
+    the traced step saw (rows, dim, ids per sample), the family is the generic
+    ``recommendation`` (the family name is the dataset's, never the predictor's)."""
+    tables = features.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
+    return features.ModelSpec(
+        family="recommendation", batch_size=cfg["batch_size"], optimizer=cfg["optimizer"],
+        dtype=cfg["dtype"], gpu_model=gpu_model, macs=float(m["macs_per_sample"]),
+        params=float(m["n_params"]), activations=float(m["activations_per_sample"]),
+        layers=int(m.get("n_layers") or 0), tables=tables,
+        dense_features=int(cfg.get("dense_features", 0)),
+        sparse_grad=bool(cfg.get("sparse_grad", False)),
         **measured_fields(m, cfg["batch_size"]),
     )
 
@@ -353,7 +448,30 @@ def load_datasets(csv_path: Path, gpu_csv: Path | None):  # noqa: ANN201
     """(the CPU rows of ``csv_path``, the rows of ``gpu_csv`` or None when there is none)."""
     df = load(csv_path)
     gdf = load(gpu_csv) if gpu_csv is not None and gpu_csv.exists() else None
-    return df[df["label_source"] == "cpu"], gdf
+    df = df[df["label_source"] == "cpu"]
+    if gdf is not None:
+        gdf = with_cpu_specs(gdf, df)
+    return df, gdf
+
+
+def with_cpu_specs(gdf, df):  # noqa: ANN001, ANN201
+    """GPU rows with the annotation of the CPU row of the same config (same ``row_id`` and
+    config): the CPU dataset is re-measured more often than the GPU one, and the annotation
+    (``describe``'s measured fields included) does not depend on where the step runs."""
+    cpu = {(int(r), c): s for r, c, s in zip(df["row_id"], df["config_json"], df["spec_json"],
+                                              strict=True)}
+    out = gdf.copy()
+    specs = []
+    for r, c, s, gpu in zip(gdf["row_id"], gdf["config_json"], gdf["spec_json"],
+                            gdf["gpu_model"], strict=True):
+        src = cpu.get((int(r), c))
+        if src is None:
+            specs.append(s)
+            continue
+        spec = msgspec.structs.replace(features.parse_model(src), gpu_model=str(gpu))
+        specs.append(msgspec.json.encode(spec).decode())
+    out["spec_json"] = specs
+    return out
 
 
 def gpu_labelled(gdf) -> bool:  # noqa: ANN001

@@ -130,6 +130,29 @@ class _LeafActivations:
             h.remove()
 
 
+class _Lookups:
+    """Embedding tables and the ids each one looks up per sample (shared tables add up)."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int) -> None:
+        self.batch = batch_size
+        self.ids: dict[int, list] = {}
+        self.handles = [
+            m.register_forward_hook(self._hook) for m in model.modules()
+            if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)
+        ]
+
+    def _hook(self, m, inp, _out) -> None:  # noqa: ANN001
+        entry = self.ids.setdefault(id(m), [m.num_embeddings, m.embedding_dim, 0.0])
+        entry[2] += inp[0].numel() / self.batch
+
+    def tables(self) -> list[list]:
+        return list(self.ids.values())
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
 def _state_bytes(opt: torch.optim.Optimizer) -> int:
     return sum(tensor_bytes(v) for st in opt.state.values() for v in st.values()
                if isinstance(v, torch.Tensor))
@@ -184,6 +207,7 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                 tracer.reset_counters()
                 flops_before = flops.get_total_flops()
                 acts = _LeafActivations(model)
+                lookups = _Lookups(model, batch_size)
                 base = tracer.cur
                 tracer.count_fwd = True
             loss = compute_loss()
@@ -192,6 +216,7 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                 act_fwd = tracer.cur - base
                 flops_fwd = flops.get_total_flops() - flops_before
                 acts.remove()
+                lookups.remove()
                 tracer.peak, peak_before = tracer.cur, tracer.peak
             loss.backward()
             del loss
@@ -233,6 +258,7 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
         "flops_step": flops_step,
         "bytes_moved_step": tracer.bytes_moved,
         "n_ops_step": tracer.n_ops,
+        "tables": lookups.tables(),
     }
     if allocator:
         out["alloc_peak_bytes"] = base_bytes + alloc.peak

@@ -283,7 +283,14 @@ _BUILDERS: dict[str, Callable[[dict[str, Any], torch.dtype], Built]] = {
     "wide_deep": build_rec, "deepfm": build_rec, "dlrm": build_rec,
     "resnet": build_resnet, "bert": build_bert, "yolo": build_yolo,
 }
-FAMILIES = tuple(_BUILDERS)
+
+
+def _builder(family: str) -> Callable[[dict[str, Any], torch.dtype], Built]:
+    if family in _BUILDERS:
+        return _BUILDERS[family]
+    from predictor.generate import families
+
+    return families.BUILDERS[family]
 
 
 def build(cfg: dict[str, Any], dtype: torch.dtype) -> Built:
@@ -292,7 +299,7 @@ def build(cfg: dict[str, Any], dtype: torch.dtype) -> Built:
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        return _BUILDERS[cfg["family"]](cfg, dtype)
+        return _builder(cfg["family"])(cfg, dtype)
     finally:
         torch.set_default_dtype(old)
 
