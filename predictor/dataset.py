@@ -28,6 +28,8 @@ DATA_DIR = Path(__file__).parent / "data"
 DEFAULT_CSV = DATA_DIR / "dataset-cpu-v1.csv"
 # GPU-measured rows of the same configs (``generate --device cuda``), one file per GPU model
 DEFAULT_GPU_CSV = DATA_DIR / "dataset-gpu-h200.csv"
+# where generate / train / evaluate write unless told otherwise (never the source tree)
+RESULTS_DIR = Path("results") / "predictor"
 
 REC_FAMILIES = ("wide_deep", "deepfm", "dlrm")
 # recommendation architectures of other structures (predictor/generate/families.py); their
@@ -329,6 +331,7 @@ def run(
     budget_s: float | None = None,
     shapes_from: Path | None = DEFAULT_CSV,
     resume: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> int:
     """Measure the sweeps of ``seeds`` and write ``out``; returns the number of rows written.
     ``row_id`` identifies the config (seed and index in its sweep), so rows of runs on
@@ -399,6 +402,8 @@ def run(
             log(f"[{k + 1}/{len(configs)} #{i}] {cfg['family']:9s} {m['exec_mode']:8s} "
                 f"peak={m['peak_bytes'] / 2**20:10.1f} MiB flops={m['flops_step']:.3g} "
                 f"{m['wall_s']:.2f}s total={time.perf_counter() - t0:.0f}s")
+            if progress is not None:
+                progress(k + 1, len(configs), cfg["family"])
     return n
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,8 @@ def _digest(path: Path) -> str:
 
 
 def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
-          use_holdout: bool = True, gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV) -> dict:
+          use_holdout: bool = True, gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV,
+          step: Callable[[str], None] = lambda _s: None) -> dict:
     """Memory: OLS on the CPU rows of ``csv_path``, calibrated per GPU model on the GPU rows of
     ``gpu_csv``. Compute: LightGBM on the GPU rows' measured SM activity when there are any,
     else on the CPU FLOP-roofline proxy."""
@@ -84,12 +86,15 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
     train_df = df[~holdout_mask(df)] if use_holdout else df
     train_gdf = gdf[~holdout_mask(gdf)] if gdf is not None and use_holdout else gdf
     specs = dataset.specs(train_df)
+    step("memory model (both input levels)")
     mem = MemoryModel.fit(specs, memory_target_mib(train_df), list(train_df["family"]),
                           version=version)
     mem.ctx_mib = calibrated_ctx(gdf)
+    step("per-GPU reservation calibration")
     mem.device = calibrate_devices(train_df, train_gdf)
     mem.device_job = calibrate_devices(train_df, train_gdf, "job")
     gpu_labelled = dataset.gpu_labelled(train_gdf)
+    step("compute model (LightGBM)")
     c_specs, c_y, _ = labels(train_gdf if gpu_labelled else train_df)
     comp = ComputeModel.fit(c_specs, c_y, version=version)
     out_dir.mkdir(parents=True, exist_ok=True)
