@@ -108,7 +108,8 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
 
     from predictor.generate import measure
 
-    mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    # allow_non_fake_inputs: a loss closure may hold real targets; they are converted on use
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
 
     def make(t: Any) -> Any:
         return mode.from_tensor(t) if fake else t.clone()
