@@ -383,6 +383,11 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
     return saved
 
 
+def _main_dim(spec: ModelSpec) -> float:
+    """Embedding width of the largest table (the token / item table of a sequence model)."""
+    return float(max(spec.tables, key=lambda t: t.rows * t.dim).dim)
+
+
 def derive(spec: ModelSpec) -> dict[str, float]:
     """Numeric features (bytes as MiB) shared by the memory and the compute model."""
     b = DTYPE_BYTES[spec.dtype]
@@ -449,6 +454,10 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "act_macs_mib": spec.batch_size * spec.macs * b * mib,
         "act_width_mib": spec.batch_size * spec.macs / math.sqrt(max(1.0, dense_params))
         * b * mib,
+        # with tables, the layers read embedding-wide vectors: one output per ``dim`` MACs
+        # (a transformer's d-wide layers, a vocabulary-wide output layer over d-dim rows)
+        "act_dim_mib": spec.batch_size * spec.macs / _main_dim(spec) * b * mib
+        if spec.tables else 0.0,
         "batch": float(spec.batch_size),
         "dtype_bytes": float(b),
         "log_batch": math.log10(spec.batch_size),

@@ -68,11 +68,15 @@ def term_pairs() -> list[tuple[str, str | None]]:
 
 TERMS = [a if b is None else f"{a}*{b}" for a, b in term_pairs()]
 _PAIRS = term_pairs()
-# Job-fields level (macs, params, batch, tables, optimizer, dtype only): one linear sum of
-# the held state, gradients, the step's temporaries, the batch and two activation bounds.
-JOB_TERMS = ["hold_mib", "grad_mib", "step_temp_mib", "io_mib", "act_macs_mib",
-             "act_width_mib"]
+# Job-fields level (macs, params, batch, tables, optimizer, dtype only): the same two phases,
+# optimizer step and backward, with the activations kept for backward bounded from the MACs
+# (``features.derive``: ``act_width_mib``, ``act_dim_mib``) instead of counted.
+JOB_STEP_TERMS = ["step_mib"]
+JOB_BWD_TERMS = ["hold_mib", "grad_mib", "act_width_mib", "act_dim_mib"]
+JOB_SHARED_TERMS = ["io_mib"]
+JOB_TERMS = [*JOB_STEP_TERMS, *JOB_BWD_TERMS, *JOB_SHARED_TERMS]
 LEVELS = ("described", "job")
+_JOB_INIT = np.array([0.0, 1.0, 1.0, 1.0, 0.5, 0.05, 1.0])  # const + JOB_TERMS
 
 
 def job_view(spec: features.ModelSpec) -> features.ModelSpec:
@@ -81,25 +85,45 @@ def job_view(spec: features.ModelSpec) -> features.ModelSpec:
     return features.job_fields_spec(job, spec.gpu_model)
 
 
-def design_job(rows: Sequence[dict[str, float]]) -> np.ndarray:
-    return np.array([[1.0, *(r[t] for t in JOB_TERMS)] for r in rows], dtype=float).reshape(
-        len(rows), len(JOB_TERMS) + 1)
+def _job_terms(rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return np.array([[r[t] for t in JOB_TERMS] for r in rows], dtype=float).reshape(
+        len(rows), len(JOB_TERMS))
+
+
+def _job_phases(coef: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n_step, n_bwd = len(JOB_STEP_TERMS), len(JOB_BWD_TERMS)
+    shared = terms[:, n_step + n_bwd:] @ coef[1 + n_step + n_bwd:]
+    step = coef[0] + terms[:, :n_step] @ coef[1:1 + n_step] + shared
+    bwd = coef[0] + terms[:, n_step:n_step + n_bwd] @ coef[1 + n_step:1 + n_step + n_bwd] \
+        + shared
+    return step, bwd
 
 
 def fit_coef_job(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
-    import warnings
+    """The peak is the larger phase and which one a row measured is not known from its job
+    fields, so the fit minimises the relative error of ``max(step, backward)`` itself
+    (smoothed absolute error, L-BFGS-B), starting from the physical coefficients (1 for
+    every counted term) with every coefficient >= 0: each term is memory that exists."""
+    from scipy.optimize import minimize
 
-    import statsmodels.api as sm
+    terms = _job_terms(rows)
+    y = np.asarray(y_mib, dtype=float)
+    scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0)]), 1e-9)
+    scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = sm.WLS(y_mib, design_job(rows), weights=1.0 / np.maximum(y_mib, 1.0) ** 2).fit(
-            method="pinv")
-    return np.asarray(res.params)
+    def loss(theta: np.ndarray) -> float:
+        step, bwd = _job_phases(theta / scale, terms)
+        rel = (np.maximum(step, bwd) - y) / y
+        return float(np.mean(np.sqrt(rel * rel + 1e-4)))
+
+    res = minimize(loss, _JOB_INIT * scale, method="L-BFGS-B",
+                   bounds=[(0.0, None)] * len(_JOB_INIT), options={"maxiter": 2000})
+    return res.x / scale
 
 
 def raw_predict_job(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    return np.maximum(design_job(rows) @ coef, 1.0)
+    step, bwd = _job_phases(coef, _job_terms(rows))
+    return np.maximum(np.maximum(step, bwd), 1.0)
 
 
 def design(rows: Sequence[dict[str, float]]) -> np.ndarray:
