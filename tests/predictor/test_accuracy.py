@@ -70,6 +70,7 @@ DEVICE_UNDER_MAX = 0.02  # v3: none (closest -1.1 %)
 DEVICE_OVER_MAX = 0.30  # v3: 23.1 % mean over-reservation
 
 
+@pytest.mark.slow
 def test_leave_one_family_out_goals() -> None:
     """Held-out-family figures of the committed datasets (docs/predictor.md §4), a little
     below what they are, so that a regression fails."""
