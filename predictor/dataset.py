@@ -283,12 +283,30 @@ def measured_fields(m: dict[str, Any], batch_size: int) -> dict[str, float]:
         return {}
     saved = float(m["act_fwd_bytes"])
     backward = float(m["bwd_peak_bytes"]) - saved - float(m["grad_bytes"])
-    return {
+    out = {
         "saved_bytes": round(saved / batch_size, 3),
         "backward_bytes": round(backward / batch_size, 3),
         "step_bytes": float(m["step_peak_bytes"]),
         "state_bytes": float(m["opt_state_bytes"]),
     }
+    if m.get("input_bytes") not in (None, "") and m["input_bytes"] == m["input_bytes"]:
+        out["batch_bytes"] = round(float(m["input_bytes"]) / batch_size, 3)
+    return out
+
+
+def respec(df):  # noqa: ANN001, ANN201
+    """``df`` with every row's annotation's measured fields recomputed from its measured
+    columns (after a change to :func:`measured_fields`; the configs are not re-run)."""
+    out = df.copy()
+    specs = []
+    for _, row in df.iterrows():
+        spec = features.parse_model(row["spec_json"])
+        fields = measured_fields(row.to_dict(), spec.batch_size)
+        if fields:
+            spec = msgspec.structs.replace(spec, **fields)
+        specs.append(msgspec.json.encode(spec).decode())
+    out["spec_json"] = specs
+    return out
 
 
 def measure_cpu(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -122,6 +122,7 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backward_bytes: Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)] | None = None
     step_bytes: MeasuredBytes | None = None  # the optimizer step's transient peak
     state_bytes: MeasuredBytes | None = None  # optimizer state after a step
+    batch_bytes: MeasuredBytes | None = None  # the inputs of one sample (ids, features, target)
     schema_version: Literal[1] = 1
 
     def __post_init__(self) -> None:
@@ -419,6 +420,10 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
     io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib
+    if spec.batch_bytes is not None:
+        # measured: the pooled lookups are among the saved bytes; the batch is what the
+        # example inputs held (ids shared by several tables count once)
+        io_mib = spec.batch_size * spec.batch_bytes * mib
     # Backward ends with every gradient materialised while the earliest activations are still
     # saved, so the backward phase counts the gradients too; the step phase adds the
     # optimizer's temporaries instead of activations.

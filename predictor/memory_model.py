@@ -68,15 +68,31 @@ def term_pairs() -> list[tuple[str, str | None]]:
 
 TERMS = [a if b is None else f"{a}*{b}" for a, b in term_pairs()]
 _PAIRS = term_pairs()
-# Job-fields level (macs, params, batch, tables, optimizer, dtype only): the same two phases,
-# optimizer step and backward, with the activations kept for backward bounded from the MACs
-# (``features.derive``: ``act_width_mib``, ``act_dim_mib``) instead of counted.
-JOB_STEP_TERMS = ["step_mib"]
-JOB_BWD_TERMS = ["hold_mib", "grad_mib", "act_width_mib", "act_dim_mib"]
-JOB_SHARED_TERMS = ["io_mib"]
-JOB_TERMS = [*JOB_STEP_TERMS, *JOB_BWD_TERMS, *JOB_SHARED_TERMS]
+# Both levels price the peak as the larger of two phases, optimizer step and backward
+# (``features.derive``), each a sum of memory terms; terms in ``shared`` count in both. The
+# job-fields level (macs, params, batch, tables, optimizer, dtype only) bounds the
+# activations kept for backward from the MACs (``act_width_mib``, ``act_dim_mib``) instead
+# of counting them.
+@dataclass(frozen=True)
+class Layout:
+    step: tuple[str, ...]
+    bwd: tuple[str, ...]
+    shared: tuple[str, ...]
+    init: tuple[float, ...]  # const + step + bwd + shared: the physical coefficients
+
+    @property
+    def names(self) -> list[str]:
+        return ["const", *self.step, *self.bwd, *self.shared]
+
+
+DESCRIBED = Layout(step=("step_mib",), bwd=("hold_mib", "saved_mib", "grad_mib"),
+                   shared=("io_mib", "gathered_mib"), init=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0))
+JOB = Layout(step=("step_mib",), bwd=("hold_mib", "grad_mib", "act_width_mib", "act_dim_mib"),
+             shared=("io_mib",), init=(0.0, 1.0, 1.0, 1.0, 0.5, 0.05, 1.0))
+LAYOUTS = {"described": DESCRIBED, "job": JOB}
+JOB_TERMS = JOB.names[1:]
 LEVELS = ("described", "job")
-_JOB_INIT = np.array([0.0, 1.0, 1.0, 1.0, 0.5, 0.05, 1.0])  # const + JOB_TERMS
+UNDER_WEIGHT = 3.0  # an under-estimate costs this much more than an over-estimate
 
 
 def job_view(spec: features.ModelSpec) -> features.ModelSpec:
@@ -85,13 +101,15 @@ def job_view(spec: features.ModelSpec) -> features.ModelSpec:
     return features.job_fields_spec(job, spec.gpu_model)
 
 
-def _job_terms(rows: Sequence[dict[str, float]]) -> np.ndarray:
-    return np.array([[r[t] for t in JOB_TERMS] for r in rows], dtype=float).reshape(
-        len(rows), len(JOB_TERMS))
+def _terms(rows: Sequence[dict[str, float]], layout: Layout) -> np.ndarray:
+    names = layout.names[1:]
+    return np.array([[r[t] for t in names] for r in rows], dtype=float).reshape(
+        len(rows), len(names))
 
 
-def _job_phases(coef: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n_step, n_bwd = len(JOB_STEP_TERMS), len(JOB_BWD_TERMS)
+def _phases(coef: np.ndarray, terms: np.ndarray,
+            layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    n_step, n_bwd = len(layout.step), len(layout.bwd)
     shared = terms[:, n_step + n_bwd:] @ coef[1 + n_step + n_bwd:]
     step = coef[0] + terms[:, :n_step] @ coef[1:1 + n_step] + shared
     bwd = coef[0] + terms[:, n_step:n_step + n_bwd] @ coef[1 + n_step:1 + n_step + n_bwd] \
@@ -99,31 +117,51 @@ def _job_phases(coef: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.nda
     return step, bwd
 
 
-def fit_coef_job(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
-    """The peak is the larger phase and which one a row measured is not known from its job
-    fields, so the fit minimises the relative error of ``max(step, backward)`` itself
-    (smoothed absolute error, L-BFGS-B), starting from the physical coefficients (1 for
-    every counted term) with every coefficient >= 0: each term is memory that exists."""
+def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
+               layout: Layout) -> np.ndarray:
+    """Which phase a row's peak was in is not known at prediction time, so the fit minimises
+    the relative error of ``max(step, backward)`` itself (smoothed absolute error, an
+    under-estimate weighted ``UNDER_WEIGHT`` times, L-BFGS-B), from the physical coefficients
+    (1 for every counted term) and with every coefficient >= 0: each term is memory that
+    exists."""
     from scipy.optimize import minimize
 
-    terms = _job_terms(rows)
+    terms = _terms(rows, layout)
     y = np.asarray(y_mib, dtype=float)
-    scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0)]), 1e-9)
+    scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0, initial=0.0)]), 1e-9)
     scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
 
     def loss(theta: np.ndarray) -> float:
-        step, bwd = _job_phases(theta / scale, terms)
+        step, bwd = _phases(theta / scale, terms, layout)
         rel = (np.maximum(step, bwd) - y) / y
-        return float(np.mean(np.sqrt(rel * rel + 1e-4)))
+        w = np.where(rel < 0, UNDER_WEIGHT, 1.0)
+        return float(np.mean(w * np.sqrt(rel * rel + 1e-4)))
 
-    res = minimize(loss, _JOB_INIT * scale, method="L-BFGS-B",
-                   bounds=[(0.0, None)] * len(_JOB_INIT), options={"maxiter": 2000})
+    res = minimize(loss, np.array(layout.init) * scale, method="L-BFGS-B",
+                   bounds=[(0.0, None)] * len(layout.init), options={"maxiter": 3000})
     return res.x / scale
 
 
-def raw_predict_job(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    step, bwd = _job_phases(coef, _job_terms(rows))
+def predict_phases(coef: np.ndarray, rows: Sequence[dict[str, float]],
+                   layout: Layout) -> np.ndarray:
+    step, bwd = _phases(coef, _terms(rows, layout), layout)
     return np.maximum(np.maximum(step, bwd), 1.0)
+
+
+def fit_coef_job(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
+    return fit_phases(rows, y_mib, JOB)
+
+
+def raw_predict_job(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return predict_phases(coef, rows, JOB)
+
+
+def fit_coef_described(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
+    return fit_phases(rows, y_mib, DESCRIBED)
+
+
+def raw_predict_described(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return predict_phases(coef, rows, DESCRIBED)
 
 
 def design(rows: Sequence[dict[str, float]]) -> np.ndarray:
@@ -165,8 +203,8 @@ def raw_predict(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarra
     return np.maximum(phase_sizes(coef, rows).max(axis=1), 1.0)
 
 
-FIT = {"described": fit_coef, "job": fit_coef_job}
-PREDICT = {"described": raw_predict, "job": raw_predict_job}
+FIT = {"described": fit_coef_described, "job": fit_coef_job}
+PREDICT = {"described": raw_predict_described, "job": raw_predict_job}
 
 
 def lofo_raw(
