@@ -54,7 +54,8 @@ MEASURED = (
     "macs_per_sample",
     "activations_per_sample", "leaf_activations_per_sample", "param_bytes", "grad_bytes",
     "opt_state_bytes", "input_bytes",
-    "act_fwd_bytes", "bwd_peak_bytes", "step_peak_bytes", "peak_bytes", "flops_fwd",
+    "act_fwd_bytes", "fwd_peak_bytes", "bwd_peak_bytes", "step_peak_bytes", "peak_bytes",
+    "flops_fwd",
     "flops_step", "bytes_moved_step", "n_ops_step",
     "wall_s", "fake_real_rel_diff",
     # GPU mode only (empty for CPU rows)
@@ -67,8 +68,8 @@ MEASURED = (
 SHAPE_COLUMNS = (
     "n_emb_params", "macs_per_sample", "activations_per_sample", "leaf_activations_per_sample",
     "param_bytes", "grad_bytes", "opt_state_bytes", "input_bytes", "act_fwd_bytes",
-    "bwd_peak_bytes", "step_peak_bytes", "flops_fwd", "flops_step", "bytes_moved_step",
-    "n_ops_step",
+    "fwd_peak_bytes", "bwd_peak_bytes", "step_peak_bytes", "flops_fwd", "flops_step",
+    "bytes_moved_step", "n_ops_step",
 )
 TEXT_COLUMNS = ("exec_mode", "label_source", "gpu_model", "gpu_sm_source", "gpu_nvml_source",
                 "gpu_nvml_errors")
@@ -282,7 +283,11 @@ def measured_fields(m: dict[str, Any], batch_size: int) -> dict[str, float]:
     if any(m.get(k) in (None, "") or m.get(k) != m.get(k) for k in need):
         return {}
     saved = float(m["act_fwd_bytes"])
-    backward = float(m["bwd_peak_bytes"]) - saved - float(m["grad_bytes"])
+    peak = float(m["bwd_peak_bytes"])
+    fwd = m.get("fwd_peak_bytes")
+    if fwd not in (None, "") and fwd == fwd:  # rows measured before this column lack it
+        peak = max(peak, float(fwd))
+    backward = peak - saved - float(m["grad_bytes"])
     out = {
         "saved_bytes": round(saved / batch_size, 3),
         "backward_bytes": round(backward / batch_size, 3),

@@ -79,6 +79,7 @@ class Layout:
     bwd: tuple[str, ...]
     shared: tuple[str, ...]
     init: tuple[float, ...]  # const + step + bwd + shared: the physical coefficients
+    level: str = "described"
 
     @property
     def names(self) -> list[str]:
@@ -88,11 +89,11 @@ class Layout:
 DESCRIBED = Layout(step=("step_mib",), bwd=("hold_mib", "saved_mib", "grad_mib"),
                    shared=("io_mib", "gathered_mib"), init=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0))
 JOB = Layout(step=("step_mib",), bwd=("hold_mib", "grad_mib", "act_width_mib", "act_dim_mib"),
-             shared=("io_mib",), init=(0.0, 1.0, 1.0, 1.0, 0.5, 0.05, 1.0))
+             shared=("io_mib",), init=(0.0, 1.0, 1.0, 1.0, 0.5, 0.05, 1.0), level="job")
 LAYOUTS = {"described": DESCRIBED, "job": JOB}
 JOB_TERMS = JOB.names[1:]
 LEVELS = ("described", "job")
-UNDER_WEIGHT = 3.0  # an under-estimate costs this much more than an over-estimate
+UNDER_WEIGHT = {"described": 3.0, "job": 1.0}  # an under-estimate costs this much more
 
 
 def job_view(spec: features.ModelSpec) -> features.ModelSpec:
@@ -131,14 +132,26 @@ def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
     scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0, initial=0.0)]), 1e-9)
     scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
 
-    def loss(theta: np.ndarray) -> float:
-        step, bwd = _phases(theta / scale, terms, layout)
-        rel = (np.maximum(step, bwd) - y) / y
-        w = np.where(rel < 0, UNDER_WEIGHT, 1.0)
-        return float(np.mean(w * np.sqrt(rel * rel + 1e-4)))
+    n_step, n_bwd = len(layout.step), len(layout.bwd)
+    ones = np.ones((len(y), 1))
+    # design of each phase over all coefficients (zeros where a term is not in the phase)
+    x_step = np.hstack([ones, terms[:, :n_step], np.zeros((len(y), n_bwd)),
+                        terms[:, n_step + n_bwd:]]) / scale
+    x_bwd = np.hstack([ones, np.zeros((len(y), n_step)), terms[:, n_step:]]) / scale
 
-    res = minimize(loss, np.array(layout.init) * scale, method="L-BFGS-B",
-                   bounds=[(0.0, None)] * len(layout.init), options={"maxiter": 3000})
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        step, bwd = x_step @ theta, x_bwd @ theta
+        in_step = step >= bwd
+        rel = (np.where(in_step, step, bwd) - y) / y
+        w = np.where(rel < 0, UNDER_WEIGHT[layout.level], 1.0)
+        root = np.sqrt(rel * rel + 1e-4)
+        d = w * rel / root / y / len(y)
+        grad = np.where(in_step[:, None], x_step, x_bwd).T @ d
+        return float(np.mean(w * root)), grad
+
+    res = minimize(loss, np.array(layout.init) * scale, jac=True, method="L-BFGS-B",
+                   bounds=[(0.0, None)] * len(layout.init),
+                   options={"maxiter": 300, "ftol": 1e-10})
     return res.x / scale
 
 
@@ -218,6 +231,9 @@ def lofo_raw(
     out = np.empty(len(eval_rows))
     for g in sorted(set(eval_groups)):
         train, test = groups_arr != g, eval_arr == g
+        if not train.any():  # a single group: nothing to hold it out against
+            out[test] = np.nan
+            continue
         coef = FIT[level]([r for r, t in zip(rows, train, strict=True) if t], y_mib[train])
         out[test] = PREDICT[level](
             coef, [r for r, t in zip(eval_rows, test, strict=True) if t])
@@ -233,7 +249,9 @@ def lofo_ratios(
 
 
 def calibrate_margin(ratios: np.ndarray, q: float = MARGIN_QUANTILE) -> float:
-    return max(1.0, float(np.quantile(ratios, q)))
+    ratios = np.asarray(ratios, dtype=float)
+    ratios = ratios[np.isfinite(ratios)]
+    return max(1.0, float(np.quantile(ratios, q))) if len(ratios) else 1.0
 
 
 def calibrate_device(

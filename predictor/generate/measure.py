@@ -187,7 +187,8 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
     forward pass and returns the scalar loss, ``opt`` has ``step``/``zero_grad``/``state``.
     Works on real and on fake tensors. Returns the measured columns (see the module doc):
     besides the whole peak, the steady-state step's phases: ``act_fwd_bytes`` (live at the
-    end of the forward: what is kept for backward), ``bwd_peak_bytes`` (peak live above the
+    end of the forward: what is kept for backward), ``fwd_peak_bytes`` (the forward's peak
+    above the step's start, transients included), ``bwd_peak_bytes`` (peak live above the
     step's start during backward: saved activations, gradients being produced and the
     backward's transients) and ``step_peak_bytes`` (the optimizer step's transient peak
     above what was live when it started)."""
@@ -210,6 +211,7 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                 lookups = _Lookups(model, batch_size)
                 base = tracer.cur
                 tracer.count_fwd = True
+                tracer.peak, peak_before = tracer.cur, tracer.peak
             loss = compute_loss()
             if step == 1:
                 tracer.count_fwd = False
@@ -217,7 +219,10 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                 flops_fwd = flops.get_total_flops() - flops_before
                 acts.remove()
                 lookups.remove()
-                tracer.peak, peak_before = tracer.cur, tracer.peak
+                # the forward's transients (an addmm output before its activation) can top
+                # everything the backward holds at once
+                fwd_peak = tracer.peak - base
+                tracer.peak, peak_before = tracer.cur, max(peak_before, tracer.peak)
             loss.backward()
             del loss
             if step == 1:
@@ -251,6 +256,7 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
         "opt_state_bytes": opt_state_bytes,
         "input_bytes": input_bytes,
         "act_fwd_bytes": act_fwd,
+        "fwd_peak_bytes": fwd_peak,
         "bwd_peak_bytes": bwd_peak,
         "step_peak_bytes": step_peak,
         "peak_bytes": base_bytes + tracer.peak,
