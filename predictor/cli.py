@@ -1,9 +1,13 @@
-"""``sparse-predictor``: generate the dataset, train, evaluate, predict, run the worker."""
+"""``sparse-predictor``: generate the dataset, train, evaluate, describe, predict, run the
+worker. Outputs go under ``results/predictor/`` unless ``--out`` says otherwise; shipping
+retrained models is an explicit ``train --out predictor/models``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -25,6 +29,16 @@ GPU_DATA = click.option(
     help="GPU-measured rows (generate --device cuda); '' for none.")
 
 
+@contextlib.contextmanager
+def _steps(what: str) -> Iterator:
+    """A rich spinner on stderr naming the current step of a long command."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status(what) as status:
+        yield lambda text: status.update(f"{what}: {text}")
+
+
 @click.group()
 @click.version_option(package_name="sparse", prog_name="sparse-predictor")
 def main() -> None:
@@ -32,8 +46,8 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--out", type=click.Path(path_type=Path), default=dataset.DEFAULT_CSV,
-              show_default=True)
+@click.option("--out", type=click.Path(path_type=Path),
+              default=dataset.RESULTS_DIR / dataset.DEFAULT_CSV.name, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: CPU/FakeTensor measurements; cuda: GPU measurements (needs CUDA).")
 @click.option("--seed", "seeds", multiple=True, type=int, default=dataset.SEEDS,
@@ -47,61 +61,111 @@ def main() -> None:
               help="Stop starting new configs after this many seconds (rows so far are kept).")
 @click.option("--resume", is_flag=True,
               help="Keep the rows already in --out and measure only the configs it lacks.")
+@click.option("--quiet", is_flag=True, help="No per-row log lines (the progress bar stays).")
 def generate(out: Path, device: str, seeds: tuple[int, ...], limit: int | None,
              families: tuple[str, ...], interleave: bool, budget_s: float | None,
-             resume: bool) -> None:
+             resume: bool, quiet: bool) -> None:
     """Build real PyTorch models over the sweep and measure them (needs torch)."""
-    try:
-        n = dataset.run(out, device=device, seeds=seeds, limit=limit,
-                        families=families or None, interleave=interleave, budget_s=budget_s,
-                        resume=resume)
-    except ImportError as exc:
-        raise click.ClickException(
-            f"generate needs torch: pip install 'sparse[torch]' ({exc})") from None
-    except RuntimeError as exc:  # GpuUnavailable
-        raise click.ClickException(str(exc)) from None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task("measuring", total=None)
+
+        def progress(done: int, total: int, family: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"measuring {family}")
+
+        def log(line: str) -> None:
+            if not quiet:
+                bar.console.print(line, markup=False, highlight=False)
+
+        try:
+            n = dataset.run(out, device=device, seeds=seeds, limit=limit,
+                            families=families or None, interleave=interleave,
+                            budget_s=budget_s, resume=resume, progress=progress, log=log)
+        except ImportError as exc:
+            raise click.ClickException(
+                f"generate needs torch: pip install 'sparse[torch]' ({exc})") from None
+        except RuntimeError as exc:  # GpuUnavailable
+            raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {n} rows to {out}")
 
 
 @main.command()
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=dataset.DEFAULT_CSV,
               show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=estimate.MODELS_DIR,
-              show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=dataset.RESULTS_DIR / "models",
+              show_default=True, help="Artefact folder; 'predictor/models' ships them.")
 @click.option("--version", default=MODEL_VERSION, show_default=True)
 @click.option("--no-holdout", is_flag=True, help="Also train on the row_id % 10 == 0 slice.")
 @GPU_DATA
 def train(data: Path, out: Path, version: str, no_holdout: bool, gpu_data: Path | None) -> None:
-    """Fit the memory (OLS) and compute (LightGBM) models and write artefacts."""
+    """Fit the memory (OLS, both input levels) and compute (LightGBM) models."""
     from predictor import training
 
-    manifest = training.train(data, out, version=version, use_holdout=not no_holdout,
-                              gpu_csv=gpu_data)
+    with _steps("training") as step:
+        manifest = training.train(data, out, version=version, use_holdout=not no_holdout,
+                                  gpu_csv=gpu_data, step=step)
     click.echo(json.dumps(manifest, indent=1))
+    click.echo(f"models written to {out}", err=True)
 
 
 @main.command()
 @click.option("--data", type=click.Path(exists=True, path_type=Path), default=dataset.DEFAULT_CSV,
               show_default=True)
 @GPU_DATA
-def evaluate(data: Path, gpu_data: Path | None) -> None:
-    """Leave-one-family-out R², MAPE and largest under-estimate per held-out family."""
+@click.option("--out", type=click.Path(path_type=Path), default=dataset.RESULTS_DIR,
+              show_default=True, help="Folder for the tables (evaluation.txt) and the plots.")
+@click.option("--skip-compute", is_flag=True, help="Memory tables only (no LightGBM fits).")
+def evaluate(data: Path, gpu_data: Path | None, out: Path, skip_compute: bool) -> None:
+    """Leave-one-family-out tables at both input levels (described, job fields) and a
+    predicted-vs-measured log-log plot per level."""
     from predictor import evaluation
 
-    click.echo(evaluation.format_table(evaluation.evaluate(data, gpu_data)))
+    with _steps("evaluating") as step:
+        ev = evaluation.evaluate(data, gpu_data, compute=not skip_compute, step=step)
+        step("plots")
+        plots = evaluation.plot(ev, out)
+    table = evaluation.format_table(ev)
+    click.echo(table)
+    (out / "evaluation.txt").write_text(table + "\n")
+    for p in plots:
+        click.echo(f"plot: {p}")
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:FACTORY")
+@click.option("--family", default=None, help="Override the family guessed from the layers.")
+@click.option("--gpu-model", default=None, help="Target GPU model written into the annotation.")
+@click.option("--indent", is_flag=True, help="Pretty-print.")
+def describe(target: str, family: str | None, gpu_model: str | None, indent: bool) -> None:
+    """Print the sparse.io/model annotation of a PyTorch model: FACTORY() returns
+    (model, example_inputs, optimizer[, loss_fn]); one training step is traced under
+    FakeTensorMode on the CPU (needs torch)."""
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        from predictor import describe as describe_mod
+    except ImportError as exc:
+        raise click.ClickException(f"describe needs torch: pip install torch ({exc})") from None
+    try:
+        ann = describe_mod.describe_factory(target, family=family, gpu_model=gpu_model)
+    except (describe_mod.DescribeError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(ann, indent=1 if indent else None))
 
 
 @main.command()
 @click.option("--pod", "pod_file", type=click.Path(exists=True, path_type=Path),
               help="Pod manifest (YAML/JSON) carrying sparse.io/model or task_info.")
 @click.option("--features", "features_file", type=click.Path(exists=True, path_type=Path),
-              help="JSON file in the sparse.io/model schema.")
+              help="JSON file: a sparse.io/model annotation (either schema).")
 @click.option("--gpu-model", default=None, help="Override the target GPU model.")
 @click.option("--models", "models_dir", type=click.Path(exists=True, path_type=Path),
               default=estimate.MODELS_DIR, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on one line.")
 def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | None,
-            models_dir: Path) -> None:
-    """Predict gpu_milli / gpu_mem_mib / job_class for one job."""
+            models_dir: Path, as_json: bool) -> None:
+    """Predict train_mib / gpu_mem_mib / gpu_milli / job_class for one job."""
     import msgspec
     import yaml
 
@@ -122,13 +186,13 @@ def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | 
         if gpu_model:
             spec = msgspec.structs.replace(spec, gpu_model=gpu_model)
             features.ModelSpec.__post_init__(spec)
-    except (features.SchemaError, ValueError) as exc:
+    except (features.SchemaError, ValueError, yaml.YAMLError) as exc:
         raise click.ClickException(str(exc)) from None
-    p = estimate.Estimator.load(models_dir).predict(spec)
-    click.echo(json.dumps({
-        "gpu_milli": p.gpu_milli, "gpu_mem_mib": p.gpu_mem_mib, "job_class": p.job_class,
-        "model_version": p.model_version, "gpu_model": p.gpu_model,
-    }, indent=1))
+    try:
+        p = estimate.Estimator.load(models_dir).predict(spec)
+    except (OSError, ValueError, KeyError) as exc:
+        raise click.ClickException(f"cannot load the models in {models_dir}: {exc}") from None
+    click.echo(json.dumps(p.to_dict(), indent=None if as_json else 1))
 
 
 @main.command()

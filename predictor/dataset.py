@@ -28,9 +28,16 @@ DATA_DIR = Path(__file__).parent / "data"
 DEFAULT_CSV = DATA_DIR / "dataset-cpu-v1.csv"
 # GPU-measured rows of the same configs (``generate --device cuda``), one file per GPU model
 DEFAULT_GPU_CSV = DATA_DIR / "dataset-gpu-h200.csv"
+# where generate / train / evaluate write unless told otherwise (never the source tree)
+RESULTS_DIR = Path("results") / "predictor"
 
 REC_FAMILIES = ("wide_deep", "deepfm", "dlrm")
-FAMILIES = (*REC_FAMILIES, "resnet", "bert", "yolo")
+# recommendation architectures of other structures (predictor/generate/families.py); their
+# annotation is what ``describe`` reads off the model (tables from the lookups it sees)
+NEW_FAMILIES = ("din", "two_tower", "mmoe", "fm", "sasrec", "qr_dlrm", "mixed_dim")
+FAMILIES = (*REC_FAMILIES, "resnet", "bert", "yolo", *NEW_FAMILIES)
+PER_FAMILY = {"wide_deep": 45, "deepfm": 45, "dlrm": 45, "resnet": 35, "bert": 35, "yolo": 35,
+              **{f: 12 for f in NEW_FAMILIES}}
 
 # Configs cheaper than this are re-run with real tensors; the real run's numbers are kept and
 # the fake/real agreement is recorded in ``fake_real_rel_diff``.
@@ -47,7 +54,9 @@ MEASURED = (
     "macs_per_sample",
     "activations_per_sample", "leaf_activations_per_sample", "param_bytes", "grad_bytes",
     "opt_state_bytes", "input_bytes",
-    "act_fwd_bytes", "peak_bytes", "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
+    "act_fwd_bytes", "fwd_peak_bytes", "bwd_peak_bytes", "step_peak_bytes", "peak_bytes",
+    "flops_fwd",
+    "flops_step", "bytes_moved_step", "n_ops_step",
     "wall_s", "fake_real_rel_diff",
     # GPU mode only (empty for CPU rows)
     "gpu_max_allocated_bytes", "gpu_max_reserved_bytes", "gpu_nvml_used_bytes", "gpu_ctx_bytes",
@@ -59,7 +68,8 @@ MEASURED = (
 SHAPE_COLUMNS = (
     "n_emb_params", "macs_per_sample", "activations_per_sample", "leaf_activations_per_sample",
     "param_bytes", "grad_bytes", "opt_state_bytes", "input_bytes", "act_fwd_bytes",
-    "flops_fwd", "flops_step", "bytes_moved_step", "n_ops_step",
+    "fwd_peak_bytes", "bwd_peak_bytes", "step_peak_bytes", "flops_fwd", "flops_step",
+    "bytes_moved_step", "n_ops_step",
 )
 TEXT_COLUMNS = ("exec_mode", "label_source", "gpu_model", "gpu_sm_source", "gpu_nvml_source",
                 "gpu_nvml_errors")
@@ -133,16 +143,88 @@ def _yolo_config(rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _training_choices(rng: random.Random, sparse_ok: bool = True) -> dict[str, Any]:
+    """Optimizer, its implementation, dtype and gradient layout of a new-family config."""
+    sparse = sparse_ok and rng.random() < 0.25
+    if sparse:
+        return {"optimizer": rng.choice(["sgd", "adagrad", "sparse_adam"]), "dtype": "fp32",
+                "sparse_grad": True, "optimizer_impl": rng.choice(["foreach", "single"])}
+    opt = rng.choice(["sgd", "momentum", "adagrad", "adam", "adamw", "rmsprop"])
+    impls = ["foreach", "single"] + (["fused"] if opt != "rmsprop" else [])
+    return {"optimizer": opt, "optimizer_impl": rng.choice(impls), "sparse_grad": False,
+            "dtype": rng.choice(["fp32", "fp32", "bf16", "fp16"])}
+
+
+def _rows(rng: random.Random, n: int, cap_bytes: float, dim: int, lo: int = 100) -> list[int]:
+    rows = [int(min(1e8, 1e3 * (1 / (1 - rng.random())) ** 2.2)) for _ in range(n)]
+    scale = min(1.0, cap_bytes / (sum(rows) * dim * 4))
+    return [max(lo, int(r * scale)) for r in rows]
+
+
+def _new_family_config(rng: random.Random, fam: str) -> dict[str, Any]:
+    t = _training_choices(rng, sparse_ok=fam != "sasrec")
+    cap = 2**27 if t["sparse_grad"] else rng.choice([2**27, 2**30, 2**33])
+    dim = rng.choice([8, 16, 32, 64] if t["sparse_grad"] else [8, 16, 32, 64, 128])
+    b = 2 ** rng.randint(7, 12 if t["sparse_grad"] else 14)
+    cfg: dict[str, Any] = {"family": fam, "batch_size": b, **t, "dim": dim,
+                           "bag": rng.random() < 0.7, "mode": rng.choice(["sum", "mean"])}
+    mlp = [int(_logu(rng, 32, 512)) for _ in range(rng.randint(1, 3))]
+    if fam == "din":
+        n_user = rng.randint(1, 6)
+        rows = _rows(rng, n_user + 1, cap, dim)
+        cfg.update(items=rows[0] * 10, seq_len=rng.choice([10, 20, 50, 100]),
+                   user_tables=[(r, float(rng.randint(1, 10))) for r in rows[1:]],
+                   att_mlp=[int(_logu(rng, 16, 128))], top_mlp=mlp,
+                   batch_size=min(b, 2**12))
+    elif fam == "two_tower":
+        rows = _rows(rng, rng.randint(3, 12), cap, dim)
+        k = max(1, len(rows) // 2)
+        cfg.update(items=rows[0] * 10, seq_len=float(rng.randint(5, 50)),
+                   user_tables=[(r, float(rng.randint(1, 5))) for r in rows[1:k]],
+                   item_tables=[(r, float(rng.randint(1, 5))) for r in rows[k:]],
+                   tower=mlp + [dim], batch_size=min(b, 2**12))
+    elif fam == "mmoe":
+        rows = _rows(rng, rng.randint(4, 30), cap, dim)
+        cfg.update(tables=[(r, float(rng.randint(1, 8))) for r in rows], dense_features=13,
+                   experts=rng.randint(2, 8), tasks=rng.randint(2, 4),
+                   expert=[int(_logu(rng, 64, 512)) for _ in range(rng.randint(1, 2))],
+                   tower=[int(_logu(rng, 16, 128))])
+    elif fam == "fm":
+        rows = _rows(rng, rng.randint(8, 40), cap, dim)
+        cfg.update(tables=[(r, float(rng.choice([1, 1, 2, 5, 20]))) for r in rows],
+                   batch_size=2 ** rng.randint(8, 15 if not t["sparse_grad"] else 12))
+    elif fam == "sasrec":
+        d = rng.choice([32, 64, 128, 256])
+        cfg.update(dim=d, heads=rng.choice([1, 2, 4]), layers=rng.randint(1, 4),
+                   items=rng.choice([5000, 20000, 60000]), seq_len=rng.choice([20, 50, 100, 200]),
+                   batch_size=2 ** rng.randint(4, 8), causal=rng.random() < 0.7,
+                   pre_ln=rng.random() < 0.5)
+    elif fam == "qr_dlrm":
+        rows = _rows(rng, rng.randint(4, 26), cap * 8, dim)
+        cfg.update(tables=[(r, float(rng.randint(1, 20))) for r in rows], dense_features=13,
+                   collisions=rng.choice([4, 16, 60]), bottom_mlp=mlp, top_mlp=mlp[::-1])
+    elif fam == "mixed_dim":
+        n = rng.randint(4, 26)
+        dims = [rng.choice([4, 8, 16, 32, 64, 128]) for _ in range(n)]
+        rows = _rows(rng, n, cap, 32)
+        cfg.update(tables=[(r, d, float(rng.randint(1, 20)))
+                           for r, d in zip(rows, dims, strict=True)],
+                   dense_features=13, bottom_mlp=mlp, top_mlp=mlp[::-1])
+    return cfg
+
+
 def sweep(seed: int = 0, per_family: dict[str, int] | None = None) -> list[dict[str, Any]]:
-    """The documented sweep (docs/predictor.md, 'Dataset'); deterministic for a seed."""
-    counts = per_family or {"wide_deep": 45, "deepfm": 45, "dlrm": 45,
-                            "resnet": 35, "bert": 35, "yolo": 35}
+    """The documented sweep (docs/predictor.md, 'Dataset'); deterministic for a seed. New
+    families come after the first six, so earlier rows keep their row ids."""
+    counts = per_family or PER_FAMILY
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
     for fam, n in counts.items():
         for _ in range(n):
             if fam in REC_FAMILIES:
                 out.append(_rec_config(rng, fam))
+            elif fam in NEW_FAMILIES:
+                out.append(_new_family_config(rng, fam))
             else:
                 out.append({"resnet": _resnet_config, "bert": _bert_config,
                             "yolo": _yolo_config}[fam](rng))
@@ -153,6 +235,8 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
     """The ``sparse.io/model`` a user would write for ``cfg`` (macs/params/activations as a
     profiler such as torchinfo/fvcore reports them)."""
     fam = cfg["family"]
+    if fam in NEW_FAMILIES:
+        return described_spec(cfg, m, gpu_model)
     tables: list[features.Table] = []
     if fam in REC_FAMILIES:
         tables = [features.Table(rows=r, dim=d, pooling=p) for r, d, p in cfg["tables"]]
@@ -171,7 +255,63 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
         tables=tables, dense_features=cfg.get("dense_features", 0),
         bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
         top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),
+        **measured_fields(m, cfg["batch_size"]),
     )
+
+
+def described_spec(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features.ModelSpec:
+    """The annotation ``describe`` writes for a new-family config: the tables are the lookups
+    the traced step saw (rows, dim, ids per sample), the family is the generic
+    ``recommendation`` (the family name is the dataset's, never the predictor's)."""
+    tables = features.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
+    return features.ModelSpec(
+        family="recommendation", batch_size=cfg["batch_size"], optimizer=cfg["optimizer"],
+        dtype=cfg["dtype"], gpu_model=gpu_model, macs=float(m["macs_per_sample"]),
+        params=float(m["n_params"]), activations=float(m["activations_per_sample"]),
+        layers=int(m.get("n_layers") or 0), tables=tables,
+        dense_features=int(cfg.get("dense_features", 0)),
+        sparse_grad=bool(cfg.get("sparse_grad", False)),
+        **measured_fields(m, cfg["batch_size"]),
+    )
+
+
+def measured_fields(m: dict[str, Any], batch_size: int) -> dict[str, float]:
+    """The annotation fields ``describe`` measures, from a traced step's columns (empty when
+    the columns are missing, e.g. rows measured before these columns existed)."""
+    need = ("act_fwd_bytes", "bwd_peak_bytes", "step_peak_bytes", "opt_state_bytes",
+            "grad_bytes")
+    if any(m.get(k) in (None, "") or m.get(k) != m.get(k) for k in need):
+        return {}
+    saved = float(m["act_fwd_bytes"])
+    peak = float(m["bwd_peak_bytes"])
+    fwd = m.get("fwd_peak_bytes")
+    if fwd not in (None, "") and fwd == fwd:  # rows measured before this column lack it
+        peak = max(peak, float(fwd))
+    backward = peak - saved - float(m["grad_bytes"])
+    out = {
+        "saved_bytes": round(saved / batch_size, 3),
+        "backward_bytes": round(backward / batch_size, 3),
+        "step_bytes": float(m["step_peak_bytes"]),
+        "state_bytes": float(m["opt_state_bytes"]),
+    }
+    if m.get("input_bytes") not in (None, "") and m["input_bytes"] == m["input_bytes"]:
+        out["batch_bytes"] = round(float(m["input_bytes"]) / batch_size, 3)
+    return out
+
+
+def respec(df):  # noqa: ANN001, ANN201
+    """``df`` with every row's annotation's measured fields recomputed from its measured
+    columns (after a change to :func:`measured_fields`; the configs are not re-run)."""
+    out = df.copy()
+    specs = []
+    for _, row in df.iterrows():
+        spec = features.parse_model(row["spec_json"])
+        fields = measured_fields(row.to_dict(), spec.batch_size)
+        if fields:
+            spec = msgspec.structs.replace(spec, **fields)
+        specs.append(msgspec.json.encode(spec).decode())
+    out["spec_json"] = specs
+    return out
 
 
 def measure_cpu(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +354,7 @@ def run(
     budget_s: float | None = None,
     shapes_from: Path | None = DEFAULT_CSV,
     resume: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> int:
     """Measure the sweeps of ``seeds`` and write ``out``; returns the number of rows written.
     ``row_id`` identifies the config (seed and index in its sweep), so rows of runs on
@@ -284,6 +425,8 @@ def run(
             log(f"[{k + 1}/{len(configs)} #{i}] {cfg['family']:9s} {m['exec_mode']:8s} "
                 f"peak={m['peak_bytes'] / 2**20:10.1f} MiB flops={m['flops_step']:.3g} "
                 f"{m['wall_s']:.2f}s total={time.perf_counter() - t0:.0f}s")
+            if progress is not None:
+                progress(k + 1, len(configs), cfg["family"])
     return n
 
 
@@ -333,7 +476,30 @@ def load_datasets(csv_path: Path, gpu_csv: Path | None):  # noqa: ANN201
     """(the CPU rows of ``csv_path``, the rows of ``gpu_csv`` or None when there is none)."""
     df = load(csv_path)
     gdf = load(gpu_csv) if gpu_csv is not None and gpu_csv.exists() else None
-    return df[df["label_source"] == "cpu"], gdf
+    df = df[df["label_source"] == "cpu"]
+    if gdf is not None:
+        gdf = with_cpu_specs(gdf, df)
+    return df, gdf
+
+
+def with_cpu_specs(gdf, df):  # noqa: ANN001, ANN201
+    """GPU rows with the annotation of the CPU row of the same config (same ``row_id`` and
+    config): the CPU dataset is re-measured more often than the GPU one, and the annotation
+    (``describe``'s measured fields included) does not depend on where the step runs."""
+    cpu = {(int(r), c): s for r, c, s in zip(df["row_id"], df["config_json"], df["spec_json"],
+                                              strict=True)}
+    out = gdf.copy()
+    specs = []
+    for r, c, s, gpu in zip(gdf["row_id"], gdf["config_json"], gdf["spec_json"],
+                            gdf["gpu_model"], strict=True):
+        src = cpu.get((int(r), c))
+        if src is None:
+            specs.append(s)
+            continue
+        spec = msgspec.structs.replace(features.parse_model(src), gpu_model=str(gpu))
+        specs.append(msgspec.json.encode(spec).decode())
+    out["spec_json"] = specs
+    return out
 
 
 def gpu_labelled(gdf) -> bool:  # noqa: ANN001

@@ -21,6 +21,14 @@ class Prediction:
     job_class: str
     model_version: str
     gpu_model: str
+    train_mib: float = 0.0  # training-state estimate: no CUDA context, no margin
+    input_level: str = "described"  # or "job": what the annotation carried (job fields only)
+
+    def to_dict(self) -> dict:
+        return {"train_mib": round(self.train_mib, 1), "gpu_mem_mib": self.gpu_mem_mib,
+                "gpu_milli": self.gpu_milli, "job_class": self.job_class,
+                "gpu_model": self.gpu_model, "input_level": self.input_level,
+                "model_version": self.model_version}
 
 
 class Estimator:
@@ -41,10 +49,13 @@ class Estimator:
 
     def predict(self, spec: features.ModelSpec) -> Prediction:
         milli = min(1000, max(1, self.compute.predict_milli(spec)))
+        train = float(self.memory.predict_train_mib([spec])[0])
         return Prediction(
             gpu_milli=milli,
-            gpu_mem_mib=self.memory.predict_mib(spec),
+            gpu_mem_mib=self.memory.reserve_mib(spec, train),
             job_class=features.job_class(spec),
             model_version=self.version,
             gpu_model=spec.gpu_model,
+            train_mib=train,
+            input_level=features.input_level(spec),
         )

@@ -1,15 +1,17 @@
-"""Leave-one-family-out evaluation of both models, in three tables.
+"""Leave-one-family-out evaluation of both models, at both input levels.
 
-Memory (CPU-measured label): for each family F, fit OLS on the other families, calibrate the
-margin by an inner leave-one-family-out on those families only, predict F. Reported per family
-and pooled: R² and MAPE of the raw OLS estimate, and the largest under-estimate
-``max((y - ŷ)/y)`` both raw and after the margin.
+Memory, per input level (``described``: the annotation ``describe`` writes; ``job``: only the
+job fields a ``RecommendDLJob`` carries): for each family F, fit the OLS on the other families,
+calibrate the margin by an inner leave-one-family-out on those families only, predict F.
+Reported per family and pooled: R², MAPE and largest under-estimate ``max((y - ŷ)/y)`` of the
+raw training-state estimate ``train_mib`` against the CPU label, and the reservation as booked
+on a GPU without measured rows (``train_mib x margin + context``) against the allocator peak
+plus the same context: share of jobs under-reserved, largest under-reservation, median
+over-reservation.
 
 Memory as deployed on a measured GPU: the whole ``gpu_mem_mib`` (OLS fitted without F, times
 the GPU model's scale plus its offset, both calibrated on the other families' GPU rows only)
-against the process memory NVML measured for F's configs. This is the number that matters for
-out-of-memory: how many jobs would be under-reserved, by how much, and what the reservations
-cost in over-provisioning.
+against the process memory NVML measured for F's configs.
 
 Compute: LightGBM fitted on the other families; R², MAE (milli-GPU) on F, on GPU-measured SM
 activity when GPU rows exist, else on the CPU FLOP-roofline proxy (and then said so).
@@ -17,15 +19,19 @@ activity when GPU rows exist, else on the CPU FLOP-roofline proxy (and then said
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from predictor import dataset, features, memory_model, training
+from predictor import dataset, gpus, memory_model, training
 from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 
-GOALS = {"mem_r2": 0.95, "mem_mape": 0.05, "mem_under": 0.10, "cmp_r2": 0.90}
+GOALS = {"described": {"r2": 0.98, "mape": 0.05, "under": 0.05},
+         "job": {"r2": 0.90, "mape": 0.15},
+         "reservation": {"under_share": 0.02, "over_median": 0.15}, "cmp_r2": 0.92}
+Step = Callable[[str], None]
 
 
 def r2(y: np.ndarray, p: np.ndarray) -> float:
@@ -48,7 +54,9 @@ class MemoryResult:
     mem_r2: float
     mem_mape: float
     mem_under_raw: float
-    mem_under: float  # after the margin
+    res_under_share: float  # reservation (x margin + context) vs allocator peak + context
+    res_under_max: float
+    res_over_median: float
     margin: float
 
 
@@ -58,7 +66,8 @@ class DeviceResult:
     n: int
     under_share: float  # share of jobs reserved less than they used
     under_max: float  # largest (used - reserved) / used
-    over_mean: float  # mean (reserved - used) / used
+    over_median: float  # median (reserved - used) / used
+    over_mean: float
 
 
 @dataclass
@@ -71,51 +80,53 @@ class ComputeResult:
 
 @dataclass
 class Evaluation:
-    memory: list[MemoryResult]
-    device: dict[str, list[DeviceResult]] = field(default_factory=dict)  # per GPU model
+    memory: dict[str, list[MemoryResult]]  # per input level
+    device: dict[str, dict[str, list[DeviceResult]]] = field(default_factory=dict)  # level, GPU
     compute: list[ComputeResult] = field(default_factory=list)
     compute_label: str = LABEL_PROXY
+    points: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
-def memory_lofo(df):  # noqa: ANN001, ANN201
-    specs = dataset.specs(df)
-    rows = [features.derive(s) for s in specs]
-    y = df["peak_bytes"].to_numpy(dtype=float) / 2**20
+def memory_lofo(df, level: str = "described", ctx_mib: float | None = None):  # noqa: ANN001, ANN201
+    """(raw estimate, reservation, margins, label, family, context) for every CPU row."""
+    rows = training.level_rows(dataset.specs(df), level)
+    y = training.memory_target_mib(df)
     fam = df["family"].to_numpy()
+    ctx = float(gpus.get(gpus.DEFAULT_GPU).ctx_mib if ctx_mib is None else ctx_mib)
     preds = np.empty(len(y))
-    with_margin = np.empty(len(y))
+    reserved = np.empty(len(y))
     margins: dict[str, float] = {}
     for f in sorted(set(fam)):
         test, train = fam == f, fam != f
         tr_rows = [r for r, t in zip(rows, train, strict=True) if t]
         te_rows = [r for r, t in zip(rows, test, strict=True) if t]
-        coef = memory_model.fit_coef(tr_rows, y[train])
-        ratios = memory_model.lofo_ratios(tr_rows, y[train], list(fam[train]))
-        m = memory_model.calibrate_margin(ratios)
-        margins[f] = m
-        preds[test] = memory_model.raw_predict(coef, te_rows)
-        with_margin[test] = preds[test] * m
-    return preds, with_margin, margins, y, fam
+        coef = memory_model.FIT[level](tr_rows, y[train])
+        ratios = memory_model.lofo_ratios(tr_rows, y[train], list(fam[train]), level)
+        margins[f] = memory_model.calibrate_margin(ratios)
+        preds[test] = memory_model.PREDICT[level](coef, te_rows)
+        reserved[test] = np.ceil(preds[test] * margins[f] + ctx)
+    return preds, reserved, margins, y, fam, ctx
 
 
-def device_memory_lofo(df, grp):  # noqa: ANN001, ANN201
+def device_memory_lofo(df, grp, level: str = "described"):  # noqa: ANN001, ANN201
     """(reserved, used, family) for one GPU model's rows ``grp``: each family's reservation
     comes from an OLS and a device calibration that never saw that family."""
-    rows = [features.derive(s) for s in dataset.specs(df)]
+    rows = training.level_rows(dataset.specs(df), level)
     y, fam = training.memory_target_mib(df), df["family"].to_numpy()
-    g_rows = [features.derive(s) for s in dataset.specs(grp)]
+    g_rows = training.level_rows(dataset.specs(grp), level)
     g_fam = grp["family"].to_numpy()
     used = training.used_mib(grp)
     reserved = np.empty(len(used))
     for f in sorted(set(g_fam)):
         train, test, others = fam != f, g_fam == f, g_fam != f
         tr_rows = [r for r, t in zip(rows, train, strict=True) if t]
-        coef = memory_model.fit_coef(tr_rows, y[train])
+        coef = memory_model.FIT[level](tr_rows, y[train])
         scale, offset = memory_model.calibrate_device(
             tr_rows, y[train], list(fam[train]),
             [r for r, t in zip(g_rows, others, strict=True) if t], list(g_fam[others]),
-            used[others])
-        raw = memory_model.raw_predict(coef, [r for r, t in zip(g_rows, test, strict=True) if t])
+            used[others], level)
+        raw = memory_model.PREDICT[level](
+            coef, [r for r, t in zip(g_rows, test, strict=True) if t])
         reserved[test] = np.ceil(raw * scale + offset)
     return reserved, used, g_fam
 
@@ -133,66 +144,126 @@ def compute_lofo(df) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN0
 
 def _device_result(name: str, reserved: np.ndarray, used: np.ndarray) -> DeviceResult:
     rel = (used - reserved) / used
+    over = (reserved - used) / used
     return DeviceResult(name, len(used), float(np.mean(rel > 0)), float(max(0.0, rel.max())),
-                        float(np.mean((reserved - used) / used)))
+                        float(np.median(over)), float(np.mean(over)))
+
+
+def _memory_result(name: str, y: np.ndarray, p: np.ndarray, reserved: np.ndarray, ctx: float,
+                   margin: float) -> MemoryResult:
+    truth = y + ctx
+    over = (reserved - truth) / truth
+    return MemoryResult(name, len(y), r2(y, p), mape(y, p), max_under(y, p),
+                        float(np.mean(reserved < truth)), max_under(truth, reserved),
+                        float(np.median(over)), margin)
 
 
 def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
-             gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV) -> Evaluation:
+             gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV, compute: bool = True,
+             step: Step = lambda _s: None) -> Evaluation:
     df, gdf = dataset.load_datasets(csv_path, gpu_csv)
-    mp, mm, margins, my, mf = memory_lofo(df)
-    out = Evaluation(memory=[
-        MemoryResult(f, int(a.sum()), r2(my[a], mp[a]), mape(my[a], mp[a]),
-                     max_under(my[a], mp[a]), max_under(my[a], mm[a]), margins[f])
-        for f in sorted(set(mf)) for a in [mf == f]
-    ])
-    out.memory.append(MemoryResult("overall", len(my), r2(my, mp), mape(my, mp),
-                                   max_under(my, mp), max_under(my, mm), float("nan")))
+    out = Evaluation(memory={})
+    for level in memory_model.LEVELS:
+        step(f"memory, {level} level: leave one family out")
+        p, res, margins, y, fam, ctx = memory_lofo(df, level)
+        out.points[level] = (y, p, fam)
+        out.memory[level] = [
+            _memory_result(f, y[a], p[a], res[a], ctx, margins[f])
+            for f in sorted(set(fam)) for a in [fam == f]
+        ] + [_memory_result("overall", y, p, res, ctx, float("nan"))]
     gpu_labelled = dataset.gpu_labelled(gdf)
     if gpu_labelled:
-        for name, grp in training.used_rows(gdf).groupby("gpu_model"):
-            if len(grp) < memory_model.DEVICE_MIN_ROWS:
-                continue
-            reserved, used, g_fam = device_memory_lofo(df, grp)
-            out.device[str(name)] = [
-                _device_result(f, reserved[g_fam == f], used[g_fam == f])
-                for f in sorted(set(g_fam))
-            ] + [_device_result("overall", reserved, used)]
+        for level in memory_model.LEVELS:
+            for name, grp in training.used_rows(gdf).groupby("gpu_model"):
+                if len(grp) < memory_model.DEVICE_MIN_ROWS:
+                    continue
+                step(f"reservation on {name}, {level} level")
+                reserved, used, g_fam = device_memory_lofo(df, grp, level)
+                out.device.setdefault(level, {})[str(name)] = [
+                    _device_result(f, reserved[g_fam == f], used[g_fam == f])
+                    for f in sorted(set(g_fam))
+                ] + [_device_result("overall", reserved, used)]
         out.compute_label = LABEL_GPU
-    cp, cy, cf = compute_lofo(gdf if gpu_labelled else df)
-    out.compute = [ComputeResult(f, int(b.sum()), r2(cy[b], cp[b]),
-                                 float(np.mean(np.abs(cy[b] - cp[b]))))
-                   for f in sorted(set(cf)) for b in [cf == f]]
-    out.compute.append(ComputeResult("overall", len(cy), r2(cy, cp),
-                                     float(np.mean(np.abs(cy - cp)))))
+    if compute:
+        step("compute: leave one family out (LightGBM)")
+        cp, cy, cf = compute_lofo(gdf if gpu_labelled else df)
+        out.compute = [ComputeResult(f, int(b.sum()), r2(cy[b], cp[b]),
+                                     float(np.mean(np.abs(cy[b] - cp[b]))))
+                       for f in sorted(set(cf)) for b in [cf == f]]
+        out.compute.append(ComputeResult("overall", len(cy), r2(cy, cp),
+                                         float(np.mean(np.abs(cy - cp)))))
     return out
 
 
 def format_table(ev: Evaluation) -> str:
-    g = GOALS
-    head = (f"{'held-out family':16s} {'n':>4s} {'mem R2':>7s} {'MAPE':>7s} {'under(raw)':>10s} "
-            f"{'under(+margin)':>14s} {'margin':>7s}")
-    lines = ["Memory: training-state peak measured on CPU (leave one family out)", head,
-             "-" * len(head)]
-    for r in ev.memory:
-        lines.append(
-            f"{r.family:16s} {r.n:4d} {r.mem_r2:7.3f} {100 * r.mem_mape:6.1f}% "
-            f"{100 * r.mem_under_raw:9.1f}% {100 * r.mem_under:13.1f}% {r.margin:7.3f}")
-    lines.append(
-        f"goals: mem R2 >= {g['mem_r2']}, MAPE <= {100 * g['mem_mape']:.0f}%, largest "
-        f"under-estimate <= {100 * g['mem_under']:.0f}% (R2/MAPE of the raw OLS estimate)")
-    for gpu_model, results in ev.device.items():
-        head = (f"{'held-out family':16s} {'n':>4s} {'under-reserved':>14s} "
-                f"{'largest under':>13s} {'mean over':>9s}")
-        lines += ["", f"Memory as reserved (gpu_mem_mib) vs NVML-measured process memory on "
-                  f"{gpu_model}", head, "-" * len(head)]
-        lines += [f"{r.family:16s} {r.n:4d} {100 * r.under_share:13.1f}% "
-                  f"{100 * r.under_max:12.1f}% {100 * r.over_mean:8.1f}%" for r in results]
-    label = ("SM activity measured with NVML on the GPU (milli-GPU = 10 x %)"
-             if ev.compute_label.startswith("gpu") else
-             "CPU FLOP-roofline PROXY (no GPU-measured rows; not GPU utilisation)")
-    head = f"{'held-out family':16s} {'n':>4s} {'cmp R2':>7s} {'cmp MAE':>8s}"
-    lines += ["", f"Compute: {label}", head, "-" * len(head)]
-    lines += [f"{r.family:16s} {r.n:4d} {r.r2:7.3f} {r.mae:8.1f}" for r in ev.compute]
-    lines.append(f"goal: compute R2 >= {g['cmp_r2']} on GPU-measured labels")
+    lines: list[str] = []
+    for level, results in ev.memory.items():
+        head = (f"{'held-out family':16s} {'n':>4s} {'R2':>7s} {'MAPE':>6s} {'under':>6s} | "
+                f"{'res.under':>9s} {'largest':>7s} {'med.over':>8s} {'margin':>6s}")
+        lines += [f"Memory, {level} level: train_mib vs the CPU allocator peak; reservation "
+                  f"(x margin + {gpus.DEFAULT_GPU} context) vs peak + context "
+                  "(leave one family out)", head, "-" * len(head)]
+        lines += [f"{r.family:16s} {r.n:4d} {r.mem_r2:7.3f} {100 * r.mem_mape:5.1f}% "
+                  f"{100 * r.mem_under_raw:5.1f}% | {100 * r.res_under_share:8.1f}% "
+                  f"{100 * r.res_under_max:6.1f}% {100 * r.res_over_median:7.1f}% "
+                  f"{r.margin:6.3f}" for r in results]
+        g = GOALS[level]
+        goal = f"goals: R2 >= {g['r2']}, MAPE <= {100 * g['mape']:.0f}%"
+        if "under" in g:
+            goal += f", largest under-estimate of train_mib <= {100 * g['under']:.0f}%"
+        lines += [goal + " (every family)", ""]
+    for level, per_gpu in ev.device.items():
+        for gpu_model, results in per_gpu.items():
+            head = (f"{'held-out family':16s} {'n':>4s} {'under-reserved':>14s} "
+                    f"{'largest under':>13s} {'median over':>11s} {'mean over':>9s}")
+            lines += [f"Memory as reserved (gpu_mem_mib), {level} level, vs NVML-measured "
+                      f"process memory on {gpu_model}", head, "-" * len(head)]
+            lines += [f"{r.family:16s} {r.n:4d} {100 * r.under_share:13.1f}% "
+                      f"{100 * r.under_max:12.1f}% {100 * r.over_median:10.1f}% "
+                      f"{100 * r.over_mean:8.1f}%" for r in results]
+            rg = GOALS["reservation"]
+            lines += [f"goals: <= {100 * rg['under_share']:.0f}% of jobs under-reserved, median "
+                      f"over-reservation <= {100 * rg['over_median']:.0f}%", ""]
+    if ev.compute:
+        label = ("SM activity measured with NVML on the GPU (milli-GPU = 10 x %)"
+                 if ev.compute_label.startswith("gpu") else
+                 "CPU FLOP-roofline PROXY (no GPU-measured rows; not GPU utilisation)")
+        head = f"{'held-out family':16s} {'n':>4s} {'cmp R2':>7s} {'cmp MAE':>8s}"
+        lines += [f"Compute: {label}", head, "-" * len(head)]
+        lines += [f"{r.family:16s} {r.n:4d} {r.r2:7.3f} {r.mae:8.1f}" for r in ev.compute]
+        lines.append(f"goal: compute R2 >= {GOALS['cmp_r2']} on GPU-measured labels")
     return "\n".join(lines)
+
+
+def plot(ev: Evaluation, out_dir: Path) -> list[Path]:
+    """One predicted-vs-measured log-log plot per input level (PNG), coloured by family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for level, (y, p, fam) in ev.points.items():
+        fig, ax = plt.subplots(figsize=(7, 6))
+        cmap = plt.get_cmap("tab20")
+        for k, f in enumerate(sorted(set(fam))):
+            m = fam == f
+            ax.scatter(y[m], p[m], s=10, alpha=0.75, color=cmap(k % 20), label=f)
+        lo, hi = float(min(y.min(), p.min())) * 0.8, float(max(y.max(), p.max())) * 1.25
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.plot([lo, hi], [lo * 0.95, hi * 0.95], "k:", lw=0.6)
+        ax.plot([lo, hi], [lo * 1.05, hi * 1.05], "k:", lw=0.6)
+        overall = ev.memory[level][-1]
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               xlabel="measured training-state peak (MiB, CPU allocator)",
+               ylabel="predicted train_mib (MiB, family held out)",
+               title=f"{level} level: R² {overall.mem_r2:.3f}, MAPE "
+                     f"{100 * overall.mem_mape:.1f}% (leave one family out)")
+        ax.legend(fontsize=7, ncol=2, loc="upper left")
+        fig.tight_layout()
+        path = out_dir / f"memory-{level}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -38,6 +38,7 @@ Width = Annotated[int, msgspec.Meta(ge=1, le=10**6)]
 Count = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
 Pooling = Annotated[float, msgspec.Meta(gt=0, le=100_000)]
 NonNegBig = Annotated[float, msgspec.Meta(ge=0, le=1e16)]
+MeasuredBytes = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
 
 JOB_CLASSES = ("recommendation", "cnn", "cnn-small", "transformer", "rnn", "rl", "gan")
 RECOMMENDATION_FAMILIES = frozenset({"wide_deep", "deepfm", "dlrm", "recommendation"})
@@ -113,6 +114,15 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     bottom_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     top_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     sparse_grad: bool = False  # nn.EmbeddingBag(sparse=True)
+    # Measured by ``sparse-predictor describe`` (one traced training step); None = not given,
+    # the analytic rules apply. Bytes; ``saved``/``backward`` per sample.
+    saved_bytes: MeasuredBytes | None = None  # live at the end of the forward pass (kept)
+    # backward's peak minus saved activations minus gradients, per sample: negative when
+    # activations are freed before every gradient exists
+    backward_bytes: Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)] | None = None
+    step_bytes: MeasuredBytes | None = None  # the optimizer step's transient peak
+    state_bytes: MeasuredBytes | None = None  # optimizer state after a step
+    batch_bytes: MeasuredBytes | None = None  # the inputs of one sample (ids, features, target)
     schema_version: Literal[1] = 1
 
     def __post_init__(self) -> None:
@@ -140,6 +150,78 @@ class TaskInfo(msgspec.Struct, frozen=True):
     embedding_table_count: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
 
 
+class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):
+    """The model fields a ``RecommendDLJob`` (and the original ``task_info``) carries, camelCase
+    as in the CRD: ``macs`` per sample, ``params``, ``batchSize``, ``vocabularySize[]`` and
+    ``embeddingDim[]`` per table (one dim for all tables is accepted), or the totals
+    ``embeddingSizeTotal`` / ``embeddingDimTotal`` / ``embeddingTableCount``; optional
+    ``optimizer``, ``dtype`` and ``gpuModel``."""
+
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=10**7)]
+    macs: NonNegBig = 0.0
+    params: NonNegBig = 0.0
+    vocabulary_size: Annotated[list[Rows], msgspec.Meta(max_length=100_000)] = []
+    embedding_dim: Annotated[list[Dim], msgspec.Meta(max_length=100_000)] = []
+    embedding_size_total: NonNegBig = 0.0
+    embedding_dim_total: NonNegBig = 0.0
+    embedding_table_count: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+    optimizer: Optimizer | None = None
+    dtype: Dtype | None = None
+    gpu_model: str | None = None
+
+
+JOB_FIELD_KEYS = frozenset({"batchSize", "vocabularySize", "embeddingDim", "embeddingSizeTotal",
+                            "embeddingDimTotal", "embeddingTableCount"})
+
+
+def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelSpec:
+    """The spec of a job described by its job fields only. Unknown optimizer: Adam (the
+    largest state multiplier, so the estimate errs on the safe side); SparseAdam implies
+    sparse gradients; tables look up one id per sample."""
+    vocab, dims = job.vocabulary_size, job.embedding_dim
+    if vocab:
+        if len(dims) == 1:
+            dims = dims * len(vocab)
+        if len(dims) != len(vocab):
+            raise ValueError(f"embeddingDim has {len(job.embedding_dim)} entries, "
+                             f"vocabularySize {len(vocab)}: give one dim per table or one for all")
+        tables = group_tables([(r, d, 1.0) for r, d in zip(vocab, dims, strict=True)])
+    elif job.embedding_table_count and job.embedding_size_total:
+        n = job.embedding_table_count
+        rows = max(1, min(10**11, round(job.embedding_size_total / n)))
+        dim = max(1, min(65536, round(job.embedding_dim_total / n) or 1))
+        tables = [Table(rows=rows, dim=dim, pooling=1.0, count=n)]
+    elif dims:
+        raise ValueError("embeddingDim without vocabularySize")
+    else:
+        tables = []
+    optimizer = job.optimizer or "adam"
+    return ModelSpec(
+        family="recommendation" if tables else "other", batch_size=job.batch_size,
+        optimizer=optimizer, dtype=job.dtype or "fp32", gpu_model=job.gpu_model or gpu_model,
+        macs=job.macs, params=job.params, tables=tables,
+        sparse_grad=optimizer == "sparse_adam",
+    )
+
+
+def input_level(spec: ModelSpec) -> str:
+    """``described`` when the spec carries what a traced model gives (activations or the
+    measured phase sizes), else ``job`` (the job fields only)."""
+    return "described" if (spec.saved_bytes is not None or spec.activations > 0) else "job"
+
+
+def to_job_fields(spec: ModelSpec) -> dict[str, Any]:
+    """The camelCase job fields a ``RecommendDLJob`` would carry for ``spec``."""
+    out: dict[str, Any] = {"macs": spec.macs, "params": spec.params,
+                           "batchSize": spec.batch_size}
+    if spec.tables:
+        out["vocabularySize"] = [t.rows for t in spec.tables for _ in range(t.count)]
+        out["embeddingDim"] = [t.dim for t in spec.tables for _ in range(t.count)]
+    out["optimizer"] = spec.optimizer
+    out["dtype"] = spec.dtype
+    return out
+
+
 _spec_decoder = msgspec.json.Decoder(ModelSpec)
 _task_decoder = msgspec.json.Decoder(TaskInfo, strict=False)  # strict=False: "512" -> 512
 
@@ -151,15 +233,24 @@ def _check_size(raw: str | bytes, what: str) -> bytes:
     return data
 
 
-def parse_model(raw: str | bytes) -> ModelSpec:
-    """Decode and validate a ``sparse.io/model`` annotation."""
+def parse_model(raw: str | bytes, gpu_model: str | None = None) -> ModelSpec:
+    """Decode and validate a ``sparse.io/model`` annotation: either the full schema
+    (:class:`ModelSpec`, snake_case) or the job fields (:class:`JobFields`, camelCase),
+    told apart by their keys. ``gpu_model`` is the default for job fields without
+    ``gpuModel``."""
     data = _check_size(raw, ANN_MODEL)
     try:
+        obj = msgspec.json.decode(data)
+        if isinstance(obj, dict) and JOB_FIELD_KEYS & obj.keys() and "family" not in obj:
+            job = msgspec.convert(obj, JobFields)
+            return job_fields_spec(job, gpu_model or gpus.DEFAULT_GPU)
         return _spec_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise SchemaError(f"{ANN_MODEL}: {exc}") from None
     except RecursionError:
         raise SchemaError(f"{ANN_MODEL}: nesting too deep") from None
+    except ValueError as exc:
+        raise SchemaError(f"{ANN_MODEL}: {exc}") from None
 
 
 def from_task_info(raw: str | bytes, gpu_model: str = gpus.DEFAULT_GPU) -> ModelSpec:
@@ -195,14 +286,23 @@ def from_annotations(annotations: dict[str, str] | None) -> ModelSpec | None:
     ``sparse.io/gpu-model`` (first of a ``|``-list) for ``task_info``.
     """
     ann = annotations or {}
+    gpu = (ann.get("sparse.io/gpu-model") or gpus.DEFAULT_GPU).split("|")[0].strip()
+    if gpu not in gpus.CATALOGUE:
+        gpu = gpus.DEFAULT_GPU
     if ANN_MODEL in ann:
-        return parse_model(ann[ANN_MODEL])
+        return parse_model(ann[ANN_MODEL], gpu_model=gpu)
     if ANN_TASK_INFO in ann:
-        gpu = (ann.get("sparse.io/gpu-model") or gpus.DEFAULT_GPU).split("|")[0].strip()
-        if gpu not in gpus.CATALOGUE:
-            gpu = gpus.DEFAULT_GPU
         return from_task_info(ann[ANN_TASK_INFO], gpu_model=gpu)
     return None
+
+
+def group_tables(tables: list[tuple[int, int, float]]) -> list[Table]:
+    """(rows, dim, ids per sample) of every table, identical ones merged into ``count``."""
+    counts: dict[tuple[int, int, float], int] = {}
+    for r, d, p in tables:
+        key = (max(1, int(r)), max(1, int(d)), round(max(float(p), 1e-3), 3))
+        counts[key] = counts.get(key, 0) + 1
+    return [Table(rows=r, dim=d, pooling=p, count=c) for (r, d, p), c in counts.items()]
 
 
 def job_class(spec: ModelSpec) -> str:
@@ -265,6 +365,8 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
     """
     b = DTYPE_BYTES[spec.dtype]
     bsz = spec.batch_size
+    if spec.saved_bytes is not None:  # measured by describe: no family rule needed
+        return bsz * (spec.saved_bytes + (spec.backward_bytes or 0.0))
     if spec.family in ("bert", "transformer"):
         shape = transformer_shape(spec)
         if shape is not None:
@@ -282,12 +384,24 @@ def saved_activation_bytes(spec: ModelSpec) -> float:
     return saved
 
 
+def _main_dim(spec: ModelSpec) -> float:
+    """Embedding width of the largest table (the token / item table of a sequence model)."""
+    return float(max(spec.tables, key=lambda t: t.rows * t.dim).dim)
+
+
 def derive(spec: ModelSpec) -> dict[str, float]:
     """Numeric features (bytes as MiB) shared by the memory and the compute model."""
     b = DTYPE_BYTES[spec.dtype]
     mib = 1.0 / 2**20
     emb_params = float(sum(t.rows * t.dim * t.count for t in spec.tables))
-    dense_params = max(0.0, spec.params - emb_params) if spec.params else mlp_params(spec)
+    # ``params`` counts every parameter; one smaller than the tables alone can only be the
+    # dense part (how many teams quote a recommendation model's size), so it is taken as that.
+    if not spec.params:
+        dense_params = mlp_params(spec)
+    elif spec.params > emb_params:
+        dense_params = spec.params - emb_params
+    else:
+        dense_params = spec.params
     m = OPT_STATE_MULT[spec.optimizer]
     n_tables = sum(t.count for t in spec.tables)
     if spec.optimizer == "rowwise_adagrad" and emb_params:
@@ -303,13 +417,20 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     grad_mib = ((dense_params * b + spec.batch_size * (gathered * b + lookups * 8)) * mib
                 if spec.sparse_grad else p_mib)
     hold_mib = emb_params * b * mib * (1 + m_emb) + dense_params * b * mib * (1 + m)
+    if spec.state_bytes is not None:
+        hold_mib = p_mib + spec.state_bytes * mib
     temp = OPT_STEP_TEMP[spec.optimizer]
     if spec.sparse_grad:
         temp = max(temp, OPT_STEP_TEMP_SPARSE)
-    step_mib = hold_mib + grad_mib + p_mib * temp
+    step_temp_mib = p_mib * temp if spec.step_bytes is None else spec.step_bytes * mib
+    step_mib = hold_mib + grad_mib + step_temp_mib
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
     io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib
+    if spec.batch_bytes is not None:
+        # measured: the pooled lookups are among the saved bytes; the batch is what the
+        # example inputs held (ids shared by several tables count once)
+        io_mib = spec.batch_size * spec.batch_bytes * mib
     # Backward ends with every gradient materialised while the earliest activations are still
     # saved, so the backward phase counts the gradients too; the step phase adds the
     # optimizer's temporaries instead of activations.
@@ -338,6 +459,19 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "pooled_mib": spec.batch_size * pooled * b * mib,
         # uncoalesced sparse gradient of the lookups: values + int64 ids
         "gathered_mib": spec.batch_size * (gathered * b + lookups * 8) * mib,
+        "step_temp_mib": step_temp_mib,
+        # job-fields level: activations from MACs alone. A layer of width w does w MACs per
+        # input element, and w ~ sqrt(parameters per layer), so activations ~ macs / sqrt(dense
+        # parameters); the plain MAC count is the other bound (one output per MAC)
+        "act_macs_mib": spec.batch_size * spec.macs * b * mib,
+        # (dense parameters unknown: each MLP weight is used once per sample, so about macs)
+        "act_width_mib": spec.batch_size * spec.macs
+        / math.sqrt(max(1.0, dense_params or spec.macs))
+        * b * mib,
+        # with tables, the layers read embedding-wide vectors: one output per ``dim`` MACs
+        # (a transformer's d-wide layers, a vocabulary-wide output layer over d-dim rows)
+        "act_dim_mib": spec.batch_size * spec.macs / _main_dim(spec) * b * mib
+        if spec.tables else 0.0,
         "batch": float(spec.batch_size),
         "dtype_bytes": float(b),
         "log_batch": math.log10(spec.batch_size),

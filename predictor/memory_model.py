@@ -31,12 +31,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from predictor import features, gpus
 
 MARGIN_QUANTILE = 0.98
-FORMAT = "sparse-predictor/memory-ols/5"
+FORMAT = "sparse-predictor/memory-ols/6"
 DEVICE_MIN_ROWS = 20  # fewer measured rows than this: keep the margin and context constant
 
 
@@ -67,6 +68,113 @@ def term_pairs() -> list[tuple[str, str | None]]:
 
 TERMS = [a if b is None else f"{a}*{b}" for a, b in term_pairs()]
 _PAIRS = term_pairs()
+# Both levels price the peak as the larger of two phases, optimizer step and backward
+# (``features.derive``), each a sum of memory terms; terms in ``shared`` count in both. The
+# job-fields level (macs, params, batch, tables, optimizer, dtype only) bounds the
+# activations kept for backward from the MACs (``act_width_mib``, ``act_dim_mib``) instead
+# of counting them.
+@dataclass(frozen=True)
+class Layout:
+    step: tuple[str, ...]
+    bwd: tuple[str, ...]
+    shared: tuple[str, ...]
+    init: tuple[float, ...]  # const + step + bwd + shared: the physical coefficients
+    level: str = "described"
+
+    @property
+    def names(self) -> list[str]:
+        return ["const", *self.step, *self.bwd, *self.shared]
+
+
+DESCRIBED = Layout(step=("step_mib",), bwd=("hold_mib", "saved_mib", "grad_mib"),
+                   shared=("io_mib", "gathered_mib"), init=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0))
+JOB = Layout(step=("step_mib",), bwd=("hold_mib", "grad_mib", "act_width_mib", "act_dim_mib"),
+             shared=("io_mib",), init=(0.0, 1.0, 1.0, 1.0, 0.5, 0.05, 1.0), level="job")
+LAYOUTS = {"described": DESCRIBED, "job": JOB}
+JOB_TERMS = JOB.names[1:]
+LEVELS = ("described", "job")
+UNDER_WEIGHT = {"described": 3.0, "job": 1.0}  # an under-estimate costs this much more
+
+
+def job_view(spec: features.ModelSpec) -> features.ModelSpec:
+    """What the job fields of ``spec`` say (the annotation a job controller writes)."""
+    job = msgspec.convert(features.to_job_fields(spec), features.JobFields)
+    return features.job_fields_spec(job, spec.gpu_model)
+
+
+def _terms(rows: Sequence[dict[str, float]], layout: Layout) -> np.ndarray:
+    names = layout.names[1:]
+    return np.array([[r[t] for t in names] for r in rows], dtype=float).reshape(
+        len(rows), len(names))
+
+
+def _phases(coef: np.ndarray, terms: np.ndarray,
+            layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    n_step, n_bwd = len(layout.step), len(layout.bwd)
+    shared = terms[:, n_step + n_bwd:] @ coef[1 + n_step + n_bwd:]
+    step = coef[0] + terms[:, :n_step] @ coef[1:1 + n_step] + shared
+    bwd = coef[0] + terms[:, n_step:n_step + n_bwd] @ coef[1 + n_step:1 + n_step + n_bwd] \
+        + shared
+    return step, bwd
+
+
+def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
+               layout: Layout) -> np.ndarray:
+    """Which phase a row's peak was in is not known at prediction time, so the fit minimises
+    the relative error of ``max(step, backward)`` itself (smoothed absolute error, an
+    under-estimate weighted ``UNDER_WEIGHT`` times, L-BFGS-B), from the physical coefficients
+    (1 for every counted term) and with every coefficient >= 0: each term is memory that
+    exists."""
+    from scipy.optimize import minimize
+
+    terms = _terms(rows, layout)
+    y = np.asarray(y_mib, dtype=float)
+    scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0, initial=0.0)]), 1e-9)
+    scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
+
+    n_step, n_bwd = len(layout.step), len(layout.bwd)
+    ones = np.ones((len(y), 1))
+    # design of each phase over all coefficients (zeros where a term is not in the phase)
+    x_step = np.hstack([ones, terms[:, :n_step], np.zeros((len(y), n_bwd)),
+                        terms[:, n_step + n_bwd:]]) / scale
+    x_bwd = np.hstack([ones, np.zeros((len(y), n_step)), terms[:, n_step:]]) / scale
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        step, bwd = x_step @ theta, x_bwd @ theta
+        in_step = step >= bwd
+        rel = (np.where(in_step, step, bwd) - y) / y
+        w = np.where(rel < 0, UNDER_WEIGHT[layout.level], 1.0)
+        root = np.sqrt(rel * rel + 1e-4)
+        d = w * rel / root / y / len(y)
+        grad = np.where(in_step[:, None], x_step, x_bwd).T @ d
+        return float(np.mean(w * root)), grad
+
+    res = minimize(loss, np.array(layout.init) * scale, jac=True, method="L-BFGS-B",
+                   bounds=[(0.0, None)] * len(layout.init),
+                   options={"maxiter": 300, "ftol": 1e-10})
+    return res.x / scale
+
+
+def predict_phases(coef: np.ndarray, rows: Sequence[dict[str, float]],
+                   layout: Layout) -> np.ndarray:
+    step, bwd = _phases(coef, _terms(rows, layout), layout)
+    return np.maximum(np.maximum(step, bwd), 1.0)
+
+
+def fit_coef_job(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
+    return fit_phases(rows, y_mib, JOB)
+
+
+def raw_predict_job(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return predict_phases(coef, rows, JOB)
+
+
+def fit_coef_described(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
+    return fit_phases(rows, y_mib, DESCRIBED)
+
+
+def raw_predict_described(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return predict_phases(coef, rows, DESCRIBED)
 
 
 def design(rows: Sequence[dict[str, float]]) -> np.ndarray:
@@ -108,9 +216,14 @@ def raw_predict(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarra
     return np.maximum(phase_sizes(coef, rows).max(axis=1), 1.0)
 
 
+FIT = {"described": fit_coef_described, "job": fit_coef_job}
+PREDICT = {"described": raw_predict_described, "job": raw_predict_job}
+
+
 def lofo_raw(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
     eval_rows: Sequence[dict[str, float]], eval_groups: Sequence[str],
+    level: str = "described",
 ) -> np.ndarray:
     """OLS estimate for each of ``eval_rows`` by a model fitted on ``rows`` without the eval
     row's group."""
@@ -118,29 +231,37 @@ def lofo_raw(
     out = np.empty(len(eval_rows))
     for g in sorted(set(eval_groups)):
         train, test = groups_arr != g, eval_arr == g
-        coef = fit_coef([r for r, t in zip(rows, train, strict=True) if t], y_mib[train])
-        out[test] = raw_predict(coef, [r for r, t in zip(eval_rows, test, strict=True) if t])
+        if not train.any():  # a single group: nothing to hold it out against
+            out[test] = np.nan
+            continue
+        coef = FIT[level]([r for r, t in zip(rows, train, strict=True) if t], y_mib[train])
+        out[test] = PREDICT[level](
+            coef, [r for r, t in zip(eval_rows, test, strict=True) if t])
     return out
 
 
 def lofo_ratios(
-    rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str]
+    rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
+    level: str = "described",
 ) -> np.ndarray:
     """``y / prediction`` for every row, predicted by a model fitted without its group."""
-    return y_mib / lofo_raw(rows, y_mib, groups, rows, groups)
+    return y_mib / lofo_raw(rows, y_mib, groups, rows, groups, level)
 
 
 def calibrate_margin(ratios: np.ndarray, q: float = MARGIN_QUANTILE) -> float:
-    return max(1.0, float(np.quantile(ratios, q)))
+    ratios = np.asarray(ratios, dtype=float)
+    ratios = ratios[np.isfinite(ratios)]
+    return max(1.0, float(np.quantile(ratios, q))) if len(ratios) else 1.0
 
 
 def calibrate_device(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
     gpu_rows: Sequence[dict[str, float]], gpu_groups: Sequence[str], used_mib: np.ndarray,
+    level: str = "described",
 ) -> tuple[float, float]:
     """:func:`fit_device` for one GPU model's measured rows, each estimated by an OLS fitted on
     ``rows`` without the GPU row's group."""
-    return fit_device(lofo_raw(rows, y_mib, groups, gpu_rows, gpu_groups), used_mib)
+    return fit_device(lofo_raw(rows, y_mib, groups, gpu_rows, gpu_groups, level), used_mib)
 
 
 def fit_device(raw_mib: np.ndarray, used_mib: np.ndarray,
@@ -163,6 +284,9 @@ def fit_device(raw_mib: np.ndarray, used_mib: np.ndarray,
 
 @dataclass
 class MemoryModel:
+    """Both input levels: ``coef``/``margin``/``device`` for described specs, the ``*_job``
+    ones for specs built from job fields only (:func:`features.input_level`)."""
+
     coef: np.ndarray
     margin: float = 1.0
     ctx_mib: dict[str, int] = field(
@@ -171,6 +295,9 @@ class MemoryModel:
     version: str = "v1"
     meta: dict = field(default_factory=dict)
     device: dict[str, tuple[float, float]] = field(default_factory=dict)
+    coef_job: np.ndarray | None = None
+    margin_job: float = 1.0
+    device_job: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def fit(
@@ -178,25 +305,42 @@ class MemoryModel:
         version: str = "v1",
     ) -> MemoryModel:
         rows = [features.derive(s) for s in specs]
-        coef = fit_coef(rows, y_mib)
-        ratios = lofo_ratios(rows, y_mib, groups)
-        return cls(coef=coef, margin=calibrate_margin(ratios), version=version,
-                   meta={"n_rows": len(rows), "groups": sorted(set(groups)),
-                         "margin_quantile": MARGIN_QUANTILE})
+        job_rows = [features.derive(job_view(s)) for s in specs]
+        return cls(
+            coef=fit_coef(rows, y_mib),
+            margin=calibrate_margin(lofo_ratios(rows, y_mib, groups)),
+            coef_job=fit_coef_job(job_rows, y_mib),
+            margin_job=calibrate_margin(lofo_ratios(job_rows, y_mib, groups, "job")),
+            version=version,
+            meta={"n_rows": len(rows), "groups": sorted(set(groups)),
+                  "margin_quantile": MARGIN_QUANTILE})
 
     def predict_train_mib(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
-        """OLS estimate of the training-state peak (no margin, no context)."""
-        return raw_predict(self.coef, [features.derive(s) for s in specs])
+        """OLS estimate of the training-state peak (no margin, no context), each spec at its
+        input level."""
+        out = np.empty(len(specs))
+        for level in LEVELS:
+            idx = [i for i, s in enumerate(specs) if features.input_level(s) == level]
+            if idx:
+                coef = self.coef if level == "described" else self.coef_job
+                if coef is None:
+                    raise ValueError("this memory model has no job-fields level")
+                out[idx] = PREDICT[level](coef, [features.derive(specs[i]) for i in idx])
+        return out
 
     def predict_mib(self, spec: features.ModelSpec) -> int:
-        raw = float(self.predict_train_mib([spec])[0])
-        scale, offset = self.scale_offset(spec.gpu_model)
-        return int(math.ceil(raw * scale + offset))
+        return self.reserve_mib(spec, float(self.predict_train_mib([spec])[0]))
 
-    def scale_offset(self, gpu_model: str) -> tuple[float, float]:
-        if gpu_model in self.device:
-            return self.device[gpu_model]
-        return self.margin, float(self.ctx_mib.get(gpu_model, gpus.get(gpu_model).ctx_mib))
+    def reserve_mib(self, spec: features.ModelSpec, train_mib: float) -> int:
+        scale, offset = self.scale_offset(spec.gpu_model, features.input_level(spec))
+        return int(math.ceil(train_mib * scale + offset))
+
+    def scale_offset(self, gpu_model: str, level: str = "described") -> tuple[float, float]:
+        device = self.device if level == "described" else self.device_job
+        if gpu_model in device:
+            return device[gpu_model]
+        margin = self.margin if level == "described" else self.margin_job
+        return margin, float(self.ctx_mib.get(gpu_model, gpus.get(gpu_model).ctx_mib))
 
     def to_json(self) -> dict:
         return {
@@ -204,18 +348,27 @@ class MemoryModel:
             "coef": [float(c) for c in self.coef], "margin": self.margin,
             "ctx_mib": self.ctx_mib, "meta": self.meta,
             "device": {k: [float(a), float(b)] for k, (a, b) in self.device.items()},
+            "job_terms": ["const", *JOB_TERMS],
+            "coef_job": None if self.coef_job is None else [float(c) for c in self.coef_job],
+            "margin_job": self.margin_job,
+            "device_job": {k: [float(a), float(b)] for k, (a, b) in self.device_job.items()},
         }
 
     @classmethod
     def from_json(cls, d: dict) -> MemoryModel:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a memory model artefact (format {d.get('format')!r})")
-        if d["terms"] != ["const", *TERMS]:
+        if d["terms"] != ["const", *TERMS] or d.get("job_terms") != ["const", *JOB_TERMS]:
             raise ValueError("memory model terms do not match this code version")
+        pairs = {k: (float(a), float(b)) for k, (a, b) in d.get("device", {}).items()}
         return cls(coef=np.array(d["coef"], dtype=float), margin=float(d["margin"]),
                    ctx_mib={k: int(v) for k, v in d["ctx_mib"].items()},
-                   version=d["version"], meta=d.get("meta", {}),
-                   device={k: (float(a), float(b)) for k, (a, b) in d.get("device", {}).items()})
+                   version=d["version"], meta=d.get("meta", {}), device=pairs,
+                   coef_job=None if d.get("coef_job") is None
+                   else np.array(d["coef_job"], dtype=float),
+                   margin_job=float(d.get("margin_job", 1.0)),
+                   device_job={k: (float(a), float(b))
+                               for k, (a, b) in d.get("device_job", {}).items()})
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,20 +47,28 @@ def calibrated_ctx(gdf) -> dict[str, int]:  # noqa: ANN001
     return ctx
 
 
-def calibrate_devices(df, gdf) -> dict[str, tuple[float, float]]:  # noqa: ANN001
-    """``MemoryModel.device`` for every GPU model with enough measured rows: the OLS fitted on
-    the CPU rows ``df``, held out by family, against the GPU rows' NVML-measured memory."""
+def level_rows(specs, level: str) -> list[dict[str, float]]:  # noqa: ANN001
+    """Derived features of ``specs`` as the ``level`` sees them (``job``: the job fields)."""
+    if level == "job":
+        specs = [memory_model.job_view(s) for s in specs]
+    return [features.derive(s) for s in specs]
+
+
+def calibrate_devices(df, gdf, level: str = "described") -> dict[str, tuple[float, float]]:  # noqa: ANN001
+    """``MemoryModel.device`` (or ``device_job``) for every GPU model with enough measured
+    rows: the OLS fitted on the CPU rows ``df``, held out by family, against the GPU rows'
+    NVML-measured memory."""
     if gdf is None:
         return {}
-    rows = [features.derive(s) for s in dataset.specs(df)]
+    rows = level_rows(dataset.specs(df), level)
     y, fam = memory_target_mib(df), list(df["family"])
     out: dict[str, tuple[float, float]] = {}
     for name, grp in used_rows(gdf).groupby("gpu_model"):
         if len(grp) < memory_model.DEVICE_MIN_ROWS:
             continue
         out[str(name)] = memory_model.calibrate_device(
-            rows, y, fam, [features.derive(s) for s in dataset.specs(grp)],
-            list(grp["family"]), used_mib(grp))
+            rows, y, fam, level_rows(dataset.specs(grp), level),
+            list(grp["family"]), used_mib(grp), level)
     return out
 
 
@@ -68,7 +77,8 @@ def _digest(path: Path) -> str:
 
 
 def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
-          use_holdout: bool = True, gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV) -> dict:
+          use_holdout: bool = True, gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV,
+          step: Callable[[str], None] = lambda _s: None) -> dict:
     """Memory: OLS on the CPU rows of ``csv_path``, calibrated per GPU model on the GPU rows of
     ``gpu_csv``. Compute: LightGBM on the GPU rows' measured SM activity when there are any,
     else on the CPU FLOP-roofline proxy."""
@@ -76,11 +86,15 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
     train_df = df[~holdout_mask(df)] if use_holdout else df
     train_gdf = gdf[~holdout_mask(gdf)] if gdf is not None and use_holdout else gdf
     specs = dataset.specs(train_df)
+    step("memory model (both input levels)")
     mem = MemoryModel.fit(specs, memory_target_mib(train_df), list(train_df["family"]),
                           version=version)
     mem.ctx_mib = calibrated_ctx(gdf)
+    step("per-GPU reservation calibration")
     mem.device = calibrate_devices(train_df, train_gdf)
+    mem.device_job = calibrate_devices(train_df, train_gdf, "job")
     gpu_labelled = dataset.gpu_labelled(train_gdf)
+    step("compute model (LightGBM)")
     c_specs, c_y, _ = labels(train_gdf if gpu_labelled else train_df)
     comp = ComputeModel.fit(c_specs, c_y, version=version)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -101,6 +115,8 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
         "compute_label": LABEL_GPU if gpu_labelled else LABEL_PROXY,
         "memory_margin": mem.margin,
         "memory_device": {k: list(v) for k, v in mem.device.items()},
+        "memory_margin_job": mem.margin_job,
+        "memory_device_job": {k: list(v) for k, v in mem.device_job.items()},
         "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

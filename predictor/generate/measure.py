@@ -82,10 +82,15 @@ class StepTracer(TorchDispatchMode):
         if func.namespace == "prim":
             return out
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        # An output on an input's storage (a view, an in-place update such as the sparse
+        # optimizers' ``param.add_(grad)``, an ``out=`` argument) allocates nothing; counting
+        # it would book a parameter or an optimizer state a second time.
+        aliased = {id(st) for t in ins for st in _storages(t)}
         for t in outs:
             for st in _storages(t):
                 key = id(st)
-                if key in self.live:
+                if key in self.live or key in aliased:
                     continue
                 nb = st.nbytes()
                 self.live[key] = nb
@@ -97,7 +102,6 @@ class StepTracer(TorchDispatchMode):
             if self.count_fwd:
                 self.fwd_elems += sum(t.numel() for t in outs)
             out_b = sum(t.numel() * t.element_size() for t in outs)
-            ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             if "embedding" in func.name():
                 # a lookup reads the gathered rows (= output size) and the ids, not the table
                 in_b = out_b + sum(t.numel() * t.element_size() for t in ins
@@ -126,67 +130,124 @@ class _LeafActivations:
             h.remove()
 
 
+class _Lookups:
+    """Embedding tables and the ids each one looks up per sample (shared tables add up)."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int) -> None:
+        self.batch = batch_size
+        self.ids: dict[int, list] = {}
+        self.handles = [
+            m.register_forward_hook(self._hook) for m in model.modules()
+            if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)
+        ]
+
+    def _hook(self, m, inp, _out) -> None:  # noqa: ANN001
+        entry = self.ids.setdefault(id(m), [m.num_embeddings, m.embedding_dim, 0.0])
+        entry[2] += inp[0].numel() / self.batch
+
+    def tables(self) -> list[list]:
+        return list(self.ids.values())
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
 def _state_bytes(opt: torch.optim.Optimizer) -> int:
     return sum(tensor_bytes(v) for st in opt.state.values() for v in st.values()
                if isinstance(v, torch.Tensor))
 
 
-def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
-    """Two training steps of ``cfg`` on the CPU; returns the measured columns."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+class Optimizers:
+    """Several optimizers stepped as one (e.g. SparseAdam for the tables, Adam for the rest)."""
 
-    t0 = time.perf_counter()
-    dtype = DTYPES[cfg["dtype"]]
-    mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
-    with mode:
-        torch.manual_seed(0)
-        model, make_batch, loss_fn = models.build(cfg, dtype)
-        opt = models.make_optimizer(cfg["optimizer"], model)
-        batch = make_batch()
-        param_bytes = sum(tensor_bytes(p) for p in model.parameters())
-        # state an optimizer creates up front (Adagrad's sums) exists before the tracer starts
-        init_state_bytes = _state_bytes(opt)
-        input_bytes = sum(tensor_bytes(t) for t in batch)
-        tracer = StepTracer()
-        flops = FlopCounterMode(display=False)
-        acts = None
-        with tracer, flops:
-            for step in range(2):
-                if step == 1:
-                    tracer.reset_counters()
-                    flops_before = flops.get_total_flops()
-                    acts = _LeafActivations(model)
-                    base = tracer.cur
-                    tracer.count_fwd = True
-                loss = loss_fn(model, batch)
-                if step == 1:
-                    tracer.count_fwd = False
-                    act_fwd = tracer.cur - base
-                    flops_fwd = flops.get_total_flops() - flops_before
-                    acts.remove()
-                loss.backward()
-                del loss
-                if step == 1:
-                    grad_bytes = sum(
-                        tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None
-                    )
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            flops_step = flops.get_total_flops() - flops_before
-        opt_state_bytes = _state_bytes(opt)
-        n_params = sum(p.numel() for p in model.parameters())
-        n_layers = models.count_layers(model)
-        emb_params = sum(
+    def __init__(self, opts: list[Any]):
+        self.opts = opts
+
+    def step(self) -> None:
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.opts:
+            o.zero_grad(set_to_none=set_to_none)
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for o in self.opts:
+            out.update(o.state)
+        return out
+
+
+def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
+                   inputs: list[torch.Tensor], batch_size: int,
+                   allocator: bool = False) -> dict[str, Any]:
+    """Two training steps (warm-up + steady state) of ``model``: ``compute_loss()`` runs the
+    forward pass and returns the scalar loss, ``opt`` has ``step``/``zero_grad``/``state``.
+    Works on real and on fake tensors. Returns the measured columns (see the module doc):
+    besides the whole peak, the steady-state step's phases: ``act_fwd_bytes`` (live at the
+    end of the forward: what is kept for backward), ``fwd_peak_bytes`` (the forward's peak
+    above the step's start, transients included), ``bwd_peak_bytes`` (peak live above the
+    step's start during backward: saved activations, gradients being produced and the
+    backward's transients) and ``step_peak_bytes`` (the optimizer step's transient peak
+    above what was live when it started)."""
+    from predictor.generate.allocator import AllocatorTrace
+
+    param_bytes = sum(tensor_bytes(p) for p in model.parameters())
+    # state an optimizer creates up front (Adagrad's sums) exists before the tracer starts
+    init_state_bytes = _state_bytes(opt)
+    input_bytes = sum(tensor_bytes(t) for t in inputs)
+    tracer = StepTracer()
+    flops = FlopCounterMode(display=False)
+    acts = None
+    alloc = AllocatorTrace() if allocator else contextlib.nullcontext()
+    with alloc, tracer, flops:
+        for step in range(2):
+            if step == 1:
+                tracer.reset_counters()
+                flops_before = flops.get_total_flops()
+                acts = _LeafActivations(model)
+                lookups = _Lookups(model, batch_size)
+                base = tracer.cur
+                tracer.count_fwd = True
+                tracer.peak, peak_before = tracer.cur, tracer.peak
+            loss = compute_loss()
+            if step == 1:
+                tracer.count_fwd = False
+                act_fwd = tracer.cur - base
+                flops_fwd = flops.get_total_flops() - flops_before
+                acts.remove()
+                lookups.remove()
+                # the forward's transients (an addmm output before its activation) can top
+                # everything the backward holds at once
+                fwd_peak = tracer.peak - base
+                tracer.peak, peak_before = tracer.cur, max(peak_before, tracer.peak)
+            loss.backward()
+            del loss
+            if step == 1:
+                bwd_peak = tracer.peak - base
+                grad_bytes = sum(
+                    tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None
+                )
+                before_step = tracer.cur
+                tracer.peak, peak_before = tracer.cur, max(peak_before, tracer.peak)
+            opt.step()
+            if step == 1:
+                step_peak = tracer.peak - before_step
+                tracer.peak = max(peak_before, tracer.peak)
+            opt.zero_grad(set_to_none=True)
+        flops_step = flops.get_total_flops() - flops_before
+    opt_state_bytes = _state_bytes(opt)
+    base_bytes = param_bytes + input_bytes + init_state_bytes
+    b = batch_size
+    out = {
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "n_layers": models.count_layers(model),
+        "n_emb_params": sum(
             p.numel() for m in model.modules()
             if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) for p in m.parameters()
-        )
-    b = cfg["batch_size"]
-    return {
-        "exec_mode": "cpu-fake" if fake else "cpu-real",
-        "label_source": "cpu",
-        "n_params": n_params,
-        "n_layers": n_layers,
-        "n_emb_params": emb_params,
+        ),
         "macs_per_sample": flops_fwd / 2 / b,
         "activations_per_sample": tracer.fwd_elems / b,
         "leaf_activations_per_sample": acts.elems / b if acts else 0,
@@ -195,10 +256,42 @@ def measure(cfg: dict[str, Any], fake: bool) -> dict[str, Any]:
         "opt_state_bytes": opt_state_bytes,
         "input_bytes": input_bytes,
         "act_fwd_bytes": act_fwd,
-        "peak_bytes": param_bytes + input_bytes + init_state_bytes + tracer.peak,
+        "fwd_peak_bytes": fwd_peak,
+        "bwd_peak_bytes": bwd_peak,
+        "step_peak_bytes": step_peak,
+        "peak_bytes": base_bytes + tracer.peak,
         "flops_fwd": flops_fwd,
         "flops_step": flops_step,
         "bytes_moved_step": tracer.bytes_moved,
         "n_ops_step": tracer.n_ops,
+        "tables": lookups.tables(),
+    }
+    if allocator:
+        out["alloc_peak_bytes"] = base_bytes + alloc.peak
+    return out
+
+
+def measure(cfg: dict[str, Any], fake: bool, allocator: bool = False) -> dict[str, Any]:
+    """Two training steps of ``cfg`` on the CPU; returns the measured columns. With
+    ``allocator`` (real tensors only) the steps also run under the profiler's memory events
+    and ``alloc_peak_bytes`` is the same peak as the CPU allocator saw it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if allocator and fake:
+        raise ValueError("allocator truth needs real tensors (fake=False)")
+    t0 = time.perf_counter()
+    dtype = DTYPES[cfg["dtype"]]
+    mode = FakeTensorMode(allow_non_fake_inputs=False) if fake else contextlib.nullcontext()
+    with mode:
+        torch.manual_seed(0)
+        model, make_batch, loss_fn = models.build(cfg, dtype)
+        opt = models.make_optimizer(cfg["optimizer"], model, cfg.get("optimizer_impl"))
+        batch = make_batch()
+        m = trace_training(model, opt, lambda: loss_fn(model, batch), list(batch),
+                           cfg["batch_size"], allocator=allocator)
+    return {
+        "exec_mode": "cpu-fake" if fake else "cpu-real",
+        "label_source": "cpu",
+        **m,
         "wall_s": round(time.perf_counter() - t0, 3),
     }

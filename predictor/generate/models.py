@@ -283,7 +283,14 @@ _BUILDERS: dict[str, Callable[[dict[str, Any], torch.dtype], Built]] = {
     "wide_deep": build_rec, "deepfm": build_rec, "dlrm": build_rec,
     "resnet": build_resnet, "bert": build_bert, "yolo": build_yolo,
 }
-FAMILIES = tuple(_BUILDERS)
+
+
+def _builder(family: str) -> Callable[[dict[str, Any], torch.dtype], Built]:
+    if family in _BUILDERS:
+        return _BUILDERS[family]
+    from predictor.generate import families
+
+    return families.BUILDERS[family]
 
 
 def build(cfg: dict[str, Any], dtype: torch.dtype) -> Built:
@@ -292,7 +299,7 @@ def build(cfg: dict[str, Any], dtype: torch.dtype) -> Built:
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        return _BUILDERS[cfg["family"]](cfg, dtype)
+        return _builder(cfg["family"])(cfg, dtype)
     finally:
         torch.set_default_dtype(old)
 
@@ -302,47 +309,35 @@ def count_layers(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, nn.Linear | nn.modules.conv._ConvNd))
 
 
-def make_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
+def make_optimizer(name: str, model: nn.Module, impl: str | None = None) -> Any:
+    """The optimizer ``name`` over ``model``'s parameters; ``impl`` is PyTorch's
+    implementation: ``foreach`` (default, as on CUDA), ``single`` (a loop over tensors) or
+    ``fused`` (one kernel; Adam/AdamW/SGD/Adagrad)."""
+    from predictor.generate.measure import Optimizers
+
+    impl = impl or "foreach"
+    kw: dict[str, Any] = {"foreach": impl == "foreach"}
+    if impl == "fused":
+        kw = {"fused": True}
     ps = [p for p in model.parameters() if p.requires_grad]
     if name == "sgd":
-        return torch.optim.SGD(ps, lr=0.01, foreach=True)
+        return torch.optim.SGD(ps, lr=0.01, **kw)
     if name == "momentum":
-        return torch.optim.SGD(ps, lr=0.01, momentum=0.9, foreach=True)
+        return torch.optim.SGD(ps, lr=0.01, momentum=0.9, **kw)
     if name == "adagrad":
-        return torch.optim.Adagrad(ps, lr=0.01, foreach=True)
+        return torch.optim.Adagrad(ps, lr=0.01, **kw)
     if name == "adam":
-        return torch.optim.Adam(ps, lr=1e-3, foreach=True)
+        return torch.optim.Adam(ps, lr=1e-3, **kw)
     if name == "adamw":
-        return torch.optim.AdamW(ps, lr=1e-3, foreach=True)
+        return torch.optim.AdamW(ps, lr=1e-3, **kw)
     if name == "rmsprop":
-        return torch.optim.RMSprop(ps, lr=1e-3, foreach=True)
+        return torch.optim.RMSprop(ps, lr=1e-3, foreach=impl == "foreach")
     if name == "sparse_adam":
         # SparseAdam for the (sparse-gradient) tables, Adam for the dense part
-        sparse = [p for m in model.modules() if isinstance(m, nn.EmbeddingBag) for p in
-                  m.parameters()]
+        sparse = [p for m in model.modules() if isinstance(m, nn.Embedding | nn.EmbeddingBag)
+                  and m.sparse for p in m.parameters()]
         ids = {id(p) for p in sparse}
         dense = [p for p in ps if id(p) not in ids]
-        return _Multi([torch.optim.SparseAdam(sparse, lr=1e-3), torch.optim.Adam(dense, lr=1e-3)])
+        return Optimizers([torch.optim.SparseAdam(sparse, lr=1e-3),
+                           torch.optim.Adam(dense, lr=1e-3, **kw)])
     raise ValueError(f"optimizer {name!r} is not built by the generator")
-
-
-class _Multi:
-    """Two optimizers stepped together (SparseAdam + Adam)."""
-
-    def __init__(self, opts: list[torch.optim.Optimizer]):
-        self.opts = opts
-
-    def step(self) -> None:
-        for o in self.opts:
-            o.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.opts:
-            o.zero_grad(set_to_none=set_to_none)
-
-    @property
-    def state(self) -> dict[Any, Any]:
-        out: dict[Any, Any] = {}
-        for o in self.opts:
-            out.update(o.state)
-        return out

@@ -161,7 +161,7 @@ async def test_invalid_model_fails(world):
     world.submit("bad", batchSize=0)
     s = await world.reconcile("bad")
     assert s["phase"] == "Failed" and cond(s, "Predicted")["reason"] == "InvalidModel"
-    assert "batch_size" in cond(s, "Predicted")["message"]
+    assert "batchSize" in cond(s, "Predicted")["message"]
     assert await world.ledger() == {}
 
 

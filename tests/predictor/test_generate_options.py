@@ -16,7 +16,7 @@ def test_interleaved_takes_families_in_turn_keeping_sweep_ids() -> None:
     configs = list(enumerate(dataset.sweep(0)))
     mixed = dataset.interleaved(configs)
     assert sorted(i for i, _ in mixed) == list(range(len(configs)))
-    first = [c["family"] for _, c in mixed[:6]]
+    first = [c["family"] for _, c in mixed[:len(dataset.FAMILIES)]]
     assert sorted(first) == sorted(dataset.FAMILIES)
     per_family = [i for i, c in mixed if c["family"] == "bert"]
     assert per_family == sorted(per_family)
@@ -26,7 +26,7 @@ def fake_measure(cfg):  # noqa: ANN001, ANN201
     return {**dict.fromkeys(dataset.SHAPE_COLUMNS, 1000), "exec_mode": "cpu-fake",
             "label_source": "cpu", "macs_per_sample": 1e6, "n_params": 1e6,
             "activations_per_sample": 1e4, "peak_bytes": 2**30, "flops_step": 1e9,
-            "wall_s": 0.0}
+            "wall_s": 0.0, "tables": [[1000, 8, 2.0]], "n_layers": 3}
 
 
 @pytest.fixture
@@ -38,7 +38,8 @@ def no_torch(monkeypatch):  # noqa: ANN001, ANN201
 
 def test_limit_with_interleave_covers_every_family_with_sweep_row_ids(tmp_path, no_torch) -> None:
     out = tmp_path / "rows.csv"
-    assert dataset.run(out, limit=12, interleave=True, log=lambda s: None) == 12
+    n = len(dataset.FAMILIES)
+    assert dataset.run(out, limit=n, interleave=True, log=lambda s: None) == n
     df = dataset.load(out)
     assert set(df["family"]) == set(dataset.FAMILIES)
     sweep = dataset.sweep(0)

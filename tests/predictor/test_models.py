@@ -92,6 +92,7 @@ def test_cli_predict_features_and_pod(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["job_class"] == "recommendation" and out["gpu_model"] == "A100"
+    assert out["input_level"] == "described" and 0 < out["train_mib"] < out["gpu_mem_mib"]
     pod = tmp_path / "pod.yaml"
     pod.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: t\n  annotations:\n"
@@ -156,12 +157,43 @@ def test_shipped_memory_model_uses_the_h200_calibration() -> None:
     assert est.predict(h200).gpu_mem_mib == int(np.ceil(raw * scale + offset))
 
 
-def test_cli_evaluate_without_gpu_rows_says_proxy() -> None:
-    r = CliRunner().invoke(main, ["evaluate", "--gpu-data", ""])
+@pytest.fixture(scope="module")
+def tiny_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four rows of every family of the committed dataset: the whole evaluation in seconds."""
+    df = dataset.load()
+    path = tmp_path_factory.mktemp("tiny") / "tiny.csv"
+    df.groupby("family").head(4).to_csv(path, index=False)
+    return path
+
+
+def test_cli_evaluate_writes_both_levels_and_plots(tiny_csv: Path, tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["evaluate", "--data", str(tiny_csv), "--gpu-data", "",
+                                  "--out", str(tmp_path), "--skip-compute"])
     assert r.exit_code == 0, r.output
-    assert "PROXY" in r.output and "NVML-measured" not in r.output
+    assert "described level" in r.output and "job level" in r.output
+    for level in ("described", "job"):
+        assert (tmp_path / f"memory-{level}.png").stat().st_size > 10_000
+    assert (tmp_path / "evaluation.txt").read_text().startswith("Memory, described level")
     r = CliRunner().invoke(main, ["evaluate", "--gpu-data", "/nonexistent.csv"])
     assert r.exit_code != 0 and "does not exist" in r.output
+
+
+def test_cli_evaluate_without_gpu_rows_says_proxy(tmp_path: Path) -> None:
+    df = dataset.load()
+    two = tmp_path / "two.csv"
+    df[df["family"].isin(["bert", "dlrm"])].groupby("family").head(6).to_csv(two, index=False)
+    r = CliRunner().invoke(main, ["evaluate", "--data", str(two), "--gpu-data", "",
+                                  "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "PROXY" in r.output and "NVML-measured" not in r.output
+
+
+def test_cli_train_writes_under_results_by_default(tiny_csv: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["train", "--data", str(tiny_csv), "--gpu-data", ""])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "results" / "predictor" / "models" / "manifest.json").exists()
 
 
 def test_input_images_raise_the_memory_estimate() -> None:

@@ -1,0 +1,238 @@
+"""Build the ``sparse.io/model`` annotation from a real PyTorch model (imports torch).
+
+``describe(model, example_inputs, optimizer, loss_fn=None)`` runs two training steps (warm-up
+and steady state) of the model under ``FakeTensorMode`` on the CPU: the same aten ops as a real
+step, on shape-only tensors, so a model with 40 GiB of tables is described in seconds with no
+real memory and no GPU. The op stream is traced by the generator's ``StepTracer`` (the same
+code that labels the training set), and the result is the annotation a user puts on the pod:
+MACs, parameters, activations, layers, inputs and tables counted from the model, plus the
+measured phase sizes (``saved_bytes``, ``backward_bytes``, ``step_bytes``, ``state_bytes``).
+
+The user's model and optimizers are not modified: parameters and buffers are swapped for fake
+copies during the trace and put back afterwards, and the optimizers are rebuilt on the copies
+with the same class and hyper-parameters (so foreach / single-tensor / fused is kept).
+Sparse gradients make the optimizer step's sizes depend on the ids drawn (how many are
+unique), which fake tensors cannot know: such models are traced on real copies instead.
+
+The ``describe`` CLI takes ``MODULE:FACTORY``; the factory is called without arguments and
+returns ``(model, example_inputs, optimizer)`` or ``(model, example_inputs, optimizer,
+loss_fn)`` (a dict with those keys is accepted too), see docs/predictor.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from predictor import features
+
+OPTIMIZER_NAMES = {"SGD": "sgd", "Adagrad": "adagrad", "Adam": "adam", "AdamW": "adamw",
+                   "SparseAdam": "sparse_adam", "RMSprop": "rmsprop"}
+DTYPE_NAMES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
+
+
+class DescribeError(ValueError):
+    """The model, inputs or optimizer cannot be described; the message says why."""
+
+
+def _optimizer_name(opts: list[Any]) -> str:
+    names = [type(o).__name__ for o in opts]
+    if "SparseAdam" in names:
+        return "sparse_adam"
+    first = opts[0]
+    name = OPTIMIZER_NAMES.get(type(first).__name__, "adam")  # state_bytes is measured anyway
+    if name == "sgd" and any(g.get("momentum", 0) for g in first.param_groups):
+        return "momentum"
+    return name
+
+
+def _family(model: Any, tables: list[features.Table]) -> str:
+    from torch import nn
+
+    mods = list(model.modules())
+    if any(isinstance(m, nn.modules.conv._ConvNd) for m in mods):
+        return "cnn"
+    if any(isinstance(m, nn.MultiheadAttention) for m in mods) and not any(
+            isinstance(m, nn.EmbeddingBag) for m in mods):
+        outs = {m.out_features for m in mods if isinstance(m, nn.Linear)}
+        if any(t.rows in outs for t in tables):  # a language-model head over the vocabulary
+            return "transformer"
+    return "recommendation" if tables else "other"
+
+
+def _rebuild(opt: Any, mapping: dict[int, Any]) -> Any:
+    groups = [{**{k: v for k, v in g.items() if k != "params"},
+               "params": [mapping[id(p)] for p in g["params"]]} for g in opt.param_groups]
+    return type(opt)(groups, **opt.defaults)
+
+
+def _swap(model: Any, make: Callable[[Any], Any]) -> tuple[dict[int, Any], list]:
+    """Replace every parameter and buffer of ``model`` by ``make(t)``; returns the mapping
+    old id -> new parameter and what :func:`_restore` needs."""
+    from torch import nn
+
+    mapping: dict[int, Any] = {}
+    saved = []
+    for mod in model.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in mapping:
+                mapping[id(p)] = nn.Parameter(make(p.detach()), requires_grad=p.requires_grad)
+            saved.append((mod._parameters, name, p))
+            mod._parameters[name] = mapping[id(p)]
+        for name, b in list(mod._buffers.items()):
+            if b is None:
+                continue
+            saved.append((mod._buffers, name, b))
+            mod._buffers[name] = make(b)
+    return mapping, saved
+
+
+def _restore(saved: list) -> None:
+    for store, name, t in reversed(saved):
+        store[name] = t
+
+
+def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
+           fake: bool) -> dict[str, Any]:
+    import contextlib
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    from predictor.generate import measure
+
+    # allow_non_fake_inputs: a loss closure may hold real targets; they are converted on use
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+
+    def make(t: Any) -> Any:
+        return mode.from_tensor(t) if fake else t.clone()
+
+    mapping, saved = _swap(model, make)
+    try:
+        with mode:
+            ins = tree_map(lambda t: make(t) if isinstance(t, torch.Tensor) else t, inputs)
+            opt = measure.Optimizers([_rebuild(o, mapping) for o in opts])
+            flat = [t for t in tree_flatten(ins)[0] if isinstance(t, torch.Tensor)]
+            if not flat:
+                raise DescribeError("example_inputs hold no tensor")
+            batch = int(flat[0].shape[0]) if flat[0].dim() else 1
+
+            def compute_loss() -> Any:
+                out = model(*ins)
+                if loss_fn is not None:
+                    return loss_fn(out, *ins)
+                outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+                        and t.is_floating_point()]
+                if not outs:
+                    raise DescribeError("the model returns no floating tensor: pass loss_fn")
+                return sum(o.float().mean() for o in outs)
+
+            m = measure.trace_training(model, opt, compute_loss, flat, batch)
+    finally:
+        _restore(saved)
+    m["batch_size"] = batch
+    m["flat_inputs"] = [(tuple(t.shape), t.dtype) for t in flat]
+    return m
+
+
+def describe(model: Any, example_inputs: Any, optimizer: Any,
+             loss_fn: Callable | None = None, *, family: str | None = None,
+             gpu_model: str | None = None) -> dict[str, Any]:
+    """The ``sparse.io/model`` annotation (a JSON-able dict) of one training step of ``model``
+    on the batch ``example_inputs`` (a tuple of positional arguments, a single object is
+    wrapped) with ``optimizer`` (one ``torch.optim.Optimizer`` built on the model's
+    parameters, or a list of them). ``loss_fn(output, *example_inputs)`` returns the scalar
+    loss; default: the mean of the output."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise DescribeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    opts = list(optimizer) if isinstance(optimizer, list | tuple) else [optimizer]
+    if not opts or not all(isinstance(o, torch.optim.Optimizer) for o in opts):
+        raise DescribeError("optimizer must be a torch.optim.Optimizer or a list of them")
+    owned = {id(p) for p in model.parameters()}
+    if any(id(p) not in owned for o in opts for g in o.param_groups for p in g["params"]):
+        raise DescribeError("the optimizer holds parameters that are not the model's")
+    sparse = any(getattr(m, "sparse", False) for m in model.modules()
+                 if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
+    m = _trace(model, inputs, opts, loss_fn, fake=not sparse)
+    b = m["batch_size"]
+    tables = features.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
+    floats = [(shape, dt) for shape, dt in m["flat_inputs"] if dt.is_floating_point]
+    image_like = sum(_per_sample(shape) for shape, _ in floats if len(shape) >= 3)
+    dense = sum(shape[-1] for shape, _ in floats if len(shape) == 2 and shape[-1] > 1)
+    param_dtypes = [p.dtype for p in model.parameters() if p.is_floating_point()]
+    dtype = DTYPE_NAMES.get(str(param_dtypes[0]) if param_dtypes else "", "fp32")
+    opt_name = _optimizer_name(opts)
+    spec = features.ModelSpec(
+        family=family or _family(model, tables), batch_size=b, optimizer=opt_name,
+        dtype=dtype, gpu_model=gpu_model or features.gpus.DEFAULT_GPU,
+        macs=round(float(m["macs_per_sample"]), 3), params=float(m["n_params"]),
+        activations=round(float(m["activations_per_sample"]), 3),
+        inputs=float(image_like), layers=int(m["n_layers"]), tables=tables,
+        dense_features=int(dense), sparse_grad=sparse and opt_name in (
+            "sgd", "momentum", "adagrad", "sparse_adam"),
+        **_measured(m, b),
+    )
+    return {k: v for k, v in msgspec.to_builtins(spec).items()
+            if v is not None and v != [] and k != "schema_version"}
+
+
+def _per_sample(shape: tuple) -> int:
+    n = 1
+    for s in shape[1:]:
+        n *= int(s)
+    return n
+
+
+def _measured(m: dict[str, Any], batch: int) -> dict[str, float]:
+    from predictor import dataset
+
+    return dataset.measured_fields(m, batch)
+
+
+def load_factory(target: str) -> Callable[[], Any]:
+    """``MODULE:FACTORY`` (``pkg.mod:make`` or ``path/to/file.py:make``) to the callable."""
+    if ":" not in target:
+        raise DescribeError(f"{target!r}: expected MODULE:FACTORY, e.g. mymodels.dlrm:make")
+    mod_name, _, attr = target.rpartition(":")
+    try:
+        if mod_name.endswith(".py"):
+            spec = importlib.util.spec_from_file_location("_described_model", mod_name)
+            if spec is None or spec.loader is None:
+                raise DescribeError(f"cannot load {mod_name}")
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(mod_name)
+    except (ImportError, FileNotFoundError) as exc:
+        raise DescribeError(f"cannot import {mod_name}: {exc}") from None
+    fn = getattr(mod, attr, None)
+    if not callable(fn):
+        raise DescribeError(f"{mod_name} has no callable {attr!r}")
+    return fn
+
+
+def describe_factory(target: str, **kw: Any) -> dict[str, Any]:
+    """Call the factory ``MODULE:FACTORY`` and describe what it returns."""
+    made = load_factory(target)()
+    if isinstance(made, dict):
+        parts = (made.get("model"), made.get("example_inputs"), made.get("optimizer"),
+                 made.get("loss_fn"))
+    elif isinstance(made, tuple) and len(made) in (3, 4):
+        parts = (*made, None) if len(made) == 3 else made
+    else:
+        raise DescribeError(f"{target} must return (model, example_inputs, optimizer"
+                            "[, loss_fn]) or a dict with those keys")
+    return describe(*parts, **kw)
+
+
+__all__ = ["DescribeError", "describe", "describe_factory", "load_factory"]

@@ -1,0 +1,94 @@
+"""describe(): the annotation read off a real PyTorch model under FakeTensorMode."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from predictor import dataset, features  # noqa: E402
+from predictor.cli import main  # noqa: E402
+from predictor.describe import DescribeError, describe  # noqa: E402
+from predictor.generate import measure, models  # noqa: E402
+
+DLRM = {"family": "dlrm", "tables": [[20000, 16, 3.0], [5000, 16, 1.0]], "dense_features": 13,
+        "bottom_mlp": [64], "top_mlp": [64, 32], "batch_size": 256, "optimizer": "adam",
+        "dtype": "fp32", "sparse_grad": False}
+
+
+def test_describe_matches_the_generator_measurement_and_leaves_the_model_alone() -> None:
+    torch.manual_seed(0)
+    model, make_batch, loss_fn = models.build(DLRM, torch.float32)
+    opt = models.make_optimizer("adam", model)
+    dense, y, *ids = make_batch()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    params = list(model.parameters())
+    ann = describe(model, (dense, list(ids)), opt,
+                   lambda out, *_: torch.nn.functional.binary_cross_entropy_with_logits(out, y))
+    # the user's model and optimizer are untouched
+    assert list(model.parameters()) == params and not opt.state
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    m = measure.measure(DLRM, fake=True)
+    want = dataset.measured_fields(m, DLRM["batch_size"])
+    for k in ("step_bytes", "state_bytes"):
+        assert ann[k] == pytest.approx(want[k], rel=1e-6), k
+    # the label batch has the target too; the described one does not: saved bytes match
+    assert ann["saved_bytes"] == pytest.approx(want["saved_bytes"], rel=0.02)
+    assert ann["params"] == m["n_params"] and ann["layers"] == m["n_layers"]
+    assert ann["batch_size"] == 256 and ann["dense_features"] == 13
+    assert sorted((t["rows"], t["pooling"]) for t in ann["tables"]) == [(5000, 1.0), (20000, 3.0)]
+    spec = features.parse_model(json.dumps(ann))
+    assert features.input_level(spec) == "described" and spec.optimizer == "adam"
+
+
+def test_describe_handles_optimizer_lists_and_sparse_tables() -> None:
+    emb = torch.nn.EmbeddingBag(10_000, 8, mode="mean", sparse=True)
+    head = torch.nn.Linear(8, 1)
+    model = torch.nn.Sequential(emb, head)
+    ids = torch.randint(0, 10_000, (64, 4))
+    ann = describe(model, ids, [torch.optim.SparseAdam(list(emb.parameters())),
+                                torch.optim.Adam(head.parameters())])
+    assert ann["optimizer"] == "sparse_adam" and ann["sparse_grad"] is True
+    assert ann["tables"] == [{"rows": 10_000, "dim": 8, "pooling": 4.0, "count": 1}]
+    assert ann["state_bytes"] >= 2 * 10_000 * 8 * 4
+
+
+def test_describe_rejects_what_it_cannot_trace() -> None:
+    lin = torch.nn.Linear(4, 4)
+    with pytest.raises(DescribeError, match="torch.nn.Module"):
+        describe(object(), torch.randn(2, 4), torch.optim.SGD(lin.parameters()))
+    other = torch.nn.Linear(4, 4)
+    with pytest.raises(DescribeError, match="not the model's"):
+        describe(lin, torch.randn(2, 4), torch.optim.SGD(other.parameters()))
+
+
+def test_cli_describe_module_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mymodel.py").write_text(textwrap.dedent("""
+        import torch
+
+        def make():
+            model = torch.nn.Sequential(torch.nn.Embedding(1000, 16), torch.nn.Flatten(),
+                                        torch.nn.Linear(16 * 8, 1))
+            ids = torch.randint(0, 1000, (32, 8))
+            opt = torch.optim.Adagrad(model.parameters(), foreach=False)
+            return model, (ids,), opt, lambda out, ids: out.square().mean()
+
+        def broken():
+            return 42
+    """))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["describe", "mymodel:make"])
+    assert r.exit_code == 0, r.output
+    ann = json.loads(r.output.strip().splitlines()[-1])
+    assert ann["optimizer"] == "adagrad" and ann["tables"][0]["pooling"] == 8.0
+    spec = features.parse_model(json.dumps(ann))
+    assert features.input_level(spec) == "described"
+    r = CliRunner().invoke(main, ["describe", "mymodel:broken"])
+    assert r.exit_code != 0 and "must return" in r.output
+    r = CliRunner().invoke(main, ["describe", "nomodule:make"])
+    assert r.exit_code != 0 and "cannot import" in r.output

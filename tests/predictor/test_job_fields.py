@@ -1,0 +1,83 @@
+"""The job-fields input level: the camelCase fields of a RecommendDLJob in sparse.io/model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from predictor import estimate, features
+from predictor.cli import main
+
+JOB = {"macs": 1.2e6, "params": 3.3e7, "batchSize": 2048,
+       "vocabularySize": [1_000_000, 500_000, 20_000], "embeddingDim": [16, 16, 16],
+       "optimizer": "adagrad", "dtype": "fp32"}
+
+
+def test_job_fields_are_a_sparse_io_model_annotation() -> None:
+    spec = features.from_annotations({features.ANN_MODEL: json.dumps(JOB),
+                                      "sparse.io/gpu-model": "A100|T4"})
+    assert spec is not None and features.input_level(spec) == "job"
+    assert spec.batch_size == 2048 and spec.optimizer == "adagrad" and spec.gpu_model == "A100"
+    assert sorted((t.rows, t.dim, t.count) for t in spec.tables) == [
+        (20_000, 16, 1), (500_000, 16, 1), (1_000_000, 16, 1)]
+
+
+def test_totals_one_dim_for_all_and_defaults() -> None:
+    totals = features.parse_model(json.dumps({
+        "batchSize": 512, "embeddingSizeTotal": 4e6, "embeddingDimTotal": 128,
+        "embeddingTableCount": 8}))
+    assert totals.tables == [features.Table(rows=500_000, dim=16, count=8)]
+    assert totals.optimizer == "adam" and totals.dtype == "fp32"  # unknown: the safe side
+    one_dim = features.parse_model(json.dumps({"batchSize": 8, "vocabularySize": [10, 20],
+                                               "embeddingDim": [4]}))
+    assert [t.dim for t in one_dim.tables] == [4, 4]
+    sparse = features.parse_model(json.dumps({**JOB, "optimizer": "sparse_adam"}))
+    assert sparse.sparse_grad
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    ({**JOB, "batchSize": 0}, "$.batchSize"),
+    ({**JOB, "embeddingDim": [16, 16]}, "embeddingDim has 2 entries"),
+    ({**JOB, "vocabularySize": [0, 1, 2]}, "$.vocabularySize[0]"),
+    ({**JOB, "embeddingsDim": [16]}, "unknown field `embeddingsDim`"),
+    ({**JOB, "optimizer": "lion"}, "$.optimizer"),
+    ({**JOB, "gpuModel": "RTX9090"}, "unknown gpu_model"),
+])
+def test_bad_job_fields_name_the_field(job: dict, message: str) -> None:
+    with pytest.raises(features.SchemaError, match=message.replace("[", r"\[").replace(
+            "$", r"\$")):
+        features.parse_model(json.dumps(job))
+
+
+def test_estimator_predicts_both_levels_with_train_mib() -> None:
+    est = estimate.Estimator.load()
+    job = est.predict(features.parse_model(json.dumps({**JOB, "gpuModel": "H200"})))
+    assert job.input_level == "job" and job.train_mib > 0
+    table_mib = 1_520_000 * 16 * 4 / 2**20
+    assert job.train_mib >= 2 * table_mib  # weights + Adagrad state at least
+    assert job.gpu_mem_mib > job.train_mib and 1 <= job.gpu_milli <= 1000
+    bigger = est.predict(features.parse_model(json.dumps({**JOB, "batchSize": 8192})))
+    assert bigger.train_mib >= est.predict(features.parse_model(json.dumps(JOB))).train_mib
+
+
+def test_cli_predict_json_prints_one_object(tmp_path: Path) -> None:
+    f = tmp_path / "job.json"
+    f.write_text(json.dumps(JOB))
+    r = CliRunner().invoke(main, ["predict", "--features", str(f), "--gpu-model", "H200",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert {"train_mib", "gpu_mem_mib", "gpu_milli"} <= set(out)
+    assert out["gpu_model"] == "H200" and out["input_level"] == "job"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"batchSize": 4, "vocabularySize": [10], "embeddingDim": [4, 4]}')
+    r = CliRunner().invoke(main, ["predict", "--features", str(bad), "--json"])
+    assert r.exit_code != 0 and "embeddingDim" in r.output
+    bad.write_text("{not json")
+    r = CliRunner().invoke(main, ["predict", "--features", str(bad), "--json"])
+    assert r.exit_code != 0 and "sparse.io/model" in r.output
