@@ -33,3 +33,10 @@ class ReservationConflict(SparseError):
     def __init__(self, message: str, gpu_uuid: str | None = None) -> None:
         super().__init__(message)
         self.gpu_uuid = gpu_uuid
+
+
+class LedgerUnavailable(SparseError):
+    """The ledger's store cannot be reached in time (Redis down, frozen, failing over). Verbs
+    answer the protocol's ``Error`` so the scheduler retries; ``/readyz`` turns 503."""
+
+    http_status = 503

@@ -2,16 +2,24 @@
 
 A conflict (another replica booked first) re-plans on fresh state a few times; any failure
 answers ``Error`` so the scheduler retries, and the booking is rolled back.
+
+The answer is the truth: success only once the booking is confirmed (bound, no expiry). The
+Binding call is abandoned after ``bind_timeout_s`` and an unbound booking lives that long past
+its TTL, so it cannot expire while its Binding is in flight. A bind that answers an error
+leaves no booking: it rolls back what it booked, and when the store cannot be reached for
+that, the upkeep drops it later (``BindUpkeep``). Only when the Binding itself was created
+(the pod is bound) does the booking stay, confirmed later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from extender.binder import BindError
 from extender.demand import PodDemand
-from extender.errors import InvalidDemand, ReservationConflict
+from extender.errors import InvalidDemand, LedgerUnavailable, ReservationConflict
 from extender.ledger.rules import STATE_BOUND, Reservation
 from extender.outcome import Outcome
 from extender.placement import Assignment, ClusterState, assign, fit, reservation_for
@@ -30,23 +38,66 @@ BIND_ATTEMPTS = 3  # a conflict means another replica booked first: re-plan on f
 async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     key = f"{args.pod_namespace}/{args.pod_name}"
     ref = (args.pod_namespace, args.pod_name, args.pod_uid)
+    s.upkeep.bind_started(args.pod_uid)
     try:
         reservation, loss = await reserve(s, args)
     except (InvalidDemand, ReservationConflict, LookupError) as exc:
         s.notify(Outcome("bind", *ref, False, str(exc)))
         return BindingResult(Error=str(exc))
+    if reservation.state == STATE_BOUND:  # a retried bind of a pod bound already
+        s.forget_pending(args.pod_uid)
+        s.notify(Outcome("bind", *ref, True, reservation=reservation))
+        return BindingResult()
     try:
-        await s.binder.bind(args, reservation)
-    except BindError as exc:
-        await s.release(args.pod_uid, keep_pending=True)
-        log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
-        s.notify(Outcome("bind", *ref, False, f"binding failed: {exc}"))
-        return BindingResult(Error=f"binding {key} to {args.node} failed: {exc}")
-    confirmed = await s.confirm(args.pod_uid)
+        await asyncio.wait_for(s.binder.bind(args, reservation), s.bind_timeout_s)
+    except (BindError, TimeoutError) as exc:
+        why = str(exc) or f"no answer within {s.bind_timeout_s:g} s"
+        await roll_back(s, reservation)
+        log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, why)
+        s.notify(Outcome("bind", *ref, False, f"binding failed: {why}"))
+        return BindingResult(Error=f"binding {key} to {args.node} failed: {why}")
+    try:
+        confirmed = await confirm(s, reservation)
+    except LedgerUnavailable as exc:
+        if getattr(s.binder, "binds_pods", True):  # pod bound: booking stays, confirmed later
+            s.upkeep.confirm_later(args.pod_uid)
+        else:  # the booking was the whole binding: undo it
+            await roll_back(s, reservation)
+        s.notify(Outcome("bind", *ref, False, f"booking not confirmed: {exc}"))
+        return BindingResult(Error=f"bind {key}: booking not confirmed: {exc}")
+    except ReservationConflict as exc:
+        s.notify(Outcome("bind", *ref, False, str(exc)))
+        return BindingResult(Error=f"bind {key}: {exc}")
     s.forget_pending(args.pod_uid)
-    s.notify(Outcome("bind", *ref, True, reservation=confirmed or reservation,
-                     interference=loss))
+    s.notify(Outcome("bind", *ref, True, reservation=confirmed, interference=loss))
     return BindingResult()
+
+
+async def confirm(s: Scheduler, reservation: Reservation) -> Reservation:
+    """Mark the booking bound. Should it be gone (a store that lost it), book it again as
+    bound: success only with a confirmed booking."""
+    confirmed = await s.confirm(reservation.pod_uid)
+    if confirmed is not None:
+        return confirmed
+    state = await s.view()
+    bound = reservation.bound()
+    if not all(g in state.gpu_index for g in bound.gpus):
+        raise ReservationConflict(
+            f"booking of {reservation.namespace}/{reservation.name} was lost and its GPUs are"
+            " unknown now")
+    version, _ = await s.ledger.reserve_change(bound, state.capacities(bound.gpus))
+    s.after_change(version, add=bound)
+    log.warning("booking of %s/%s was gone at confirm; booked again", reservation.namespace,
+                reservation.name)
+    return bound
+
+
+async def roll_back(s: Scheduler, reservation: Reservation) -> None:
+    """Drop what this bind booked; if the store cannot be reached, the upkeep drops it."""
+    try:
+        await s.release(reservation.pod_uid, keep_pending=True, only_if=reservation)
+    except LedgerUnavailable:
+        s.upkeep.drop_later(reservation)
 
 
 async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:
@@ -85,13 +136,17 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
             why = fit(state, demand, [args.node])
             reason = summarize(why.failed, why.unresolvable) or "does not fit"
             raise ReservationConflict(f"node {args.node} no longer fits the pod: {reason}")
-        reservation = reservation_for(demand, choice, state, s.clock(), s.reservation_ttl_s)
+        reservation = reservation_for(demand, choice, state, s.clock(),
+                                      s.reservation_ttl_s + s.bind_timeout_s)
         capacities = state.capacities(reservation.gpus)
         try:
-            version = await s.ledger.reserve(reservation, capacities)
+            version, _ = await s.ledger.reserve_change(reservation, capacities)
         except ReservationConflict as exc:
             last = str(exc)
             continue  # the next view() replays what the other replica booked
+        except LedgerUnavailable:
+            s.upkeep.drop_later(reservation)  # the script may have run: its reply was lost
+            raise
         s.after_change(version, add=reservation)
         return reservation, placement_loss(state, demand, choice)
     raise ReservationConflict(f"node {args.node}: GPUs taken concurrently ({last})")
