@@ -4,7 +4,8 @@
   instead of failing at once (redis-py's default pool raises at its limit).
 * Socket and connect timeouts well below the scheduler's extender ``httpTimeout`` (5 s in the
   shipped scheduler config): a frozen Redis costs a request at most ``socket_timeout_s``.
-* No automatic retries: a Lua script that timed out may have run; the caller decides.
+* No retry after a timeout (a script that timed out may have run; the caller decides), one
+  after a broken connection.
 * ``sentinel://host1:26379,host2:26379/<master-name>[/db]``: the master is found through
   Sentinel and followed across failovers; ``on_master_change`` fires when it moves.
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 import redis.asyncio as aioredis
+from redis import exceptions as rex
 from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
@@ -42,7 +44,10 @@ class RedisOptions:
         kwargs: dict[str, object] = {
             "socket_timeout": self.socket_timeout_s,
             "socket_connect_timeout": self.connect_timeout_s,
-            "retry": Retry(NoBackoff(), 0),
+            # One retry on a broken connection (a pooled one that a Redis restart or
+            # failover closed), none on a timeout: a retried change is harmless (every
+            # script is idempotent and reports "no change"), a doubled wait is not.
+            "retry": Retry(NoBackoff(), 1, supported_errors=(rex.ConnectionError,)),
             "health_check_interval": 0,
         }
         if self.password:
