@@ -10,7 +10,7 @@ from redis import exceptions as rex
 from extender.annotations import DEMAND_KEY_PREFIX
 from extender.demand import Prediction
 from extender.errors import LedgerUnavailable
-from extender.ledger.connect import RedisOptions, make_client
+from extender.ledger.connect import RedisOptions, close_client, make_client
 
 
 class DemandSource(Protocol):
@@ -48,4 +48,4 @@ class RedisPredictions:
         return Prediction.from_hash({k.decode(): v.decode() for k, v in fields.items()})
 
     async def close(self) -> None:
-        await self._r.aclose()
+        await close_client(self._r)

@@ -22,7 +22,7 @@ from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidInventory, LedgerUnavailable, ReservationConflict
 from extender.interference import InterferenceMatrix
 from extender.inventory import Inventory, NodeGpus, node_from_annotations
-from extender.ledger.health import LedgerHealth
+from extender.ledger.health import LedgerHealth, raise_if_cancelling
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
 from extender.ledger.upkeep import BindUpkeep
@@ -342,7 +342,9 @@ class Scheduler:
         """Periodic upkeep: first finish what failed binds left (confirm bound pods, drop the
         bookings of binds that answered an error), then expire unbound bookings."""
         await self.upkeep.run(self)
+        raise_if_cancelling()
         dropped = await self.ledger.expire(self.clock())
+        raise_if_cancelling()
         if dropped:  # the next view() replays the drops from the ledger's change log
             self.upkeep.expired += len(dropped)
             for r in dropped:

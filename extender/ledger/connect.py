@@ -15,6 +15,7 @@ the sentinels alike; one inside a ``redis://:pw@host`` URL takes precedence for 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,3 +118,11 @@ def make_client(url: str, options: RedisOptions,
     pool = BlockingConnectionPool.from_url(url, max_connections=options.pool_size,
                                            timeout=options.pool_wait_s, **kwargs)
     return aioredis.Redis(connection_pool=pool)
+
+
+async def close_client(client: aioredis.Redis, timeout_s: float = 2.0) -> None:
+    """Close every connection, but never let a dead server hold up shutdown."""
+    try:
+        await asyncio.wait_for(client.aclose(), timeout_s)
+    except (TimeoutError, OSError, rex.RedisError) as exc:
+        log.warning("closing the Redis client: %s", exc)

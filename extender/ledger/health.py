@@ -52,4 +52,13 @@ class LedgerHealth:
     async def run(self, ledger: object, interval_s: float = PING_INTERVAL_S) -> None:
         while True:
             await self.check(ledger)
+            raise_if_cancelling()
             await asyncio.sleep(interval_s)
+
+
+def raise_if_cancelling() -> None:
+    """The Redis client can swallow a cancellation that lands while it times out a call; a
+    loop that then sleeps again would hold up shutdown for good. Honour it here."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

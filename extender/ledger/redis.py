@@ -24,7 +24,7 @@ from redis import exceptions as rex
 
 from extender.errors import LedgerUnavailable, ReservationConflict
 from extender.ledger import rules, scripts
-from extender.ledger.connect import RedisOptions, make_client
+from extender.ledger.connect import RedisOptions, close_client, make_client
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation
 from extender.ledger.scripts import LOG_MAX
 from extender.ledger.store import Applied, Change
@@ -197,4 +197,4 @@ class RedisLedger:
         await self._call("ping", self._r.ping)
 
     async def close(self) -> None:
-        await self._r.aclose()
+        await close_client(self._r)

@@ -7,17 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
-import subprocess
-import tempfile
-import time
 
 import numpy as np
 import pytest
-from builders import free_port, gpu_node, inventory, pod
+from builders import gpu_node, inventory, pod
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from redis_procs import RestartableRedis
 
 from extender import protocol
 from extender.errors import ReservationConflict
@@ -30,54 +27,6 @@ from extender.verbs import bind as bind_verb
 
 INV = inventory(gpu_node("n0", 2), gpu_node("n1", 2))
 TTL = 30.0
-
-
-class RestartableRedis:
-    """A redis-server this test may stop and start again on the same port."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="sparse-views-")
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start(keep=False)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, keep: bool) -> None:
-        if not keep:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = tempfile.mkdtemp(prefix="sparse-views-")
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port),
-             "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-    def restart(self, keep: bool) -> None:
-        self.stop()
-        self.start(keep)
-
-    def flush(self) -> None:
-        with socket.create_connection(("127.0.0.1", self.port)) as conn:
-            conn.sendall(b"FLUSHALL\r\n")
-            conn.recv(16)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,17 @@ from extender.errors import ReservationConflict
 from extender.ledger.memory import MemoryLedger
 from extender.ledger.redis import RedisLedger
 from extender.ledger.rules import STATE_BOUND, STATE_RESERVED, Allocation, GpuCapacity, Reservation
+from extender.ledger.sqlite import SqliteLedger
 
 CAPS = {"g0": GpuCapacity(16384), "g1": GpuCapacity(16384), "g2": GpuCapacity(40960)}
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def ledger(request):
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def ledger(request, tmp_path):
     if request.param == "memory":
         store = MemoryLedger()
+    elif request.param == "sqlite":
+        store = SqliteLedger(tmp_path)
     else:
         store = RedisLedger.from_url(request.getfixturevalue("redis_url"))
     yield store
