@@ -92,13 +92,14 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
                  on_master_change: Callable[[tuple[str, int]], None], **kwargs: object) -> None:
         super().__init__(service_name, sentinel_manager, **kwargs)
         self._on_master_change = on_master_change
+        self._known: tuple[str, int] | None = None  # survives the pool's reset()
 
     async def get_master_address(self):  # type: ignore[no-untyped-def]
-        before = self.master_address
         address = await super().get_master_address()
-        if before is not None and address != before:
-            log.warning("redis master moved from %s:%s to %s:%s", *before, *address)
+        if self._known is not None and address != self._known:
+            log.warning("redis master moved from %s:%s to %s:%s", *self._known, *address)
             self._on_master_change(address)
+        self._known = address
         return address
 
 

@@ -194,6 +194,11 @@ class RedisLedger:
         return version, out
 
     async def ping(self) -> None:
+        """Reachable? Behind Sentinel also: is the master still the one we write to? (A
+        planned failover leaves our idle connections on the old master, now a replica.)"""
+        find_master = getattr(self._r.connection_pool, "get_master_address", None)
+        if find_master is not None:
+            await self._call("master discovery", find_master)
         await self._call("ping", self._r.ping)
 
     async def close(self) -> None:
