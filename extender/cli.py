@@ -51,6 +51,8 @@ def main() -> None:
               help="Redis connections per replica; further requests wait for one.")
 @click.option("--bind-timeout", default=DEFAULT_BIND_TIMEOUT_S, show_default=True,
               type=float, help="Seconds the Binding call may take before the bind fails.")
+@click.option("--expire-interval", default=10.0, show_default=True, type=float,
+              help="Seconds between expiry and upkeep rounds of the ledger.")
 @click.option("--predictions", help="redis:// URL of predicted demands (default: --store's).")
 @click.option("--policy", default="sparse", show_default=True,
               type=click.Choice(sorted(REGISTRY)))
@@ -91,6 +93,7 @@ def serve(**options: object) -> None:
         state_dir=options["state_dir"], redis_password_file=options["redis_password_file"],
         redis_socket_timeout_s=options["redis_socket_timeout"],
         redis_pool_size=options["redis_pool_size"], bind_timeout_s=options["bind_timeout"],
+        expire_interval_s=options["expire_interval"],
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:
