@@ -64,3 +64,11 @@ predictor-data: setup
 predictor-train: setup
 	$(BIN)/sparse-predictor train
 	$(BIN)/sparse-predictor evaluate
+
+# Long form of the replica chaos run: 20,000 binds, 1,000 in flight, 3 replicas, Redis behind
+# sentinels, a replica kill -9, a Redis restart and a failover mid-run (short form: make test).
+.PHONY: chaos chaos-replicas
+chaos: chaos-replicas
+
+chaos-replicas: setup
+	$(BIN)/python tests/chaos/replicas_driver.py --binds 20000 --in-flight 1000
