@@ -40,3 +40,8 @@ class LedgerUnavailable(SparseError):
     answer the protocol's ``Error`` so the scheduler retries; ``/readyz`` turns 503."""
 
     http_status = 503
+
+
+class LedgerBusy(LedgerUnavailable):
+    """Every connection to the store stayed busy for the whole wait: the replica is loaded, the
+    store is fine (answered as Error; readiness unchanged)."""

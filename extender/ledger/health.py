@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 
-from extender.errors import LedgerUnavailable
+from extender.errors import LedgerBusy, LedgerUnavailable
 
 log = logging.getLogger("sparse.ledger.health")
 
@@ -22,6 +22,8 @@ class LedgerHealth:
         self.outages = 0
 
     def failed(self, exc: BaseException) -> None:
+        if isinstance(exc, LedgerBusy):
+            return  # loaded, not broken: the store answers
         if self.ok:
             log.warning("GPU ledger unreachable: %s", exc)
             self.outages += 1

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from extender.errors import LedgerUnavailable, ReservationConflict
+from extender.errors import LedgerBusy, LedgerUnavailable, ReservationConflict
 from extender.ledger import rules, scripts
 from extender.ledger.connect import RedisOptions, close_client, make_client
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation
@@ -33,6 +33,7 @@ __all__ = ["LOG_MAX", "RedisLedger"]
 
 LOG_CATCH_UP = 2_000  # further behind than this, a snapshot is the cheaper read
 CONFIRM_ATTEMPTS = 16
+POOL_EXHAUSTED = "No connection available"  # redis-py's BlockingConnectionPool, after its wait
 
 T = TypeVar("T")
 
@@ -72,6 +73,9 @@ class RedisLedger:
         try:
             return await fn()
         except _UNAVAILABLE as exc:
+            if isinstance(exc, rex.ConnectionError) and POOL_EXHAUSTED in str(exc):
+                raise LedgerBusy(f"GPU ledger busy during {what}: no Redis connection free"
+                                 " in time") from exc
             self.disruptions += 1
             raise LedgerUnavailable(f"GPU ledger (Redis) unavailable during {what}: "
                                     f"{type(exc).__name__}: {exc}") from exc
