@@ -49,6 +49,9 @@ def main() -> None:
               help="Seconds a Redis call may take; keep it below the scheduler's httpTimeout.")
 @click.option("--redis-pool-size", default=64, show_default=True, type=int,
               help="Redis connections per replica; further requests wait for one.")
+@click.option("--redis-min-replicas", default=0, show_default=True, type=int,
+              help="Acknowledge a booking only once this many Redis replicas hold it (WAIT);"
+                   " 1 with Sentinel.")
 @click.option("--bind-timeout", default=DEFAULT_BIND_TIMEOUT_S, show_default=True,
               type=float, help="Seconds the Binding call may take before the bind fails.")
 @click.option("--expire-interval", default=10.0, show_default=True, type=float,
@@ -94,6 +97,7 @@ def serve(**options: object) -> None:
         redis_socket_timeout_s=options["redis_socket_timeout"],
         redis_pool_size=options["redis_pool_size"], bind_timeout_s=options["bind_timeout"],
         expire_interval_s=options["expire_interval"],
+        redis_min_replicas=options["redis_min_replicas"],
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:

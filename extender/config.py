@@ -33,6 +33,9 @@ class Settings:
     redis_connect_timeout_s: float = 0.5
     redis_pool_size: int = 64  # connections per replica; more concurrent requests wait
     redis_pool_wait_s: float = 1.0
+    # Replicas that must hold a change before it is acknowledged (WAIT): 1 with Sentinel, so
+    # a failover cannot lose an acknowledged booking nor a cut-off master acknowledge one.
+    redis_min_replicas: int = 0
     bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S  # the Binding call is abandoned after this
     predictions: str | None = None  # redis:// URL of predicted demands (defaults to store's)
     policy: str = "sparse"
@@ -77,6 +80,8 @@ class Settings:
                                ("--bind-timeout", self.bind_timeout_s)):
             if not seconds > 0:
                 errors.append(f"{label} must be positive, got {seconds}")
+        if self.redis_min_replicas < 0:
+            errors.append("--redis-min-replicas must be 0 or more")
         if self.redis_pool_size < 1:
             errors.append("--redis-pool-size must be at least 1")
         if self.redis_password_file is not None and not Path(self.redis_password_file).is_file():

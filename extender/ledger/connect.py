@@ -40,6 +40,8 @@ class RedisOptions:
     connect_timeout_s: float = 0.5
     pool_size: int = 64  # connections per replica; more requests wait for one
     pool_wait_s: float = 1.0
+    min_replicas: int = 0  # replicas that must hold a change before it is acknowledged
+    replica_wait_ms: int = 500
 
     def connection_kwargs(self) -> dict[str, object]:
         kwargs: dict[str, object] = {

@@ -33,6 +33,7 @@ def redis_options(settings: Settings) -> RedisOptions:
         connect_timeout_s=settings.redis_connect_timeout_s,
         pool_size=settings.redis_pool_size,
         pool_wait_s=settings.redis_pool_wait_s,
+        min_replicas=settings.redis_min_replicas,
     )
 
 

@@ -41,14 +41,29 @@ _UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.ReadOnlyError, OSErro
                 TimeoutError)
 
 
+class NotReplicated(LedgerUnavailable):
+    """The change was made on the master but not copied to enough replicas in time: not
+    acknowledged (it may yet be lost in a failover). ``reply`` is what the script answered."""
+
+    def __init__(self, message: str, reply: Any) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
 def _epoch_base() -> int:
     """First version number after a wipe: microseconds now, far above any earlier version."""
     return int(time.time() * 1_000_000)
 
 
 class RedisLedger:
-    def __init__(self, client: aioredis.Redis, prefix: str = "sparse:ledger:") -> None:
+    def __init__(self, client: aioredis.Redis, prefix: str = "sparse:ledger:",
+                 min_replicas: int = 0, replica_wait_ms: int = 500) -> None:
         self._r = client
+        # Acknowledge a change only once this many replicas hold it (WAIT on the connection
+        # that wrote it): a failover then cannot lose it, and a stale master cut off from its
+        # replicas (split brain) cannot acknowledge anything.
+        self.min_replicas = min_replicas
+        self.replica_wait_ms = replica_wait_ms
         self._keys = [f"{prefix}{k}" for k in ("res", "mem", "milli", "exp", "ver", "log")]
         self._reserve = client.register_script(scripts.RESERVE)
         self._release = client.register_script(scripts.RELEASE)
@@ -60,9 +75,10 @@ class RedisLedger:
     def from_url(cls, url: str, prefix: str = "sparse:ledger:",
                  options: RedisOptions | None = None) -> RedisLedger:
         holder: list[RedisLedger] = []
-        client = make_client(url, options or RedisOptions(),
+        options = options or RedisOptions()
+        client = make_client(url, options,
                              on_master_change=lambda _: holder[0].disrupted())
-        ledger = cls(client, prefix)
+        ledger = cls(client, prefix, options.min_replicas, options.replica_wait_ms)
         holder.append(ledger)
         return ledger
 
@@ -80,9 +96,25 @@ class RedisLedger:
             raise LedgerUnavailable(f"GPU ledger (Redis) unavailable during {what}: "
                                     f"{type(exc).__name__}: {exc}") from exc
 
-    async def _script(self, script: Any, what: str, args: list[Any]) -> Any:
-        return await self._call(what, lambda: script(keys=self._keys,
-                                                     args=[_epoch_base(), *args]))
+    async def _script(self, script: Any, what: str, args: list[Any],
+                      replicated: bool = True) -> Any:
+        args = [_epoch_base(), *args]
+        if not replicated or self.min_replicas <= 0:
+            return await self._call(what, lambda: script(keys=self._keys, args=args))
+
+        async def run_and_wait() -> tuple[Any, int]:
+            async with self._r.pipeline(transaction=False) as pipe:
+                await script(keys=self._keys, args=args, client=pipe)
+                pipe.execute_command("WAIT", self.min_replicas, self.replica_wait_ms)
+                reply, copies = await pipe.execute()
+            return reply, int(copies)
+
+        reply, copies = await self._call(what, run_and_wait)
+        if copies < self.min_replicas:
+            self.disruptions += 1  # maybe a master cut off from the others: re-read all
+            raise NotReplicated(f"GPU ledger: {what} reached {copies} of"
+                                f" {self.min_replicas} Redis replicas in time", reply)
+        return reply
 
     # --- changes ---------------------------------------------------------------------------
 
@@ -150,7 +182,7 @@ class RedisLedger:
         return (await self.release_change(pod_uid)).reservation
 
     async def expire(self, now: float) -> list[Reservation]:
-        dropped = await self._script(self._expire, "expire", [now])
+        dropped = await self._script(self._expire, "expire", [now], replicated=False)
         return [rules.from_json(d) for d in dropped]
 
     # --- reads -----------------------------------------------------------------------------

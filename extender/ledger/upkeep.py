@@ -28,14 +28,15 @@ MAX_REMEMBERED = 100_000
 
 class BindUpkeep:
     def __init__(self) -> None:
-        self._drop: dict[str, Reservation] = {}
+        self._drop: dict[str, tuple[Reservation, ...]] = {}
         self._confirm: set[str] = set()
         self.reclaimed = 0  # bookings of failed binds dropped here
         self.expired = 0  # unbound bookings dropped at their deadline
 
-    def drop_later(self, reservation: Reservation) -> None:
+    def drop_later(self, *reservation: Reservation) -> None:
+        """Drop the pod's booking while it is exactly one of these (as booked; as bound)."""
         if len(self._drop) < MAX_REMEMBERED:  # beyond that, expiry still drops them
-            self._drop[reservation.pod_uid] = reservation
+            self._drop[reservation[0].pod_uid] = reservation
 
     def confirm_later(self, pod_uid: str) -> None:
         if len(self._confirm) < MAX_REMEMBERED:
@@ -57,14 +58,18 @@ class BindUpkeep:
             except LedgerUnavailable:
                 return
             self._confirm.discard(uid)
-        for uid, reservation in list(self._drop.items()):
+        for uid, candidates in list(self._drop.items()):
+            dropped = None
             try:
-                dropped = await s.release(uid, keep_pending=True, only_if=reservation)
+                for candidate in candidates:
+                    dropped = await s.release(uid, keep_pending=True, only_if=candidate)
+                    if dropped is not None:
+                        break
             except LedgerUnavailable:
                 return
-            if self._drop.get(uid) is reservation:
+            if self._drop.get(uid) is candidates:
                 del self._drop[uid]
             if dropped is not None:
                 self.reclaimed += 1
                 log.warning("dropped the booking of %s/%s left by a bind that failed",
-                            reservation.namespace, reservation.name)
+                            dropped.namespace, dropped.name)

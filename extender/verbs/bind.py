@@ -61,8 +61,8 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     except LedgerUnavailable as exc:
         if getattr(s.binder, "binds_pods", True):  # pod bound: booking stays, confirmed later
             s.upkeep.confirm_later(args.pod_uid)
-        else:  # the booking was the whole binding: undo it
-            await roll_back(s, reservation)
+        else:  # the booking was the whole binding: undo it (confirmed or not)
+            await roll_back(s, reservation, confirmed_too=True)
         s.notify(Outcome("bind", *ref, False, f"booking not confirmed: {exc}"))
         return BindingResult(Error=f"bind {key}: booking not confirmed: {exc}")
     except ReservationConflict as exc:
@@ -92,12 +92,15 @@ async def confirm(s: Scheduler, reservation: Reservation) -> Reservation:
     return bound
 
 
-async def roll_back(s: Scheduler, reservation: Reservation) -> None:
+async def roll_back(s: Scheduler, reservation: Reservation, confirmed_too: bool = False) -> None:
     """Drop what this bind booked; if the store cannot be reached, the upkeep drops it."""
+    candidates = (reservation, reservation.bound()) if confirmed_too else (reservation,)
     try:
-        await s.release(reservation.pod_uid, keep_pending=True, only_if=reservation)
+        for candidate in candidates:
+            if await s.release(reservation.pod_uid, keep_pending=True, only_if=candidate):
+                return
     except LedgerUnavailable:
-        s.upkeep.drop_later(reservation)
+        s.upkeep.drop_later(*candidates)
 
 
 async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:

@@ -114,7 +114,7 @@ class Replica:
              "--nodes", str(self.conf), "--store", self.store, "--log-format", "text",
              "--log-level", "warning", "--reservation-ttl", str(TTL_S),
              "--bind-timeout", str(BIND_TIMEOUT_S), "--expire-interval",
-             str(EXPIRE_INTERVAL_S)],
+             str(EXPIRE_INTERVAL_S), "--redis-min-replicas", "1"],
             stdout=log, stderr=subprocess.STDOUT, cwd=_TESTS.parent,
             env={**os.environ, "SPARSE_REDIS_PASSWORD": self.password,
                  "PYTHONUNBUFFERED": "1"})
@@ -167,7 +167,8 @@ class Driver:
                          for i in range(3)]
         self.ledger = RedisLedger.from_url(self.redis.url,
                                            options=RedisOptions(password=self.redis.password,
-                                                                socket_timeout_s=2.0))
+                                                                socket_timeout_s=2.0,
+                                                                min_replicas=1))
         self.used: dict[str, list[int]] = {}  # acknowledged live bookings per GPU
         self.errored: set[str] = set()  # pods whose last bind answered an error
         self.acked: set[str] = set()

@@ -129,3 +129,24 @@ async def test_booking_lost_in_failover_is_adopted_again_from_the_api(
         assert {uid, lost} <= set(held) and third not in held
     finally:
         await ledger.close()
+
+
+async def test_a_booking_no_replica_holds_is_not_acknowledged(sentinels, monkeypatch) -> None:
+    monkeypatch.setenv("SPARSE_REDIS_PASSWORD", sentinels.password)
+    ledger = open_ledger(Settings(store=sentinels.url, redis_min_replicas=1))
+    s = scheduler(ledger)
+    try:
+        assert (await place(s, mem=1000, milli=100))[1] == ""
+        sentinels.wait_replicas_synced()
+        replica = next(p for p in sentinels.data_ports if p != sentinels.master_port())
+        os.kill(sentinels.procs[replica].pid, signal.SIGSTOP)
+        try:
+            uid, error = await place(s, mem=1000, milli=100)
+        finally:
+            os.kill(sentinels.procs[replica].pid, signal.SIGCONT)
+        assert "replicas" in error  # answered an error: the scheduler retries
+        await s.expire()  # upkeep: what the unacknowledged bind booked is dropped
+        assert await ledger.get(uid) is None
+        assert s.upkeep.reclaimed == 1
+    finally:
+        await ledger.close()
