@@ -34,6 +34,7 @@ __all__ = ["LOG_MAX", "RedisLedger"]
 LOG_CATCH_UP = 2_000  # further behind than this, a snapshot is the cheaper read
 CONFIRM_ATTEMPTS = 16
 POOL_EXHAUSTED = "No connection available"  # redis-py's BlockingConnectionPool, after its wait
+ON_A_REPLICA = ("READONLY", "WAIT cannot be used with replica")  # our server was demoted
 
 T = TypeVar("T")
 
@@ -95,6 +96,12 @@ class RedisLedger:
             self.disruptions += 1
             raise LedgerUnavailable(f"GPU ledger (Redis) unavailable during {what}: "
                                     f"{type(exc).__name__}: {exc}") from exc
+        except rex.ResponseError as exc:
+            if not any(m in str(exc) for m in ON_A_REPLICA):
+                raise
+            self.disruptions += 1  # a master demoted under us (failover): re-read all
+            raise LedgerUnavailable(f"GPU ledger (Redis) unavailable during {what}: the"
+                                    " server is a replica now (failover)") from exc
 
     async def _script(self, script: Any, what: str, args: list[Any],
                       replicated: bool = True) -> Any:

@@ -61,8 +61,9 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     except LedgerUnavailable as exc:
         if getattr(s.binder, "binds_pods", True):  # pod bound: booking stays, confirmed later
             s.upkeep.confirm_later(args.pod_uid)
-        else:  # the booking was the whole binding: undo it (confirmed or not)
-            await roll_back(s, reservation, confirmed_too=True)
+        else:  # the booking was the whole binding: undo it (if the confirm did land, the
+            # booking is bound and a retried bind of the pod answers success with it)
+            await roll_back(s, reservation)
         s.notify(Outcome("bind", *ref, False, f"booking not confirmed: {exc}"))
         return BindingResult(Error=f"bind {key}: booking not confirmed: {exc}")
     except ReservationConflict as exc:
@@ -92,15 +93,13 @@ async def confirm(s: Scheduler, reservation: Reservation) -> Reservation:
     return bound
 
 
-async def roll_back(s: Scheduler, reservation: Reservation, confirmed_too: bool = False) -> None:
-    """Drop what this bind booked; if the store cannot be reached, the upkeep drops it."""
-    candidates = (reservation, reservation.bound()) if confirmed_too else (reservation,)
+async def roll_back(s: Scheduler, reservation: Reservation) -> None:
+    """Drop what this bind booked (only that very booking: a later attempt books its own);
+    if the store cannot be reached, the upkeep drops it later."""
     try:
-        for candidate in candidates:
-            if await s.release(reservation.pod_uid, keep_pending=True, only_if=candidate):
-                return
+        await s.release(reservation.pod_uid, keep_pending=True, only_if=reservation)
     except LedgerUnavailable:
-        s.upkeep.drop_later(*candidates)
+        s.upkeep.drop_later(reservation)
 
 
 async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:
@@ -118,13 +117,15 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
     """Book the pod's GPUs on ``args.node``; returns the booking and its interference loss."""
     existing = await s.ledger.get(args.pod_uid)
     if existing is not None:
-        if existing.node == args.node:
-            return existing, None  # a retried bind: book nothing twice
         if existing.state == STATE_BOUND:
+            if existing.node == args.node:
+                return existing, None  # an earlier attempt succeeded: nothing to book
             raise ReservationConflict(
                 f"pod {args.pod_namespace}/{args.pod_name} is already bound to {existing.node}"
             )
-        await s.release(args.pod_uid, keep_pending=True)
+        # Booked but unbound by an earlier attempt (maybe failed, maybe on another replica
+        # that will drop exactly that booking): this attempt books its own.
+        await s.release(args.pod_uid, keep_pending=True, only_if=existing)
     demand = await demand_for_bind(s, args)
     if demand is None:
         raise LookupError(

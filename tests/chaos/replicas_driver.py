@@ -40,12 +40,14 @@ from builders import free_port, pod  # noqa: E402
 from redis_procs import SentinelGroup  # noqa: E402
 
 from extender.ledger.connect import RedisOptions  # noqa: E402
-from extender.ledger.redis import RedisLedger  # noqa: E402
+from extender.ledger.redis import NotReplicated, RedisLedger  # noqa: E402
+from extender.ledger.rules import from_json  # noqa: E402
 
 GPU_MIB = 32768
 TTL_S = 3.0
 BIND_TIMEOUT_S = 1.0
 EXPIRE_INTERVAL_S = 0.5
+RETRY_FOR_S = 30.0  # how long a pod is retried before the driver gives up on it
 
 
 @dataclass
@@ -159,6 +161,8 @@ class Driver:
                          for g in range(gpus)}
         self.rng = random.Random(seed)
         self.fig = Figures()
+        # One replica and --redis-min-replicas 1: a master cut off from it (the old one, just
+        # after a failover) cannot acknowledge a booking.
         self.redis = SentinelGroup(replicas=1, sentinels=3, down_after_ms=2000,
                                    appendonly=True)
         conf = workdir / "nodes.yaml"
@@ -170,11 +174,13 @@ class Driver:
                                                                 socket_timeout_s=2.0,
                                                                 min_replicas=1))
         self.used: dict[str, list[int]] = {}  # acknowledged live bookings per GPU
+        self.live: dict[str, set[str]] = {}  # acknowledged live pods per GPU
         self.errored: set[str] = set()  # pods whose last bind answered an error
         self.acked: set[str] = set()
         self.released: set[str] = set()
         self.started = 0
         self.tasks: set[asyncio.Task[None]] = set()
+        self.t0 = time.monotonic()
 
     # --- one pod --------------------------------------------------------------------------
 
@@ -200,11 +206,15 @@ class Driver:
             p = pod(mem=self.rng.choice([2000, 4000, 8000]),
                     milli=self.rng.choice([100, 200, 300]))
         uid = p["metadata"]["uid"]
-        for _ in range(6):  # the scheduler retries a pod that failed to bind
+        started = time.monotonic()
+        for attempt in range(1000):  # the scheduler retries, backing off, for a while
+            if time.monotonic() - started > RETRY_FOR_S:
+                break
+            if attempt:
+                await asyncio.sleep(min(1.0, 0.05 * 2 ** attempt))
             nodes = self.rng.sample(self.nodes, min(8, len(self.nodes)))
             out = await self.post(session, "filter", {"Pod": p, "NodeNames": nodes})
             if not out or out.get("Error") or not out.get("NodeNames"):
-                await asyncio.sleep(0.05)
                 continue
             node = out["NodeNames"][0]
             out = await self.post(session, "bind", {
@@ -218,7 +228,6 @@ class Driver:
                 return
             if out is not None:
                 self.errored.add(uid)  # answered an error: it must leave nothing booked
-            await asyncio.sleep(0.05)
         self.fig.gave_up += 1
 
     async def acknowledged(self, uid: str) -> None:
@@ -233,25 +242,44 @@ class Driver:
                 await asyncio.sleep(0.1)
         if booking is None:
             self.fig.lost_acks += 1
+            self.note(f"acknowledged booking of {uid} not in the store")
             return
         for gpu, (mem, milli) in booking.per_gpu().items():
+            self.live.setdefault(gpu, set()).add(uid)
             acc = self.used.setdefault(gpu, [0, 0])
             acc[0] += mem
             acc[1] += milli
             cap = self.capacity[gpu]
             if acc[0] > cap[0] or acc[1] > cap[1]:
                 self.fig.over_commits += 1
+                self.note(f"over-commit on {gpu} by {uid} ({booking.state}, node"
+                          f" {booking.node}): {acc} of {cap}; live there:"
+                          f" {sorted(self.live.get(gpu, ()))}")
         await asyncio.sleep(self.rng.uniform(0.2, 2.0))  # the pod runs, then is deleted
+        dropped = None
         for _ in range(100):
             try:
-                await self.ledger.release(uid)
+                dropped = await self.ledger.release(uid)
+                break
+            except NotReplicated as exc:  # dropped on the master, copied late: done
+                dropped = from_json(exc.reply[0]) if exc.reply else None
                 break
             except Exception:  # noqa: BLE001
                 await asyncio.sleep(0.1)
+        if dropped is None:
+            self.fig.lost_acks += 1  # its booking vanished while the pod was live
+            self.note(f"booking of live pod {uid} vanished from the store")
+        elif dropped.per_gpu() != booking.per_gpu():
+            self.note(f"booking of {uid} read at its ack {booking.per_gpu()} differs from the"
+                      f" one released {dropped.per_gpu()}")
         self.released.add(uid)
         for gpu, (mem, milli) in booking.per_gpu().items():
+            self.live[gpu].discard(uid)
             self.used[gpu][0] -= mem
             self.used[gpu][1] -= milli
+
+    def note(self, what: str) -> None:
+        print(f"[chaos {time.monotonic() - self.t0:7.2f} s] {what}", file=sys.stderr)
 
     # --- chaos ----------------------------------------------------------------------------
 
@@ -282,6 +310,7 @@ class Driver:
 
     async def kill_replica(self, session: aiohttp.ClientSession) -> None:
         victim = self.replicas[0]
+        self.note("kill -9 replica 0")
         victim.kill9()
         started = time.monotonic()
         victim.start()
@@ -290,14 +319,18 @@ class Driver:
 
     async def restart_redis(self, session: aiohttp.ClientSession) -> None:
         started = time.monotonic()
+        self.note("restart the Redis master")
         await asyncio.to_thread(self.redis.restart_master)
+        self.note("Redis master restarted")
         self.fig.recoveries["redis restart -> binding"] = await self.until_binds_work(
             session, started)
 
     async def failover(self, session: aiohttp.ClientSession) -> None:
         started = time.monotonic()
         await asyncio.to_thread(self.redis.wait_replicas_synced)
+        self.note("sentinel failover")
         await asyncio.to_thread(self.redis.failover)
+        self.note("failover done")
         self.fig.recoveries["sentinel failover -> binding"] = await self.until_binds_work(
             session, started)
 
