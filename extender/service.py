@@ -343,7 +343,11 @@ class Scheduler:
         bookings of binds that answered an error), then expire unbound bookings."""
         await self.upkeep.run(self)
         raise_if_cancelling()
-        dropped = await self.ledger.expire(self.clock())
+        try:
+            dropped = await self.ledger.expire(self.clock())
+        except LedgerUnavailable as exc:  # the next round tries again; readiness says why
+            self.health.failed(exc)
+            return []
         raise_if_cancelling()
         if dropped:  # the next view() replays the drops from the ledger's change log
             self.upkeep.expired += len(dropped)
