@@ -51,6 +51,7 @@ def _source(node: str, fake_gpus: int | None, fake_model: str, fake_memory_mib: 
 
 
 @click.group()
+@click.version_option(package_name="sparse", prog_name="sparse-agent")
 def main() -> None:
     """sparse node agent: publishes the node's GPUs for the sparse scheduler extender."""
 

@@ -1,7 +1,9 @@
 """Prometheus metrics of the node agent: measured use per GPU.
 
 Labels ``gpu`` (UUID), ``node`` and ``model`` match the extender's ``sparse_gpu_*`` gauges, so
-reserved and measured use join on ``gpu`` in PromQL and in the Grafana dashboard.
+reserved and measured use join on ``gpu`` in PromQL and in the Grafana dashboard. Base units
+(bytes, ratios 0-1), process/platform collectors and ``sparse_build_info``
+(:mod:`extender.telemetry`).
 """
 
 from __future__ import annotations
@@ -11,20 +13,24 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from agent.discovery import DeviceInfo, Sample
+from extender import telemetry
 
 LABELS = ["gpu", "node", "model"]
+MIB = 1024 * 1024  # NVML samples are in MiB; metrics are in bytes
 
 
 class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        self.registry = registry or telemetry.new_registry("agent")
         r = self.registry
         self.utilization = Gauge("sparse_agent_gpu_utilization_ratio",
-                                 "Measured SM utilisation of the GPU (0..1).", LABELS, registry=r)
-        self.mem_used = Gauge("sparse_agent_gpu_memory_used_mib",
-                              "Measured GPU memory in use (MiB).", LABELS, registry=r)
-        self.mem_total = Gauge("sparse_agent_gpu_memory_total_mib",
-                               "GPU memory reported by the driver (MiB).", LABELS, registry=r)
+                                 "Measured SM utilisation of the GPU (0..1).", LABELS, unit="ratio",
+                                 registry=r)
+        self.mem_used = Gauge("sparse_agent_gpu_memory_used_bytes",
+                              "Measured GPU memory in use.", LABELS, unit="bytes", registry=r)
+        self.mem_total = Gauge("sparse_agent_gpu_memory_total_bytes",
+                               "GPU memory reported by the driver.", LABELS, unit="bytes",
+                               registry=r)
         self.mig = Gauge("sparse_agent_gpu_mig_enabled",
                          "1 when MIG mode is on (the GPU is then not shared by sparse).",
                          LABELS, registry=r)
@@ -45,6 +51,6 @@ class AgentMetrics:
                 continue
             key = (s.uuid, node, d.model)
             self.utilization.labels(*key).set(s.utilization_pct / 100.0)
-            self.mem_used.labels(*key).set(s.memory_used_mib)
-            self.mem_total.labels(*key).set(s.memory_total_mib)
+            self.mem_used.labels(*key).set(s.memory_used_mib * MIB)
+            self.mem_total.labels(*key).set(s.memory_total_mib * MIB)
         self.gpus.labels(node).set(sum(1 for d in devices if not d.mig_enabled))

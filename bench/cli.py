@@ -47,6 +47,13 @@ def _replay_job(args: tuple) -> object:
     return run_replay(workload, policy, seed, **kw)
 
 
+def _recmix_job(args: tuple) -> object:
+    from bench.sim.recmix_replay import run_recmix
+
+    _, policy, seed, kw = args
+    return run_recmix(policy, seed, **kw)
+
+
 def _run_all(jobs: list[tuple], fn, workers: int, label, sink: Path | None = None) -> list:
     """Run the jobs (in a process pool when workers > 1); each finished run is also appended
     to ``sink`` (JSON lines, started afresh: the folder describes this batch only) so an
@@ -97,6 +104,7 @@ def _out_dir(out: str | None, experiment: str) -> Path:
 
 
 @click.group()
+@click.version_option(package_name="sparse", prog_name="sparse-bench")
 def main() -> None:
     """Trace-driven benchmarks of sparse's placement core (FGD protocol, time replay)."""
 
@@ -130,7 +138,8 @@ def fgd(workloads, nodes, policies, seeds, tune, workers, out) -> None:
 
 @main.command()
 @click.option("--workload", "-w", default="default", show_default=True,
-              help="openb workload name or pod-list CSV path (needs creation/deletion times)")
+              help="openb workload name or pod-list CSV path (needs creation/deletion times), "
+              "or rec-mix: recommendation jobs from the predictor's measured families")
 @click.option("--nodes", default=None, help="node-list CSV (default: openb GPU nodes)")
 @click.option("--policy", "-p", "policies", multiple=True,
               default=("kube-exclusive", "kube-shared", "fgd", "sparse"), show_default=True)
@@ -146,21 +155,96 @@ def fgd(workloads, nodes, policies, seeds, tune, workers, out) -> None:
               help="cluster size = job GPU-seconds / (overload x longest job)")
 @click.option("--load", default=1.0, show_default=True,
               help="continuous mode: offered load the arrival times are compressed to")
+@click.option("--mix", default=None, help="rec-mix: family mix, rec=<share> or FAMILY=WEIGHT,"
+              "... (default rec=0.7)")
+@click.option("--pad", default=1.5, show_default=True,
+              help="rec-mix: median padding users add to the memory they declare")
+@click.option("--pad-spread", default=0.3, show_default=True,
+              help="rec-mix: log-normal sigma of that padding (0 = everyone pads alike)")
+@click.option("--oom-bump", default=1.5, show_default=True,
+              help="rec-mix: a job that ran out of memory is retried with its booking x this")
+@click.option("--holdout-rows", is_flag=True,
+              help="rec-mix: draw jobs only from rows the shipped predictor did not train on")
+@click.option("--interference", "interference", default="learned", show_default=True,
+              type=click.Choice(["learned", "matrix"]),
+              help="rec-mix: what sparse's interference term knows: the learned pair model on "
+              "the jobs' solo profiles, or the class matrix alone")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--out", default=None, help="results folder (default results/replay-<time>)")
-def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, workers,
-           out) -> None:
+def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, mix, pad,
+           pad_spread, oom_bump, holdout_rows, interference, workers, out) -> None:
     """Time replay: queueing, retries, durations, interference slowdowns."""
     from bench.sim.report import write_replay
 
+    command = "sparse-bench " + shlex.join(sys.argv[1:])
+    folder = _out_dir(out, "replay")
+    if workload == "rec-mix":
+        from bench.sim.recmix import DEFAULT_MIX
+        from bench.sim.recmix_replay import split_policy
+        from bench.sim.recmix_report import write_recmix
+
+        for p in policies:
+            try:
+                split_policy(p)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--policy") from None
+        kw = {"nodes_path": nodes, "n_jobs": n_jobs or 1000, "overload": overload,
+              "load": load, "mix": mix or DEFAULT_MIX, "pad": pad, "pad_spread": pad_spread,
+              "oom_bump": oom_bump, "holdout_only": holdout_rows,
+              "interference": interference}
+        jobs = [(workload, p, s, {**kw, "mode": m}) for m in mode for p in policies
+                for s in parse_seeds(seeds)]
+        runs = _run_all(jobs, _recmix_job, workers,
+                        lambda j: f"{j[3]['mode']} {j[1]} seed {j[2]}", folder / "runs.jsonl")
+        click.echo(f"report: {write_recmix(runs, folder, command)}")
+        return
     kw = {"nodes_path": nodes, "rec_share": rec_share, "n_jobs": n_jobs, "overload": overload,
           "load": load}
     jobs = [(workload, p, s, {**kw, "mode": m}) for m in mode for p in policies
             for s in parse_seeds(seeds)]
-    folder = _out_dir(out, "replay")
     runs = _run_all(jobs, _replay_job, workers, lambda j: f"{j[3]['mode']} {j[1]} seed {j[2]}",
                     folder / "runs.jsonl")
-    path = write_replay(runs, folder, "sparse-bench " + shlex.join(sys.argv[1:]))
+    path = write_replay(runs, folder, command)
+    click.echo(f"report: {path}")
+
+
+def _locality_job(args: tuple) -> object:
+    from bench.sim.locality import run_locality
+
+    workload, scenario, mode, locality, seed, kw = args
+    return run_locality(workload, seed, locality=locality, scenario=scenario, mode=mode, **kw)
+
+
+@main.command()
+@click.option("--workload", "-w", default="default", show_default=True,
+              help="openb workload name or pod-list CSV path (job shapes and durations)")
+@click.option("--topology", default=None, help="topology YAML (default: "
+              "bench/data/locality/topology.yaml)")
+@click.option("--scenario", multiple=True, default=("recommendation", "no-embeddings"),
+              show_default=True, type=click.Choice(["recommendation", "no-embeddings"]))
+@click.option("--mode", multiple=True, default=("continuous", "high-load"), show_default=True,
+              type=click.Choice(["continuous", "high-load"]),
+              help="continuous: trace arrivals at --load; high-load: all jobs at t = 0")
+@click.option("--seeds", default="42-44", show_default=True)
+@click.option("--jobs", "n_jobs", default=400, show_default=True)
+@click.option("--rec-share", default=0.7, show_default=True,
+              help="share of jobs reading embeddings (recommendation scenario)")
+@click.option("--load", default=0.9, show_default=True, help="offered load of the arrivals")
+@click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
+@click.option("--out", default=None, help="results folder (default results/locality-<time>)")
+def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
+             out) -> None:
+    """Embedding locality: JCT and makespan with and without the locality term."""
+    from bench.sim.locality_report import write_locality
+
+    kw = {"n_jobs": n_jobs, "rec_share": rec_share, "load": load, "topology": topology}
+    jobs = [(workload, sc, m, loc, s, kw) for m in mode for sc in scenario
+            for loc in (False, True) for s in parse_seeds(seeds)]
+    folder = _out_dir(out, "locality")
+    runs = _run_all(jobs, _locality_job, workers,
+                    lambda j: f"{j[2]} {j[1]} {'on' if j[3] else 'off'} seed {j[4]}",
+                    folder / "runs.jsonl")
+    path = write_locality(runs, folder, "sparse-bench " + shlex.join(sys.argv[1:]))
     click.echo(f"report: {path}")
 
 
@@ -168,21 +252,93 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, help="folder for the merged report")
 def report(sources, out) -> None:
-    """Rebuild an `fgd` report from the runs.jsonl of one or more result folders."""
+    """Rebuild an `fgd` or `replay -w rec-mix` report from the runs.jsonl of result folders."""
     from bench.sim.fgd import FgdRun
     from bench.sim.report import write_fgd
 
-    runs, seen = [], set()
+    docs = []
     for src in sources:
         path = Path(src)
         path = path / "runs.jsonl" if path.is_dir() else path
-        for line in path.read_text().splitlines():
-            run = FgdRun.from_json(json.loads(line))
-            key = (run.workload, run.policy, run.seed, run.tune)
-            if key not in seen:
-                seen.add(key)
-                runs.append(run)
+        docs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if docs and all("sm_util_mean" in d for d in docs):
+        from bench.sim.recmix_replay import RecMixRun
+        from bench.sim.recmix_report import write_recmix
+
+        unique = {(d["mode"], d["policy"], d["seed"]): d for d in docs}
+        runs = [RecMixRun(**d) for d in unique.values()]
+        click.echo(f"report: {write_recmix(runs, Path(out))}")
+        return
+    runs, seen = [], set()
+    for doc in docs:
+        run = FgdRun.from_json(doc)
+        key = (run.workload, run.policy, run.seed, run.tune)
+        if key not in seen:
+            seen.add(key)
+            runs.append(run)
     click.echo(f"report: {write_fgd(runs, Path(out))}")
+
+
+@main.group()
+def interference() -> None:
+    """The learned pairwise interference model: train on measured pairs, score pair files."""
+
+
+@interference.command("train")
+@click.option("--out", default=None, help="folder for the model, pair tables and report "
+              "(default results/interference-<time>)")
+@click.option("--install", is_flag=True, help="also ship the result: the model to "
+              "extender/interference/data/, the pair tables to bench/data/gavel/")
+@click.option("--seed", default=0, show_default=True, help="held-out split and fold seed")
+@click.option("--no-cv", is_flag=True, help="skip the cross-validation (faster)")
+def interference_train(out, install, seed, no_cv) -> None:
+    """Fit the pair model on Gavel's measured pairs; print train, held-out and CV scores."""
+    import shutil
+
+    from bench.interference.training import train
+
+    folder = _out_dir(out, "interference")
+    report = train(folder, seed=seed, cv=not no_cv)
+    for key in ("train", "heldout", "cv_unseen_pairs", "cv_unseen_family_pairs"):
+        if key in report:
+            r = report[key]
+            click.echo(f"{key:24s} n={r['n']:5d}  R2={r['r2']:.3f}  MAE={r['mae']:.4f}")
+    if install:
+        root = Path(__file__).resolve().parent.parent
+        shutil.copy(folder / "pair_model.json",
+                    root / "extender" / "interference" / "data" / "pair_model.json")
+        for name in ("gavel_pairs_train.csv", "gavel_pairs_heldout.csv", "report.json"):
+            target = "pair_model_report.json" if name == "report.json" else name
+            shutil.copy(folder / name, root / "bench" / "data" / "gavel" / target)
+    click.echo(f"model: {folder / 'pair_model.json'}")
+
+
+@interference.command("evaluate")
+@click.option("--pairs", "pairs_path", required=True, type=click.Path(exists=True),
+              help="CSV with a_gpu_util, a_mem_util, a_mem_mib, b_gpu_util, b_mem_util, "
+              "b_mem_mib, a_speed (utilisations in %, measured solo)")
+@click.option("--model", "model_path", default=None, type=click.Path(exists=True),
+              help="model JSON (default: the shipped extender/interference/data/pair_model.json)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def interference_evaluate(pairs_path, model_path, as_json) -> None:
+    """R2 and MAE of the model's predicted a_speed on a pair file."""
+    from bench.interference.training import evaluate, read_pairs
+    from extender.interference.pairmodel import PairModel, default_pair_model
+
+    model = PairModel.load(model_path) if model_path else default_pair_model()
+    if model is None:
+        raise click.ClickException("no shipped pair model; run `sparse-bench interference "
+                                   "train --install` or pass --model")
+    try:
+        table = read_pairs(pairs_path)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    result = {"pairs": str(pairs_path), **evaluate(model, table)}
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(f"{pairs_path}: n={result['n']}  R2={result['r2']:.3f}  "
+                   f"MAE={result['mae']:.4f}")
 
 
 @main.command("list")

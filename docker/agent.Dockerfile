@@ -23,9 +23,16 @@ RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt "." nvidia-ml-
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 
 FROM ${PYTHON_IMAGE}
+# `make images` (hack/build-images.sh) names the image as the chart does and sets REVISION,
+# the git commit, which shows as sparse_build_info{revision}.
+ARG REVISION=unknown
+ARG VERSION=""
 LABEL org.opencontainers.image.source="https://github.com/sparse-gpu/sparse" \
-      org.opencontainers.image.description="sparse agent"
-ENV PATH=/opt/sparse/bin:$PATH \
+      org.opencontainers.image.description="sparse agent" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}"
+ENV SPARSE_REVISION=${REVISION} \
+    PATH=/opt/sparse/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TMPDIR=/tmp

@@ -19,13 +19,21 @@ COPY predictor ./predictor
 COPY agent ./agent
 COPY bench ./bench
 COPY webhook ./webhook
+COPY embed ./embed
 RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt "." \
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 
 FROM ${PYTHON_IMAGE}
+# `make images` (hack/build-images.sh) names the image as the chart does and sets REVISION,
+# the git commit, which shows as sparse_build_info{revision}.
+ARG REVISION=unknown
+ARG VERSION=""
 LABEL org.opencontainers.image.source="https://github.com/sparse-gpu/sparse" \
-      org.opencontainers.image.description="sparse extender"
-ENV PATH=/opt/sparse/bin:$PATH \
+      org.opencontainers.image.description="sparse extender" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}"
+ENV SPARSE_REVISION=${REVISION} \
+    PATH=/opt/sparse/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TMPDIR=/tmp

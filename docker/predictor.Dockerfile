@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1.7
-# Image of the demand-predictor worker (predictor.cli worker).
+# Image of the demand-predictor worker (predictor.cli worker) and the job controller
+# (command sparse-controller).
 # Build from the repository root:  docker build -f docker/predictor.Dockerfile -t sparse-predictor .
 # Multi-stage: wheels are built in "build" (with compilers if needed), only the venv is copied
 # into the runtime stage. Non-root (uid 65532), no writes outside /tmp: runs with
@@ -19,13 +20,21 @@ COPY predictor ./predictor
 COPY agent ./agent
 COPY bench ./bench
 COPY webhook ./webhook
-RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt ".[predictor]" \
+COPY controller ./controller
+RUN /opt/sparse/bin/pip install --constraint /tmp/constraints.txt ".[predictor,controller]" \
  && /opt/sparse/bin/python -m compileall -q /opt/sparse
 
 FROM ${PYTHON_IMAGE}
+# `make images` (hack/build-images.sh) names the image as the chart does and sets REVISION,
+# the git commit, which shows as sparse_build_info{revision}.
+ARG REVISION=unknown
+ARG VERSION=""
 LABEL org.opencontainers.image.source="https://github.com/sparse-gpu/sparse" \
-      org.opencontainers.image.description="sparse predictor"
-ENV PATH=/opt/sparse/bin:$PATH \
+      org.opencontainers.image.description="sparse predictor" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}"
+ENV SPARSE_REVISION=${REVISION} \
+    PATH=/opt/sparse/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TMPDIR=/tmp

@@ -9,6 +9,10 @@ MANAGED_RESOURCES = (RES_WHOLE_GPU, RES_GPU_MILLI, RES_GPU_MEM)
 # Pod annotations read by the extender.
 ANN_GPU_MODEL = "sparse.io/gpu-model"  # allowed models, "|"-separated: "V100M16|V100M32"
 ANN_JOB_CLASS = "sparse.io/job-class"  # recommendation, cnn, transformer, rnn, rl, gan, ...
+ANN_GANG_SLOT = "sparse.io/gang-slot"  # the gang slot (ledger UID) a job's worker binds to
+# The job's solo profile, as measured alone (a previous run's metrics):
+# "<GPU util %>,<memory-controller util %>,<GPU memory MiB>"; the learned pair model uses it.
+ANN_SOLO_PROFILE = "sparse.io/solo-profile"
 
 # Pod annotations written at bind.
 ANN_GPU_UUIDS = "sparse.io/gpu-uuids"  # comma-separated UUIDs of every GPU the pod got
@@ -20,3 +24,10 @@ ANN_GPU_INVENTORY = "sparse.io/gpu-inventory"
 
 # Redis hash with a predicted demand, written by the predictor worker.
 DEMAND_KEY_PREFIX = "sparse:demand:"
+
+# Data locality (extender/placement/locality.py, embed/).
+ANN_EMBEDDING = "sparse.io/embedding"  # pod: JSON {store, tables, hotRows?, required?}
+ANN_EMBEDDING_CACHE = "sparse.io/embedding-cache"  # node: what its embedding cache holds
+LABEL_EMBEDDING_STORE = "sparse.io/embedding-store"  # store shard pods: the store's name
+LABEL_ZONE = "topology.kubernetes.io/zone"
+DEFAULT_RACK_LABEL = "topology.sparse.io/rack"

@@ -12,6 +12,7 @@ from extender import logs
 from extender.config import (
     DEFAULT_BIND_TIMEOUT_S,
     DEFAULT_MAX_BODY_MIB,
+    DEFAULT_MAX_BODY_MIB_NAMES,
     DEFAULT_REDIS_SOCKET_TIMEOUT_S,
     DEFAULT_RESERVATION_TTL_S,
     Settings,
@@ -24,7 +25,7 @@ _file = click.Path(dir_okay=False, path_type=Path)
 
 
 @click.group()
-@click.version_option(package_name="sparse")
+@click.version_option(package_name="sparse", prog_name="sparse-extender")
 def main() -> None:
     """sparse: interference-aware GPU sharing for kube-scheduler."""
 
@@ -62,7 +63,23 @@ def main() -> None:
 @click.option("--interference", type=_file, help="Interference matrix CSV (default: Gavel V100).")
 @click.option("--reservation-ttl", default=DEFAULT_RESERVATION_TTL_S, show_default=True,
               type=float, help="Seconds an unbound reservation is kept.")
-@click.option("--max-body-mib", default=DEFAULT_MAX_BODY_MIB, show_default=True, type=int)
+@click.option("--max-body-mib", type=int,
+              help=f"Largest request body, after decompression (default: "
+                   f"{DEFAULT_MAX_BODY_MIB_NAMES} with --node-cache-capable, "
+                   f"{DEFAULT_MAX_BODY_MIB} without).")
+@click.option("--node-cache-capable/--no-node-cache-capable", default=True, show_default=True,
+              help="The scheduler's nodeCacheCapable: requests carry node names, not Nodes.")
+@click.option("--trust-request-inventory", is_flag=True,
+              help="Let the GPU inventory annotation of a request's Nodes.items change the"
+                   " inventory (off: only --nodes, the API server and the agent are trusted).")
+@click.option("--metrics-port", type=int,
+              help="Serve /metrics and /inspect on this port only (default: on --port).")
+@click.option("--inspect/--no-inspect", default=True, show_default=True,
+              help="Serve /inspect (nodes, GPUs, pod names and UIDs).")
+@click.option("--max-in-flight", default=64, show_default=True, type=int,
+              help="Verb requests worked on at once; more wait for a slot.")
+@click.option("--queue-timeout", default=2.0, show_default=True, type=float,
+              help="Seconds a request waits for a slot before it is answered with an Error.")
 @click.option("--tls-cert", type=_file, help="Serve HTTPS with this certificate (PEM).")
 @click.option("--tls-key", type=_file, help="Private key of --tls-cert (PEM).")
 @click.option("--tls-client-ca", type=_file, help="Require client certificates signed by this CA.")
@@ -73,6 +90,17 @@ def main() -> None:
                    " '' follows every pod.")
 @click.option("--success-events/--no-success-events", default=False, show_default=True,
               help="Post a Normal event naming the GPUs of every bound pod.")
+@click.option("--locality-cache-weight", default=1.0, show_default=True, type=float,
+              help="Locality: cost (GPUs) a fully cached hot set is worth.")
+@click.option("--locality-rack-weight", default=0.5, show_default=True, type=float,
+              help="Locality: worth of a node in a rack of the embedding store's shards.")
+@click.option("--locality-zone-weight", default=0.2, show_default=True, type=float,
+              help="Locality: worth of a node in a zone of the embedding store's shards.")
+@click.option("--locality-avoid-weight", default=0.02, show_default=True, type=float,
+              help="Locality: tie-breaker keeping pods without embeddings off full caches"
+                   " (between idle nodes).")
+@click.option("--rack-label", default="topology.sparse.io/rack", show_default=True,
+              help="Node label naming the rack.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", default="json", show_default=True,
@@ -81,9 +109,14 @@ def serve(**options: object) -> None:
     """Run the extender HTTP service."""
     from aiohttp import web
 
-    from extender.http.app import make_app
+    from extender.http.app import build_scheduler, make_app
+    from extender.placement.locality import LocalityIndex, LocalityWeights
 
     logs.setup(str(options.pop("log_level")), str(options.pop("log_format")))
+    locality = LocalityWeights(
+        cache=options.pop("locality_cache_weight"), rack=options.pop("locality_rack_weight"),
+        zone=options.pop("locality_zone_weight"), avoid=options.pop("locality_avoid_weight"),
+        rack_label=str(options.pop("rack_label")))  # type: ignore[arg-type]
     settings = Settings(
         host=options["host"], port=options["port"], prefix=options["prefix"],
         nodes=options["nodes"], store=options["store"], predictions=options["predictions"],
@@ -98,13 +131,19 @@ def serve(**options: object) -> None:
         redis_pool_size=options["redis_pool_size"], bind_timeout_s=options["bind_timeout"],
         expire_interval_s=options["expire_interval"],
         redis_min_replicas=options["redis_min_replicas"],
+        node_cache_capable=bool(options["node_cache_capable"]),
+        trust_request_inventory=bool(options["trust_request_inventory"]),
+        metrics_port=options["metrics_port"], inspect=bool(options["inspect"]),
+        max_in_flight=options["max_in_flight"], queue_timeout_s=options["queue_timeout"],
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:
         raise click.UsageError("\n".join(errors))
     use_fast_event_loop()
     try:
-        app = make_app(settings)
+        scheduler = build_scheduler(settings)
+        scheduler.locality = LocalityIndex(locality)
+        app = make_app(settings, scheduler)
     except SparseError as exc:
         raise click.ClickException(str(exc)) from exc
     web.run_app(app, host=settings.host, port=settings.port, ssl_context=ssl_context(settings),
@@ -132,6 +171,36 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 main.add_command(webhook_cli.webhook)
+
+
+@main.command("pair-worker")
+@click.option("--prometheus", required=True, help="Prometheus base URL (http://host:9090).")
+@click.option("--redis", "redis_url", required=True, help="redis:// URL the extender reads.")
+@click.option("--interval", default=30.0, show_default=True, help="Seconds between rounds.")
+@click.option("--window", default="2m", show_default=True,
+              help="Range the step times are averaged over (PromQL duration).")
+@click.option("--once", is_flag=True, help="One round, print its summary, exit.")
+@click.option("--log-level", default="info", show_default=True)
+def pair_worker(prometheus, redis_url, interval, window, once, log_level) -> None:
+    """Learn pair slowdowns from jobs' step times (Prometheus) into Redis for the extender."""
+    import json
+
+    import redis.asyncio as aioredis
+
+    from extender import pairworker
+
+    logs.setup(str(log_level), "json")
+    if once:
+        async def one() -> dict:
+            client = aioredis.Redis.from_url(redis_url)
+            try:
+                return await pairworker.run_once(prometheus, client, window)
+            finally:
+                await client.aclose()
+
+        click.echo(json.dumps(asyncio.run(one())))
+        return
+    asyncio.run(pairworker.run_forever(prometheus, redis_url, interval, window))
 
 if __name__ == "__main__":
     main()

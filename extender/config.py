@@ -8,6 +8,9 @@ from pathlib import Path
 # Bodies carry full Node objects when nodeCacheCapable is false: 5,000 real Nodes with status
 # images and conditions run to ~15-25 KiB each, so 128 MiB leaves room.
 DEFAULT_MAX_BODY_MIB = 128
+# With nodeCacheCapable (the chart's setting) a body is a Pod and node names: 15,000 names of
+# 253 characters and the largest Pod etcd stores (1.5 MiB) fit in 8 MiB.
+DEFAULT_MAX_BODY_MIB_NAMES = 8
 # A reservation made at bind whose Binding never lands (crash between the two) is given back
 # after this; bind itself takes well under a second.
 DEFAULT_RESERVATION_TTL_S = 120.0
@@ -41,7 +44,17 @@ class Settings:
     policy: str = "sparse"
     interference: Path | None = None
     reservation_ttl_s: float = DEFAULT_RESERVATION_TTL_S
-    max_body_mib: int = DEFAULT_MAX_BODY_MIB
+    max_body_mib: int | None = None  # None: sized to the mode (node_cache_capable)
+    # The scheduler's nodeCacheCapable: True = requests carry node names only.
+    node_cache_capable: bool = True
+    # Let a request's Nodes.items (their sparse.io/gpu-inventory annotation) change the GPU
+    # inventory. Off: only the node-conf file, Node objects read from the API server and the
+    # agent are trusted (docs/security.md).
+    trust_request_inventory: bool = False
+    metrics_port: int | None = None  # set: /metrics and /inspect only there
+    inspect: bool = True  # serve /inspect (pod names and UIDs)
+    max_in_flight: int = 64  # verb requests worked on at once; more wait
+    queue_timeout_s: float = 2.0  # the longest a request waits for a slot
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None  # set = mutual TLS: clients must present a cert it signed
@@ -52,6 +65,12 @@ class Settings:
     pod_selector: str = "spec.schedulerName=sparse-scheduler"
     success_events: bool = False  # a Normal event per bound pod (the scheduler posts one too)
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def body_limit_mib(self) -> int:
+        if self.max_body_mib is not None:
+            return self.max_body_mib
+        return DEFAULT_MAX_BODY_MIB_NAMES if self.node_cache_capable else DEFAULT_MAX_BODY_MIB
 
     @property
     def kube_enabled(self) -> bool:
@@ -98,8 +117,17 @@ class Settings:
                 errors.append(f"{label}: {path} is not a file")
         if self.reservation_ttl_s <= 0:
             errors.append("--reservation-ttl must be positive")
-        if self.max_body_mib < 1:
+        if self.max_body_mib is not None and self.max_body_mib < 1:
             errors.append("--max-body-mib must be at least 1")
+        if self.metrics_port is not None and (not 0 < self.metrics_port < 65536
+                                              or self.metrics_port == self.port):
+            errors.append(f"--metrics-port must be 1..65535 and differ from --port,"
+                          f" got {self.metrics_port}")
+        if self.max_in_flight < 1:
+            errors.append("--max-in-flight must be at least 1")
+        if not 0 < self.queue_timeout_s < 5:
+            errors.append("--queue-timeout must be above 0 and below the scheduler's 5 s"
+                          " httpTimeout")
         if self.nodes is None and not self.kube_enabled:
             errors.append(
                 "give --nodes (a node-conf.yaml) or a cluster (--kubeconfig/--in-cluster)"

@@ -37,6 +37,11 @@ class RedisPredictions:
     def from_url(cls, url: str, options: RedisOptions | None = None) -> RedisPredictions:
         return cls(make_client(url, options or RedisOptions()))
 
+    @property
+    def client(self) -> aioredis.Redis:
+        """The connection, shared with the reader of live pair estimates."""
+        return self._r
+
     async def get(self, pod_uid: str) -> Prediction | None:
         try:
             fields = await self._r.hgetall(DEMAND_KEY_PREFIX + pod_uid)

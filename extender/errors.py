@@ -45,3 +45,28 @@ class LedgerUnavailable(SparseError):
 class LedgerBusy(LedgerUnavailable):
     """Every connection to the store stayed busy for the whole wait: the replica is loaded, the
     store is fine (answered as Error; readiness unchanged)."""
+
+
+class PayloadTooLarge(InvalidRequest):
+    """A body over the size limit, before or after decompression (HTTP 413)."""
+
+    http_status = 413
+
+
+class RequestTimeout(InvalidRequest):
+    """A body that did not arrive in time (HTTP 408): a slow sender holds no slot for long."""
+
+    http_status = 408
+
+
+class UnsupportedEncoding(InvalidRequest):
+    """A Content-Encoding the extender does not decode (HTTP 415)."""
+
+    http_status = 415
+
+
+class Overloaded(SparseError):
+    """Too much work in flight on this replica: answered as the verb's Error so the scheduler
+    retries (another replica, or this one a moment later)."""
+
+    http_status = 503

@@ -16,6 +16,7 @@ Two sources feed it:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,8 @@ def _require(entry: Mapping[str, Any], key: str, where: str) -> Any:
 def _int(value: Any, what: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInventory(f"{what}: expected a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInventory(f"{what}: {value!r} is not a finite number")
     if value != int(value) or not lo <= value <= hi:
         raise InvalidInventory(f"{what}: {value!r} is not an integer in [{lo}, {hi}]")
     return int(value)
@@ -143,7 +146,8 @@ def node_from_conf(entry: Mapping[str, Any], position: int = 0) -> NodeGpus:
             raise InvalidInventory(f"{where}: 'uuids' must list exactly {count} UUIDs")
         model = _str(_require(entry, "model", where), f"{where}.model")
         total_gb = _require(entry, "gpu-mem", where)
-        if isinstance(total_gb, bool) or not isinstance(total_gb, int | float) or total_gb < 0:
+        if (isinstance(total_gb, bool) or not isinstance(total_gb, int | float)
+                or not 0 <= total_gb <= MAX_GPU_MEMORY_MIB * MAX_GPUS_PER_NODE):
             raise InvalidInventory(f"{where}.gpu-mem: expected GB as a number, got {total_gb!r}")
         per_gpu_mib = int(round(total_gb * 1024 / count)) if count else 0
         gpus = _gpu_list(
@@ -186,6 +190,10 @@ def load_node_conf_file(path: str | Path) -> Inventory:
     return inventory_from_conf(document)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def node_from_annotations(
     name: str, annotations: Mapping[str, str] | None, labels: Mapping[str, str] | None = None
 ) -> NodeGpus | None:
@@ -196,7 +204,9 @@ def node_from_annotations(
     if len(raw) > 256 * 1024:
         raise InvalidInventory(f"node {name!r}: {ANN_GPU_INVENTORY} is too large")
     try:
-        entries = json.loads(raw)
+        entries = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise InvalidInventory(f"node {name!r}: {ANN_GPU_INVENTORY} is nested too deeply") from exc
     except ValueError as exc:
         raise InvalidInventory(f"node {name!r}: {ANN_GPU_INVENTORY} is not JSON: {exc}") from exc
     gpus = _gpu_list(entries, f"node {name!r} {ANN_GPU_INVENTORY}", None)

@@ -1,7 +1,8 @@
 """Every Prometheus metric of the extender, defined once (tabled in docs/metrics.md).
 
 Per-GPU gauges are computed at scrape time from the live ClusterState by a collector, so the
-hot path never touches 40,000 label sets.
+hot path never touches 40,000 label sets. Base units (bytes, ratios 0-1), no ``_created`` series,
+process/platform collectors and ``sparse_build_info``: see :mod:`extender.telemetry`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from extender import telemetry
 from extender.outcome import Outcome
 from extender.placement.state import ClusterState
 
+MIB = 1024 * 1024  # the ledger books MiB; metrics are in bytes
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class Metrics:
     def __init__(self, state: Callable[[], ClusterState]) -> None:
-        self.registry = CollectorRegistry()
+        self.registry: CollectorRegistry = telemetry.new_registry("extender")
         self.requests = Counter(
             "sparse_extender_requests_total",
             "Extender HTTP requests by verb and outcome.",
@@ -35,6 +38,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.failures = Counter(
+            "sparse_extender_request_failures_total",
+            "Verb requests answered with an Error for the scheduler to retry, by reason"
+            " (overloaded: no slot within --queue-timeout; error: e.g. the store unreachable).",
+            ["verb", "reason"],
+            registry=self.registry,
+        )
         self.decisions = Counter(
             "sparse_extender_decisions_total",
             "Scheduling decisions by verb and result (ok, rejected).",
@@ -42,10 +52,10 @@ class Metrics:
             registry=self.registry,
         )
         self.interference = Histogram(
-            "sparse_extender_placement_interference",
-            "Throughput lost (GPUs' worth, pairwise model) by each bound share with the jobs"
-            " already on its GPU; 0 = an empty GPU.",
-            buckets=(0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+            "sparse_extender_placement_interference_ratio",
+            "Throughput lost by each bound share and the jobs already on its GPU (pairwise"
+            " model), as a fraction of one GPU's throughput; 0 = an empty GPU.",
+            buckets=(0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
             registry=self.registry,
         )
         self.registry.register(_LedgerCollector(state))
@@ -72,22 +82,23 @@ class _LedgerCollector(Collector):
             reservations.add_metric([name], count)
         yield reservations
         labels = ["gpu", "node", "model"]
-        mem = GaugeMetricFamily("sparse_gpu_memory_reserved_mib", "GPU memory booked (MiB).",
-                                labels=labels)
-        mem_cap = GaugeMetricFamily("sparse_gpu_memory_capacity_mib", "GPU memory (MiB).",
-                                    labels=labels)
-        milli = GaugeMetricFamily("sparse_gpu_milli_reserved", "GPU compute booked (milli).",
-                                  labels=labels)
+        mem = GaugeMetricFamily("sparse_gpu_memory_reserved_bytes", "GPU memory booked.",
+                                labels=labels, unit="bytes")
+        mem_cap = GaugeMetricFamily("sparse_gpu_memory_capacity_bytes", "GPU memory.",
+                                    labels=labels, unit="bytes")
+        compute = GaugeMetricFamily("sparse_gpu_compute_reserved_ratio",
+                                    "GPU compute booked, as a fraction of the GPU (0-1).",
+                                    labels=labels, unit="ratio")
         pods = GaugeMetricFamily("sparse_gpu_pods", "Pods holding a part of the GPU.",
                                  labels=labels)
         residents = state.resident_count()
         for i, uuid in enumerate(state.gpu_uuid):
             key = [uuid, state.node_names[state.gpu_node[i]], state.models[state.gpu_model[i]]]
-            mem.add_metric(key, float(state.mem_used[i]))
-            mem_cap.add_metric(key, float(state.mem_cap[i]))
-            milli.add_metric(key, float(state.milli_used[i]))
+            mem.add_metric(key, float(state.mem_used[i]) * MIB)
+            mem_cap.add_metric(key, float(state.mem_cap[i]) * MIB)
+            compute.add_metric(key, float(state.milli_used[i]) / 1000.0)
             pods.add_metric(key, float(residents[i]))
-        yield from (mem, mem_cap, milli, pods)
+        yield from (mem, mem_cap, compute, pods)
 
 
 class LedgerHealthCollector(Collector):

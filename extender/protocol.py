@@ -16,6 +16,18 @@ from extender.errors import InvalidRequest
 
 Quantity = str | int | float
 NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+# Far above the 5,000 nodes Kubernetes supports (15,000 in the largest clusters): a request
+# naming more is hostile, and bounding it bounds the work one request can cost.
+MAX_NODES_PER_REQUEST = 50_000
+MAX_VICTIMS_PER_NODE = 10_000
+# The API server's own limits on a Pod: names of DNS subdomains (253), namespaces of DNS
+# labels (63), 256 KiB of annotations in all. Kept here so that what the extender remembers
+# per pod (its demand, until bind) stays small whatever a caller sends.
+MAX_NAME = 253
+MAX_NAMESPACE = 63
+MAX_UID = 128
+MAX_CONTAINERS = 256
+MAX_ANNOTATION_BYTES = 256 * 1024
 
 
 class ObjectMeta(msgspec.Struct, omit_defaults=True):
@@ -90,9 +102,21 @@ class _MetaPod(msgspec.Struct):
     uid: str | None = None
 
 
+class _VictimMeta(msgspec.Struct):
+    uid: str | None = None
+
+
+class _VictimPod(msgspec.Struct):
+    """A victim: {UID} (MetaVictims), {uid} (old tags) or a full Pod (metadata.uid)."""
+
+    UID: str | None = None
+    uid: str | None = None
+    metadata: _VictimMeta | None = None
+
+
 class _VictimsWire(msgspec.Struct):
-    Pods: list[Any] | None = None
-    pods: list[Any] | None = None
+    Pods: list[_VictimPod] | None = None
+    pods: list[_VictimPod] | None = None
     NumPDBViolations: int = 0
     numPDBViolations: int = 0  # noqa: N815
 
@@ -189,6 +213,18 @@ def _decode(decoder: msgspec.json.Decoder, body: bytes, what: str) -> Any:
         return decoder.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError is a subclass
         raise InvalidRequest(f"{what}: {exc}") from exc
+    except RecursionError as exc:  # msgspec's depth guard: hostile, not an internal error
+        raise InvalidRequest(f"{what}: JSON nested too deeply") from exc
+
+
+def _unique_names(names: list[str], what: str) -> list[str]:
+    """The scheduler never repeats a node; a repeated name is dropped (the answer stays a
+    subset of the request), and the count of distinct names is bounded."""
+    unique = list(dict.fromkeys(names))
+    if len(unique) > MAX_NODES_PER_REQUEST:
+        raise InvalidRequest(
+            f"{what}: {len(unique)} nodes in one request; at most {MAX_NODES_PER_REQUEST}")
+    return unique if len(unique) != len(names) else names
 
 
 def _first(*values: Any) -> Any:
@@ -198,8 +234,19 @@ def _first(*values: Any) -> Any:
 def _check_pod(pod: Pod | None, what: str) -> Pod:
     if pod is None:
         raise InvalidRequest(f"{what}: missing Pod")
-    if not pod.metadata.uid or not pod.metadata.name:
+    meta = pod.metadata
+    if not meta.uid or not meta.name:
         raise InvalidRequest(f"{what}: Pod.metadata.name and Pod.metadata.uid are required")
+    if (len(meta.name) > MAX_NAME or len(meta.namespace) > MAX_NAMESPACE
+            or len(meta.uid) > MAX_UID):
+        raise InvalidRequest(f"{what}: Pod name, namespace or uid longer than Kubernetes allows")
+    containers = [*pod.spec.containers, *(pod.spec.initContainers or [])]
+    if len(containers) > MAX_CONTAINERS or any(len(c.name) > MAX_NAME for c in containers):
+        raise InvalidRequest(f"{what}: more than {MAX_CONTAINERS} containers, or a container"
+                             f" name longer than {MAX_NAME} characters")
+    annotations = meta.annotations or {}
+    if sum(len(k) + len(v) for k, v in annotations.items()) > MAX_ANNOTATION_BYTES:
+        raise InvalidRequest(f"{what}: Pod annotations exceed {MAX_ANNOTATION_BYTES // 1024} KiB")
     return pod
 
 
@@ -209,15 +256,26 @@ def decode_extender_args(body: bytes, what: str = "ExtenderArgs") -> ExtenderArg
     names = _first(wire.NodeNames, wire.nodenames, wire.nodeNames)
     node_list = _first(wire.Nodes, wire.nodes)
     if names is not None:
-        return ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+        return ExtenderArgs(pod=pod, node_names=_unique_names(names, what), nodes=None,
+                            raw_nodes=None)
     if node_list is not None:
         raws = node_list.items or []
+        if len(raws) > MAX_NODES_PER_REQUEST:
+            raise InvalidRequest(
+                f"{what}: {len(raws)} nodes in one request; at most {MAX_NODES_PER_REQUEST}")
         try:
             nodes = [_node_decoder.decode(raw) for raw in raws]
         except msgspec.DecodeError as exc:
             raise InvalidRequest(f"{what}: Nodes.items: {exc}") from exc
-        if any(not n.metadata.name for n in nodes):
-            raise InvalidRequest(f"{what}: a Node in Nodes.items has no metadata.name")
+        except RecursionError as exc:
+            raise InvalidRequest(f"{what}: Nodes.items: JSON nested too deeply") from exc
+        if any(not n.metadata.name or len(n.metadata.name) > 253 for n in nodes):
+            raise InvalidRequest(f"{what}: a Node in Nodes.items has no valid metadata.name")
+        if len({n.metadata.name for n in nodes}) != len(nodes):  # keep the first of each
+            seen: set[str] = set()
+            keep = [i for i, n in enumerate(nodes)
+                    if not (n.metadata.name in seen or seen.add(n.metadata.name))]
+            nodes, raws = [nodes[i] for i in keep], [raws[i] for i in keep]
         return ExtenderArgs(
             pod=pod, node_names=[n.metadata.name for n in nodes], nodes=nodes, raw_nodes=raws
         )
@@ -235,17 +293,16 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     missing = [k for k in ("pod_name", "pod_uid", "node") if not getattr(args, k)]
     if missing:
         raise InvalidRequest(f"ExtenderBindingArgs: missing {', '.join(missing)}")
+    if (len(args.pod_name) > MAX_NAME or len(args.pod_namespace) > MAX_NAMESPACE
+            or len(args.pod_uid) > MAX_UID or len(args.node) > MAX_NAME):
+        raise InvalidRequest("ExtenderBindingArgs: a name or uid longer than Kubernetes allows")
     return args
 
 
-def _victim_uid(entry: Any) -> str:
-    if isinstance(entry, dict):
-        uid = entry.get("UID") or entry.get("uid")
-        meta = entry.get("metadata")
-        if uid is None and isinstance(meta, dict):
-            uid = meta.get("uid")
-        if isinstance(uid, str) and uid:
-            return uid
+def _victim_uid(entry: _VictimPod) -> str:
+    uid = entry.UID or entry.uid or (entry.metadata.uid if entry.metadata else None)
+    if uid:
+        return uid
     raise InvalidRequest("ExtenderPreemptionArgs: a victim pod has no UID")
 
 
@@ -258,12 +315,18 @@ def decode_preemption_args(body: bytes) -> PreemptionArgs:
         wire.NodeNameToVictims,
         wire.nodeNameToVictims,
     )
+    if by_node is not None and len(by_node) > MAX_NODES_PER_REQUEST:
+        raise InvalidRequest(f"ExtenderPreemptionArgs: more than {MAX_NODES_PER_REQUEST} nodes")
     victims = {}
     for node, v in (by_node or {}).items():
         pods = _first(v.Pods, v.pods) or []
+        if not node or len(node) > 253 or len(pods) > MAX_VICTIMS_PER_NODE:
+            raise InvalidRequest(f"ExtenderPreemptionArgs: node {node[:80]!r} or its victims"
+                                 f" out of bounds (name of 1-253 characters,"
+                                 f" at most {MAX_VICTIMS_PER_NODE} victims)")
         victims[node] = Victims(
             pod_uids=[_victim_uid(p) for p in pods],
-            num_pdb_violations=v.NumPDBViolations or v.numPDBViolations,
+            num_pdb_violations=max(0, min(v.NumPDBViolations or v.numPDBViolations, 2**31)),
         )
     return PreemptionArgs(pod=pod, victims=victims)
 
@@ -308,3 +371,15 @@ def filter_result(
     return FilterResult(
         NodeNames=passed, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable, Error=error
     )
+
+
+def decode_verb(verb: str, body: bytes | bytearray
+                ) -> ExtenderArgs | BindingArgs | PreemptionArgs:
+    """The request body of one verb, typed (also run in a worker process for big bodies)."""
+    if verb in ("filter", "prioritize"):
+        return decode_extender_args(body, f"ExtenderArgs ({verb})")
+    if verb == "bind":
+        return decode_binding_args(body)
+    if verb == "preempt":
+        return decode_preemption_args(body)
+    raise ValueError(f"unknown verb {verb!r}")

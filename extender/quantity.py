@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 
 from extender.errors import InvalidDemand
 
@@ -39,9 +39,13 @@ def parse_int_quantity(value: object, resource: str) -> int:
         match = _QUANTITY.match(text) if len(text) <= 64 else None
         if not match:
             raise InvalidDemand(f"{resource}: {value!r} is not a Kubernetes quantity")
-        try:
+        try:  # '1e1000000' overflows the decimal context: a bad quantity, not a crash
             number = Decimal(match.group(1)) * _SUFFIX[match.group(2)]
-        except InvalidOperation as exc:
+            if not number.is_finite():
+                raise InvalidDemand(f"{resource}: {value!r} is not a finite quantity")
+            if abs(number.adjusted()) > 30:  # far outside MAX_VALUE and below 1m: no rounding
+                raise InvalidDemand(f"{resource}: quantity {value!r} is out of range")
+        except DecimalException as exc:
             raise InvalidDemand(f"{resource}: {value!r} is not a Kubernetes quantity") from exc
     else:
         raise InvalidDemand(f"{resource}: quantity must be a string or integer, got {value!r}")

@@ -15,19 +15,23 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import numpy as np
 
-from extender.annotations import ANN_GPU_INVENTORY
+from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidInventory, LedgerUnavailable, ReservationConflict
 from extender.interference import InterferenceMatrix
+from extender.interference.pairmodel import default_pair_model
+from extender.interference.profiles import ProfileBook, parse_profile
 from extender.inventory import Inventory, NodeGpus, node_from_annotations
 from extender.ledger.health import LedgerHealth, raise_if_cancelling
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
 from extender.ledger.upkeep import BindUpkeep
+from extender.livepairs import LivePairs
 from extender.outcome import Outcome
 from extender.placement import ClusterState, Policy
+from extender.placement.locality import LocalityIndex
 from extender.protocol import (
     BindingArgs,
     BindingResult,
@@ -88,6 +92,9 @@ class Scheduler:
         reservation_ttl_s: float = 120.0,
         observers: Iterable[Callable[[Outcome], None]] = (),
         bind_timeout_s: float = 3.0,
+        trust_request_inventory: bool = False,
+        locality: LocalityIndex | None = None,
+        live_pairs: LivePairs | None = None,
     ) -> None:
         self.ledger = ledger
         self.matrix = matrix
@@ -97,7 +104,10 @@ class Scheduler:
         self.clock = clock
         self.reservation_ttl_s = reservation_ttl_s
         self.observers = list(observers)
+        # A request's Nodes.items may change the inventory only when the operator opts in.
+        self.trust_request_inventory = trust_request_inventory
         self.cycle_costs = CycleCosts()
+        self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
@@ -111,6 +121,15 @@ class Scheduler:
         # Called after the view was rebuilt because the store was disrupted (restart,
         # failover): e.g. re-adopt bound pods from the API server, the source of truth.
         self.resync_hooks: list[Callable[[], Awaitable[None]]] = []
+        # Pair estimates learned from running jobs (Redis, pair worker); by default read
+        # from the predictions' Redis when there is one.
+        client = getattr(self.demand_source, "client", None)
+        self.live_pairs = live_pairs or (LivePairs(client, matrix) if client is not None
+                                         else None)
+        # Solo profiles of pods that carry one (annotation): the learned pair model scores them.
+        pair_model = default_pair_model()
+        self.profiles = ProfileBook(pair_model) if pair_model is not None else None
+        self._state.profiles = self.profiles
 
     # --- verbs (one module each) ----------------------------------------------------------
 
@@ -127,9 +146,9 @@ class Scheduler:
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         try:
             return await prioritize_verb.run(self, args)
-        except LedgerUnavailable as exc:  # scores only advise
+        except LedgerUnavailable as exc:  # scores only advise: no scores, no contribution
             self.health.failed(exc)
-            return [HostPriority(Host=n, Score=0) for n in args.node_names]
+            return []
 
     async def bind(self, args: BindingArgs) -> BindingResult:
         try:
@@ -160,6 +179,10 @@ class Scheduler:
         """The state matching the ledger's current version: when it moved, the changes since
         the cached version are applied (the ledger's change log); a full snapshot is read only
         when they are no longer all kept (or at start)."""
+        if self.live_pairs is not None:
+            matrix = await self.live_pairs.refresh()
+            if matrix is not None:
+                self.matrix = self._state.matrix = matrix
         disruptions = getattr(self.ledger, "disruptions", 0)
         if disruptions != self._disruptions:
             return await self._rebuild(disruptions)
@@ -180,6 +203,7 @@ class Scheduler:
                     else:
                         state.apply(reservation)  # replaces an earlier booking of the pod
                 state.version = version
+        self._state.profiles = self.profiles
         return self._state
 
     async def _rebuild(self, disruptions: int) -> ClusterState:
@@ -221,6 +245,7 @@ class Scheduler:
             self._seen_annotation = {}
         changed: dict[str, NodeGpus] = {}
         for name, node_annotations, labels in nodes:
+            self.locality.observe_node(name, node_annotations, labels)
             raw = (node_annotations or {}).get(ANN_GPU_INVENTORY)
             if raw is None or self._seen_annotation.get(name) == raw:
                 continue  # the common case on every full-Node request: nothing changed
@@ -253,6 +278,7 @@ class Scheduler:
 
     def remove_node(self, name: str) -> None:
         self._seen_annotation.pop(name, None)
+        self.locality.forget_node(name)
         if name in self.inventory.nodes:
             self.set_inventory(self.inventory.without_node(name))
 
@@ -281,6 +307,9 @@ class Scheduler:
     async def demand_of(self, pod: Pod) -> PodDemand:
         prediction = await self.demand_source.get(pod.metadata.uid)
         demand = pod_demand(pod, prediction)
+        profile = (pod.metadata.annotations or {}).get(ANN_SOLO_PROFILE)
+        if profile and self.profiles is not None:
+            self.profiles.add(pod.metadata.uid, parse_profile(profile, ANN_SOLO_PROFILE))
         self._pending[pod.metadata.uid] = (pod, demand)
         self._pending.move_to_end(pod.metadata.uid)
         while len(self._pending) > PENDING_PODS:
@@ -293,6 +322,10 @@ class Scheduler:
             state = state.copy()
             state.unapply(uid)
         return state
+
+    def pending_pod(self, uid: str) -> Pod | None:
+        cached = self._pending.get(uid)
+        return None if cached is None else cached[0]
 
     def pending_demand(self, uid: str) -> PodDemand | None:
         cached = self._pending.get(uid)
@@ -319,6 +352,8 @@ class Scheduler:
             self.after_change(version, drop=pod_uid)
         if not keep_pending:
             self._pending.pop(pod_uid, None)
+            if self.profiles is not None:
+                self.profiles.remove(pod_uid)
         return dropped
 
     async def adopt(self, reservation: Reservation) -> bool:

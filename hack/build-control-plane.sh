@@ -34,6 +34,13 @@ P=${GO_BUILD_P:-$(( NCPU < 2 ? NCPU : 2 ))}
 log() { printf '[build-control-plane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 built() { [ -x "$BIN/etcd" ] && [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ]; }
 
+# Go's per-module chatter ("go: downloading ...", "go: added ...") is counted, not printed;
+# everything else (errors included) goes to stderr as it comes.
+quiet_go() {
+  "$@" 2>&1 | awk '/^go: (downloading|added|upgraded|finding|extracting) /{n++; next} {print; fflush()}
+    END {if (n) printf "%d go module messages (downloads) not shown\n", n}' >&2
+}
+
 START=$(date +%s)
 if built; then echo "$BIN"; exit 0; fi
 
@@ -71,7 +78,7 @@ log "replaced $n staging modules with v0.${K8S#1.}"
 GD=$(sed -n 's/^godebug \(.*\)$/\1/p' "$GOMODFILE" | head -1)
 [ -n "$GD" ] && "$GO" mod edit -godebug="$GD"
 log "go get (module downloads)"
-"$GO" get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S" "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S" >&2
+quiet_go "$GO" get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S" "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S"
 COMMIT=$("$GO" mod download -json "k8s.io/kubernetes@v$K8S" | sed -n 's/^[[:space:]]*"Hash": "\([0-9a-f]*\)".*/\1/p' | head -1)
 BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LD="-s -w"
@@ -80,17 +87,17 @@ for V in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   [ -n "$COMMIT" ] && LD="$LD -X $V.gitCommit=$COMMIT"
 done
 log "compiling kube-apiserver + kube-scheduler (slow: 10-30 min cold on 2 cores)"
-"$GO" build -p "$P" -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$LD" -o "$OUT/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler >&2
+quiet_go "$GO" build -p "$P" -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$LD" -o "$OUT/" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
 
 # --- etcd (own module so its gRPC/otel versions cannot clash with Kubernetes') --------------
 mkdir "$WORK/etcd"; cd "$WORK/etcd"
 "$GO" mod init local/sparse-etcdbin >/dev/null 2>&1
 log "go get go.etcd.io/etcd/server/v3@v$ETCD"
-"$GO" get -tool "go.etcd.io/etcd/server/v3@v$ETCD" >&2
+quiet_go "$GO" get -tool "go.etcd.io/etcd/server/v3@v$ETCD"
 log "compiling etcd"
-"$GO" build -p "$P" -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v$ETCD-goproxy" \
-  -o "$OUT/etcd" go.etcd.io/etcd/server/v3 >&2
+quiet_go "$GO" build -p "$P" -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v$ETCD-goproxy" \
+  -o "$OUT/etcd" go.etcd.io/etcd/server/v3
 
 "$OUT/kube-apiserver" --version >&2
 "$OUT/etcd" --version >&2

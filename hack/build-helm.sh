@@ -24,6 +24,13 @@ P=${GO_BUILD_P:-$(( NCPU < 2 ? NCPU : 2 ))}
 
 log() { printf '[build-helm %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# Go's per-module chatter ("go: downloading ...", "go: added ...") is counted, not printed;
+# everything else (errors included) goes to stderr as it comes.
+quiet_go() {
+  "$@" 2>&1 | awk '/^go: (downloading|added|upgraded|finding|extracting) /{n++; next} {print; fflush()}
+    END {if (n) printf "%d go module messages (downloads) not shown\n", n}' >&2
+}
+
 START=$(date +%s)
 if [ -x "$DEST/bin/helm" ]; then echo "$DEST/bin/helm"; exit 0; fi
 mkdir -p "$ROOT"
@@ -48,7 +55,7 @@ LD="-s -w -X $H/internal/version.version=v$HELM -X $H/internal/version.gitTreeSt
 for pkg in pkg/lint/rules pkg/chartutil; do
   LD="$LD -X $H/$pkg.k8sVersionMajor=1 -X $H/$pkg.k8sVersionMinor=$KMINOR"
 done
-GOBIN="$WORK/pub/bin" "$GO" install -p "$P" -trimpath -ldflags "$LD" "$H/cmd/helm@v$HELM" >&2
+GOBIN="$WORK/pub/bin" quiet_go "$GO" install -p "$P" -trimpath -ldflags "$LD" "$H/cmd/helm@v$HELM"
 "$WORK/pub/bin/helm" version --short >&2
 printf 'helm=v%s\ndefault-kube=v1.%s.0\ngo=%s\nbuilt=%s\n' "$HELM" "$KMINOR" "$("$GO" env GOVERSION)" "$(date -u +%FT%TZ)" \
   > "$WORK/pub/VERSIONS"

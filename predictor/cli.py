@@ -26,6 +26,7 @@ GPU_DATA = click.option(
 
 
 @click.group()
+@click.version_option(package_name="sparse", prog_name="sparse-predictor")
 def main() -> None:
     """GPU memory / compute-share predictor for training jobs (see docs/predictor.md)."""
 

@@ -262,6 +262,9 @@ async def serve(kubeconfig: str | None, redis_url: str, metrics_port: int, ttl_s
         await config.load_kube_config(config_file=kubeconfig)
     else:
         config.load_incluster_config()
+    from extender import telemetry  # base units, no _created series, sparse_build_info
+
+    telemetry.standardize_global_registry("predictor")
     start_http_server(metrics_port)
     rds = aioredis.from_url(redis_url)
     async with client.ApiClient() as api:

@@ -18,6 +18,11 @@ PURE = [
     "extender.kube.assignment",
     "webhook.patch",
     "predictor.features",
+    "controller.prediction",
+    "controller.pods",
+    "controller.status",
+    "controller.queue",
+    "controller.reconcile",
 ]
 FORBIDDEN = ["aiohttp", "redis", "kubernetes_asyncio", "prometheus_client", "torch"]
 

@@ -10,6 +10,7 @@ _file = click.Path(dir_okay=False, exists=True, path_type=Path)
 
 
 @click.command("webhook")
+@click.version_option(package_name="sparse", prog_name="sparse-webhook")
 @click.option("--host", default="0.0.0.0", show_default=True)
 @click.option("--port", default=8443, show_default=True, type=int)
 @click.option("--tls-cert", type=_file, required=True, help="Serving certificate (PEM).")

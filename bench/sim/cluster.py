@@ -22,6 +22,7 @@ from extender.interference.matrix import default_matrix
 from extender.ledger import rules
 from extender.ledger.rules import Reservation
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
+from extender.placement.locality import EmbeddingSpec, LocalityIndex, combine, idle_nodes
 from extender.placement.policies.base import Policy
 from extender.placement.policies.common import HostView, pod_tag
 
@@ -62,6 +63,7 @@ class SimCluster:
         self.host_costs = getattr(policy, "host_costs", None)
         self.allocated_milli = 0  # booked milli-GPU (sum of state.milli_used)
         self.total_milli = int(self.state.milli_cap.sum())
+        self.locality: LocalityIndex | None = None  # the extender's locality term, when set
 
     def demand(self, uid: str, cpu: int, mem: int, num_gpu: int, gpu_milli: int, spec: str,
                job_class: str = "unknown") -> TraceDemand:
@@ -80,8 +82,11 @@ class SimCluster:
             return None
         return int(np.argmin(costs))  # first minimum = smallest node name
 
-    def schedule(self, d: TraceDemand, now: float = 0.0) -> Placed | None:
-        """One scheduling attempt; returns the placement or None (nothing changes then)."""
+    def schedule(self, d: TraceDemand, now: float = 0.0,
+                 embedding: EmbeddingSpec | None = None) -> Placed | None:
+        """One scheduling attempt; returns the placement or None (nothing changes then).
+        With ``locality`` set, the node costs get the extender's locality term for the pod's
+        ``embedding`` declaration, exactly as prioritize adds it."""
         cand = self.candidates(d)
         if not len(cand):
             return None
@@ -94,7 +99,11 @@ class SimCluster:
                 return None
             return self._commit(d, int(cand[j]), None)
         result = fit(st, d, self.names[cand].tolist(), explain=False)
-        j = self._pick(node_costs(st, d, result, self.policy))
+        costs = node_costs(st, d, result, self.policy)
+        if self.locality is not None:
+            idle = idle_nodes(st, result.names) if embedding is None else None
+            costs = combine(costs, self.locality.term(embedding, d, result.names, idle))
+        j = self._pick(costs)
         if j is None:
             return None
         node = result.names[j]

@@ -92,6 +92,16 @@ def against_fgd(runs: list, policy: str = "sparse") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _column_percentile(ys: np.ndarray, q: float) -> np.ndarray:
+    """Per-column NaN-ignoring percentile; NaN (no warning) where every run is NaN, e.g. past
+    the arrival level at which a run's cluster was full."""
+    out = np.full(ys.shape[1], np.nan)
+    seen = ~np.isnan(ys).all(axis=0)
+    if seen.any():
+        out[seen] = np.nanpercentile(ys[:, seen], q, axis=0)
+    return out
+
+
 def plot_curves(runs: list, metric: str, ylabel: str, path: Path, workload: str,
                 lo: int = 0, hi: int = 130) -> None:
     plt = _plt()
@@ -100,11 +110,11 @@ def plot_curves(runs: list, metric: str, ylabel: str, path: Path, workload: str,
     for policy in sorted({r.policy for r in runs if r.workload == workload}):
         ys = np.array([getattr(r, metric) for r in runs
                        if r.workload == workload and r.policy == policy])
-        med = np.nanmedian(ys, axis=0)
+        med = _column_percentile(ys, 50)
         (line,) = ax.plot(x[lo:hi + 1], med[lo:hi + 1], label=policy)
         if len(ys) > 1:
-            ax.fill_between(x[lo:hi + 1], np.nanpercentile(ys, 25, axis=0)[lo:hi + 1],
-                            np.nanpercentile(ys, 75, axis=0)[lo:hi + 1], alpha=0.2,
+            ax.fill_between(x[lo:hi + 1], _column_percentile(ys, 25)[lo:hi + 1],
+                            _column_percentile(ys, 75)[lo:hi + 1], alpha=0.2,
                             color=line.get_color())
         theirs = expected.curves(workload, policy, metric=metric)
         if theirs is not None:

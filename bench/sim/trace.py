@@ -33,6 +33,7 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 MODEL_MEMORY_MIB = {
     "P100": 16384, "T4": 16384, "V100M16": 16384, "V100M32": 32768, "A10": 24576,
     "G1": 16384, "G2": 32768, "G3": 32768,
+    "H200": 143771,  # the GPU the predictor's measured rows (rec-mix workload) come from
 }
 DEFAULT_MEMORY_MIB = 16384
 

@@ -12,8 +12,10 @@ from aiohttp import web
 from extender.config import Settings
 from extender.demandsource import DemandSource, NoPredictions, RedisPredictions
 from extender.http import handlers
-from extender.http.keys import METRICS, READY, SCHEDULER
+from extender.http.admission import Admission
+from extender.http.keys import ADMISSION, BODY_LIMIT, DECODER, METRICS, READY, SCHEDULER
 from extender.http.middlewares import make_middleware
+from extender.http.offload import BodyDecoder
 from extender.interference.matrix import default_matrix, load_matrix
 from extender.inventory import Inventory, load_node_conf_file
 from extender.ledger.factory import open_ledger, redis_options
@@ -44,19 +46,48 @@ def build_scheduler(settings: Settings) -> Scheduler:
         demand_source=demand,
         reservation_ttl_s=settings.reservation_ttl_s,
         bind_timeout_s=settings.bind_timeout_s,
+        trust_request_inventory=settings.trust_request_inventory,
     )
 
 
 def add_routes(app: web.Application, prefix: str) -> None:
+    """The scheduling port: the four verbs and the probes."""
     app.router.add_post(f"{prefix}/filter", handlers.filter_)
     app.router.add_post(f"{prefix}/prioritize", handlers.prioritize)
     app.router.add_post(f"{prefix}/bind", handlers.bind)
     app.router.add_post(f"{prefix}/preempt", handlers.preempt)
-    app.router.add_get(f"{prefix}/inspect", handlers.inspect)
-    app.router.add_get(f"{prefix}/inspect/{{node}}", handlers.inspect)
+    app.router.add_post(f"{prefix}/gangs/reserve", handlers.gang_reserve)
+    app.router.add_post(f"{prefix}/gangs/release", handlers.gang_release)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
+
+
+def add_observability_routes(app: web.Application, prefix: str, inspect: bool) -> None:
+    """/metrics, and /inspect unless turned off: on the scheduling port, or on --metrics-port."""
     app.router.add_get("/metrics", handlers.metrics)
+    if inspect:
+        app.router.add_get(f"{prefix}/inspect", handlers.inspect)
+        app.router.add_get(f"{prefix}/inspect/{{node}}", handlers.inspect)
+
+
+def make_metrics_app(settings: Settings, scheduler: Scheduler, metrics: Metrics) -> web.Application:
+    app = web.Application(middlewares=[make_middleware(settings.prefix.rstrip("/"))])
+    app[SCHEDULER] = scheduler
+    app[METRICS] = metrics
+    add_observability_routes(app, settings.prefix.rstrip("/"), settings.inspect)
+    return app
+
+
+async def _serve_metrics(settings: Settings, app: web.Application) -> web.AppRunner | None:
+    if settings.metrics_port is None:
+        return None
+    runner = web.AppRunner(make_metrics_app(settings, app[SCHEDULER], app[METRICS]),
+                           access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, settings.metrics_port).start()
+    log.info("metrics%s on port %d", " and inspect" if settings.inspect else "",
+             settings.metrics_port)
+    return runner
 
 
 async def _expiry_loop(scheduler: Scheduler, interval_s: float) -> None:
@@ -74,16 +105,27 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     metrics = Metrics(lambda: scheduler.state)
     scheduler.observers.append(metrics.observe)
     metrics.registry.register(LedgerHealthCollector(scheduler))
+    limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
-        client_max_size=settings.max_body_mib * 1024 * 1024,
+        client_max_size=limit,
         middlewares=[make_middleware(prefix)],
+        # Bodies are decompressed by read_body, streamed and bounded (gzip bombs, bad gzip).
+        handler_args={"auto_decompress": False},
     )
     app[SCHEDULER] = scheduler
     app[METRICS] = metrics
     app[READY] = asyncio.Event()
+    # Bodies held at once over all requests: room for two of the largest, and at least 256 MiB.
+    app[ADMISSION] = Admission(settings.max_in_flight, settings.queue_timeout_s,
+                               body_budget_bytes=max(2 * limit, 256 * 1024 * 1024))
+    app[DECODER] = BodyDecoder(keep_annotations=settings.trust_request_inventory)
+    app[BODY_LIMIT] = limit
     add_routes(app, prefix)
+    if settings.metrics_port is None:
+        add_observability_routes(app, prefix, settings.inspect)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        metrics_runner = await _serve_metrics(settings, app)
         kube = None
         if settings.kube_enabled:
             from extender.kube.integration import KubeIntegration
@@ -104,6 +146,9 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             await kube.stop()
         await scheduler.ledger.close()
         await scheduler.demand_source.close()
+        await app[DECODER].close()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
 
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -2,36 +2,127 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender import protocol
-from extender.http.keys import METRICS, READY, SCHEDULER
-from extender.protocol import encode
+from extender.errors import InvalidRequest, Overloaded
+from extender.http.admission import BodyHold
+from extender.http.body import read_body
+from extender.http.keys import ADMISSION, BODY_LIMIT, DECODER, METRICS, READY, SCHEDULER
+from extender.protocol import BindingResult, FilterResult, PreemptionResult, encode
+from extender.verbs import gang
+
+log = logging.getLogger("sparse.http")
+
+# A frozen store must not hold a read-only verb past the scheduler's httpTimeout (5 s by
+# default, a slot may already have been waited for): cut it short and answer Error. Bind is
+# not cut: a write cancelled half way could leave a booking; it relies on the store client's
+# own timeouts, and rolls back when they fire.
+READ_ONLY_DEADLINE_S = 2.5
 
 
 def _json(payload: object, status: int = 200) -> web.Response:
     return web.Response(body=encode(payload), status=status, content_type="application/json")
 
 
+def _failure(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
+async def _verb(request: web.Request, verb: str, failed: Callable[[str], Any]) -> web.Response:
+    """Admission, bounded read, decode (4xx when malformed), then the verb. Anything that goes
+    wrong past the decode (overload, an unreachable store, a bug) is the verb's own error
+    answer with HTTP 200, which the scheduler retries; never a 5xx."""
+    app = request.app
+    metrics = app[METRICS]
+    try:
+        admission = app[ADMISSION]
+        async with admission.slot():
+            with admission.bodies.hold() as hold:
+                return await _serve(request, verb, failed, hold)
+    except Overloaded as exc:
+        metrics.failures.labels(verb, "overloaded").inc()
+        return _json(failed(str(exc)))
+
+
+async def _serve(request: web.Request, verb: str, failed: Callable[[str], Any],
+                 hold: BodyHold) -> web.Response:
+    app = request.app
+    body = await read_body(request, app[BODY_LIMIT], hold)
+    try:
+        args = await app[DECODER].decode(verb, body)
+        deadline = None if verb == "bind" else READ_ONLY_DEADLINE_S
+        async with asyncio.timeout(deadline):
+            return _json(await getattr(app[SCHEDULER], verb)(args))
+    except InvalidRequest:
+        raise  # malformed: 4xx with the message (middleware)
+    except Exception as exc:
+        log.exception("%s failed; answered as an Error for the scheduler to retry", verb)
+        app[METRICS].failures.labels(verb, "error").inc()
+        return _json(failed(f"{verb} failed on this replica ({_failure(exc)}); retry"))
+
+
 async def filter_(request: web.Request) -> web.Response:
-    args = protocol.decode_extender_args(await request.read(), "ExtenderArgs (filter)")
-    return _json(await request.app[SCHEDULER].filter(args))
+    return await _verb(request, "filter", lambda why: FilterResult(Error=why))
 
 
 async def prioritize(request: web.Request) -> web.Response:
-    args = protocol.decode_extender_args(await request.read(), "ExtenderArgs (prioritize)")
-    return _json(await request.app[SCHEDULER].prioritize(args))
+    # HostPriorityList has no Error field; no scores = no contribution (errors are ignored).
+    return await _verb(request, "prioritize", lambda why: [])
 
 
 async def bind(request: web.Request) -> web.Response:
-    args = protocol.decode_binding_args(await request.read())
-    return _json(await request.app[SCHEDULER].bind(args))
+    return await _verb(request, "bind", lambda why: BindingResult(Error=why))
 
 
 async def preempt(request: web.Request) -> web.Response:
-    args = protocol.decode_preemption_args(await request.read())
-    return _json(await request.app[SCHEDULER].preempt(args))
+    # No Error field either: no node is offered for preemption until the next attempt.
+    return await _verb(request, "preempt", lambda why: PreemptionResult())
+
+
+async def _gang(request: web.Request, verb: str, decode: Callable[[bytes], Any],
+                call: Callable[[Any], Any]) -> web.Response:
+    """Gang admission from the job controller: the same admission, bounded read and error
+    answers as the scheduler's verbs (malformed: 4xx; a store failure: 503 with a message,
+    which the controller retries)."""
+    app = request.app
+    try:
+        async with app[ADMISSION].slot():
+            with app[ADMISSION].bodies.hold() as hold:
+                body = await read_body(request, app[BODY_LIMIT], hold)
+                args = decode(body)
+                try:
+                    return _json(await call(args))
+                except InvalidRequest:
+                    raise
+                except Exception as exc:
+                    log.exception("%s failed", verb)
+                    app[METRICS].failures.labels(verb, "error").inc()
+                    return _json({"error": f"{verb} failed ({_failure(exc)}); retry"}, 503)
+    except Overloaded as exc:
+        app[METRICS].failures.labels(verb, "overloaded").inc()
+        return _json({"error": str(exc)}, 503)
+
+
+async def gang_reserve(request: web.Request) -> web.Response:
+    scheduler = request.app[SCHEDULER]
+    return await _gang(request, "gang_reserve", gang.decode_reserve,
+                       lambda req: gang.reserve(scheduler, req))
+
+
+async def gang_release(request: web.Request) -> web.Response:
+    scheduler = request.app[SCHEDULER]
+
+    async def release(req: Any) -> dict[str, list[str]]:
+        return {"released": await gang.release(scheduler, req)}
+
+    return await _gang(request, "gang_release", gang.decode_release, release)
 
 
 async def healthz(request: web.Request) -> web.Response:

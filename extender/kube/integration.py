@@ -9,12 +9,14 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from extender.annotations import LABEL_EMBEDDING_STORE
 from extender.config import Settings
 from extender.inventory import Inventory
 from extender.kube.assignment import pod_is_finished, reservation_from_pod
 from extender.kube.binder import KubeBinder
 from extender.kube.client import make_api_client
 from extender.kube.events import EventRecorder
+from extender.kube.stores import StoreShards
 from extender.kube.watching import Watcher
 from extender.ledger.rules import STATE_BOUND, STATE_RESERVED
 from extender.service import Scheduler
@@ -43,11 +45,16 @@ class KubeIntegration:
             else {}
         pods = Watcher("pods", core.list_pod_for_all_namespaces, self._resync_pods,
                        self._on_pod, **selector)
+        shards = StoreShards(self.scheduler.locality)
+        stores = Watcher("embedding-stores", core.list_pod_for_all_namespaces, shards.resync,
+                         shards.on_event, label_selector=LABEL_EMBEDDING_STORE)
         # Inventory first (capacities), then the ledger rebuild; only then ready.
         node_rv = await nodes.relist()
         pod_rv = await pods.relist()
+        store_rv = await stores.relist()
         self._tasks = [asyncio.create_task(nodes.run(node_rv)),
-                       asyncio.create_task(pods.run(pod_rv))]
+                       asyncio.create_task(pods.run(pod_rv)),
+                       asyncio.create_task(stores.run(store_rv))]
 
         async def reconcile() -> None:
             # After a Redis restart or failover the store may have lost bookings it had

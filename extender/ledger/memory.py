@@ -4,11 +4,11 @@ mutates; ``SqliteLedger`` adds durability through the ``_persist`` hook."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 
 from extender.errors import ReservationConflict
-from extender.ledger import rules
+from extender.ledger import many, rules
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation, Usage
 from extender.ledger.store import Applied, Change
 
@@ -89,6 +89,32 @@ class MemoryLedger:
         if applied.version:
             await self._persist([(pod_uid, applied.reservation)])
         return applied
+
+    async def reserve_many(
+        self, reservations: Sequence[Reservation], capacities: Mapping[str, GpuCapacity],
+        release: Iterable[str] = (),
+    ) -> int:
+        release = list(release)
+        many.validate_many(reservations, release, capacities)
+        existing = {r.pod_uid: self._reservations.get(r.pod_uid) for r in reservations}
+        if many.already_booked(existing, reservations):
+            return self._version
+        usage = Usage(dict(self._usage.mem_mib), dict(self._usage.milli))
+        for uid in release:
+            if uid in self._reservations:
+                usage.add(self._reservations[uid], -1)
+        many.check_fits_many(usage, reservations, capacities)
+        changes: list[Change] = []
+        for uid in release:  # no await until every change is made: atomic
+            if self._release_now(uid).version:
+                changes.append((uid, None))
+        for r in reservations:
+            self._reservations[r.pod_uid] = r
+            self._usage.add(r)
+            self._changed(r.pod_uid, r)
+            changes.append((r.pod_uid, r))
+        await self._persist(changes)
+        return self._version
 
     async def confirm(self, pod_uid: str) -> Reservation | None:
         return (await self.confirm_change(pod_uid)).reservation

@@ -16,14 +16,14 @@ holds (a restart without persistence, a failover that lost asynchronous writes).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
 from extender.errors import LedgerBusy, LedgerUnavailable, ReservationConflict
-from extender.ledger import rules, scripts
+from extender.ledger import many, redis_many, rules, scripts
 from extender.ledger.connect import RedisOptions, close_client, make_client
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation
 from extender.ledger.scripts import LOG_MAX
@@ -71,6 +71,7 @@ class RedisLedger:
         self._expire = client.register_script(scripts.EXPIRE)
         self._replace = client.register_script(scripts.REPLACE)
         self.disruptions = 0  # connection failures and master moves seen so far
+        self._reserve_many = client.register_script(redis_many.RESERVE_MANY)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "sparse:ledger:",
@@ -150,6 +151,28 @@ class RedisLedger:
             raise ReservationConflict(
                 f"pod {reservation.pod_uid} already holds GPUs on {existing.node}"
             )
+        gpu, unit, free = (x.decode() for x in reply[1:4])
+        raise ReservationConflict(f"GPU {gpu}: not enough {unit} left ({free} free)", gpu)
+
+    async def reserve_many(
+        self, reservations: Sequence[Reservation], capacities: Mapping[str, GpuCapacity],
+        release: Iterable[str] = (),
+    ) -> int:
+        release = list(release)
+        many.validate_many(reservations, release, capacities)
+        args = redis_many.script_args(reservations, release, capacities)
+        reply = await self._script(self._reserve_many, "reserve_many", args[1:])
+        status = reply[0].decode()
+        if status == "ok":
+            return int(reply[1])
+        if status == "exists":
+            docs = await self._call("reserve_many", lambda: self._r.hmget(
+                self._keys[0], [r.pod_uid for r in reservations]))
+            held = {r.pod_uid: rules.from_json(d) if d else None
+                    for r, d in zip(reservations, docs, strict=True)}
+            if many.already_booked(held, reservations):
+                return await self.version()
+            raise ReservationConflict("reservations changed concurrently; retry")
         gpu, unit, free = (x.decode() for x in reply[1:4])
         raise ReservationConflict(f"GPU {gpu}: not enough {unit} left ({free} free)", gpu)
 

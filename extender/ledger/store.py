@@ -5,7 +5,7 @@ Checked for both backends by tests/extender/ledger/test_contract.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from extender.ledger.rules import GpuCapacity, Reservation
@@ -33,6 +33,14 @@ class LedgerStore(Protocol):
         """Book every allocation or none. Raises ReservationConflict when a GPU would exceed
         its capacity or the pod already holds a different reservation; booking the same thing
         twice is a no-op (a retried bind). Returns the ledger version after the change."""
+
+    async def reserve_many(
+        self, reservations: Sequence[Reservation], capacities: Mapping[str, GpuCapacity],
+        release: Iterable[str] = (),
+    ) -> int:
+        """Drop the ``release`` bookings and book every reservation, or change nothing (a
+        gang; a bind consuming a gang slot). Amounts of one call add up per GPU; booking the
+        same set twice is a no-op. Returns the ledger version after the change."""
 
     async def confirm(self, pod_uid: str) -> Reservation | None:
         """Mark the pod's reservation bound (no expiry). None if there is none."""

@@ -111,6 +111,14 @@ def fit(
     )
 
 
+def _nodes(names: list[str], members: list[int], closest: int | None) -> str:
+    count = len(members)
+    where = f"{count} node{'s' if count != 1 else ''}"
+    if closest is not None:
+        where += f"; closest: {names[closest]}"
+    return f"({where})"
+
+
 def _explain(
     state: ClusterState,
     demand: PodDemand,
@@ -121,38 +129,79 @@ def _explain(
     failed: dict[str, str],
     unresolvable: dict[str, str],
 ) -> None:
-    """One human-readable reason per failing node; 'unresolvable' when even an empty node of
-    this shape could never take the pod (model or size), so preemption and waiting are futile."""
+    """One reason per kind of misfit, the same string for every node of that kind, numbers
+    summarised over the group and the closest node named: kube-scheduler groups identical
+    reasons, so a pending pod's message stays short however many nodes it was tried on.
+    'Unresolvable' when even an empty node of this shape could never take the pod (model,
+    GPU count or size), so preemption and waiting are futile."""
     n = len(nodes)
-    models_ok = _per_node(masks.model_ok, masks.owner, n)
-    big_enough = masks.model_ok & (state.mem_cap[masks.gpus] >= demand.share_mem_mib)
-    count_big = _per_node(big_enough, masks.owner, n)
-    best_mem = np.zeros(n, dtype=np.int64)
     gpus = masks.gpus
-    mem_free = state.mem_cap[gpus] - state.mem_used[gpus]
+    ok = masks.model_ok
+    models_ok = _per_node(ok, masks.owner, n)
+    mem_cap = state.mem_cap[gpus]
+    mem_free = mem_cap - state.mem_used[gpus]
     milli_free = state.milli_cap[gpus] - state.milli_used[gpus]
-    np.maximum.at(best_mem, masks.owner, np.where(masks.model_ok, mem_free, 0))
-    best_milli = np.zeros(n, dtype=np.int64)
-    np.maximum.at(best_milli, masks.owner, np.where(masks.model_ok, milli_free, 0))
+    mem_ok = ok & (mem_free >= demand.share_mem_mib)
+
+    def node_max(values: np.ndarray, where: np.ndarray) -> np.ndarray:
+        out = np.full(n, -1, dtype=np.int64)
+        np.maximum.at(out, masks.owner, np.where(where, values, -1))
+        return out
+
+    largest = node_max(mem_cap, ok)
+    best_mem = node_max(mem_free, ok)
+    best_milli = node_max(milli_free, mem_ok)  # compute free on GPUs with memory enough
     count_free = _per_node(masks.free, masks.owner, n)
+    count_share = _per_node(masks.share, masks.owner, n)
     slots = demand.slot_count
-    for i in bad:
-        name = names[i]
+    kinds: dict[str, list[int]] = {}
+    for i in bad.tolist():
         if models_ok[i] == 0:
-            wanted = "|".join(sorted(demand.allowed_models or ()))
-            unresolvable[name] = f"no GPU of model {wanted} on this node"
+            kind = "model"
         elif models_ok[i] < slots:
-            unresolvable[name] = f"pod needs {slots} GPUs, node has {models_ok[i]} usable"
-        elif demand.has_share and count_big[i] == 0:
-            unresolvable[name] = (
-                f"no GPU on this node has {demand.share_mem_mib} MiB of memory in total"
-            )
-        elif count_free[i] < demand.whole_gpus:
-            failed[name] = (
-                f"needs {demand.whole_gpus} free whole GPU(s), {count_free[i]} free"
-            )
+            kind = "count"
+        elif demand.has_share and largest[i] < demand.share_mem_mib:
+            kind = "size"
+        elif (count_free[i] < demand.whole_gpus or not demand.has_share
+              or count_share[i] >= 1):  # the share's GPU is one the whole GPUs need
+            kind = "free"
+        elif best_milli[i] >= 0:  # a GPU has the memory free, not the compute
+            kind = "compute"
         else:
-            failed[name] = (
-                f"no GPU with {demand.share_mem_mib} MiB and {demand.share_milli} milli free"
-                f" (most free: {best_mem[i]} MiB, {best_milli[i]} milli)"
-            )
+            kind = "memory"
+        kinds.setdefault(kind, []).append(i)
+
+    def top(members: list[int], by: np.ndarray) -> int:
+        return max(members, key=lambda i: (by[i], -i))
+
+    for kind, members in kinds.items():
+        target = failed
+        if kind == "model":
+            wanted = "|".join(sorted(demand.allowed_models or ()))
+            reason = f"GPU model: no GPU of model {wanted} {_nodes(names, members, None)}"
+            target = unresolvable
+        elif kind == "count":
+            c = top(members, models_ok)
+            reason, target = (f"GPU count: needs {slots} GPUs, at most {models_ok[c]} usable on a"
+                              f" node {_nodes(names, members, c)}"), unresolvable
+        elif kind == "size":
+            c = top(members, largest)
+            reason, target = (f"GPU size: needs {demand.share_mem_mib} MiB on one GPU, the"
+                              f" largest has {largest[c]} MiB {_nodes(names, members, c)}"), \
+                unresolvable
+        elif kind == "free":
+            c = top(members, count_free)
+            extra = " plus one for the share" if demand.has_share else ""
+            reason = (f"free GPUs: needs {demand.whole_gpus} free whole GPU(s){extra}, at most"
+                      f" {count_free[c]} free on a node {_nodes(names, members, c)}")
+        elif kind == "memory":
+            c = top(members, best_mem)
+            reason = (f"GPU memory: needs {demand.share_mem_mib} MiB, at most {best_mem[c]} MiB"
+                      f" free on a GPU {_nodes(names, members, c)}")
+        else:
+            c = top(members, best_milli)
+            reason = (f"GPU compute: needs {demand.share_milli} milli, at most"
+                      f" {best_milli[c]} milli free on a GPU with"
+                      f" {demand.share_mem_mib} MiB free {_nodes(names, members, c)}")
+        for i in members:
+            target[names[i]] = reason

@@ -49,6 +49,11 @@ class ClusterState:
         self.residents = np.zeros(len(gpus), dtype=np.int64)
         # Sum of the residents' GPU fractions per class (compute share; 1 when unstated).
         self.class_frac = np.zeros((len(gpus), len(matrix.classes)), dtype=np.float64)
+        # Per GPU with residents: [(pod uid, GPU fraction, class index)], for pairwise models.
+        self.resident_pods: dict[int, list[tuple[str, float, int]]] = {}
+        # Solo profiles of pods (extender.interference.profiles.ProfileBook), when an adapter
+        # knows them; the sparse policy then scores pairs with the learned model.
+        self.profiles = None
         self.reservations: dict[str, Reservation] = {}
         self.orphans: dict[str, Reservation] = {}
         self.version = -1  # ledger version these bookings reflect
@@ -83,6 +88,7 @@ class ClusterState:
         other.__dict__.update(self.__dict__)
         for name in ("mem_used", "milli_used", "class_frac", "residents"):
             setattr(other, name, getattr(self, name).copy())
+        other.resident_pods = {g: list(pods) for g, pods in self.resident_pods.items()}
         other.reservations = dict(self.reservations)
         other.orphans = dict(self.orphans)
         return other
@@ -97,6 +103,15 @@ class ClusterState:
             self.milli_used[i] += sign * milli
             self.class_frac[i, cls_idx] += sign * gpu_fraction(milli)
             self.residents[i] += sign
+            entry = (reservation.pod_uid, gpu_fraction(milli), cls_idx)
+            if sign > 0:
+                self.resident_pods.setdefault(i, []).append(entry)
+            else:
+                pods = self.resident_pods.get(i, [])
+                if entry in pods:
+                    pods.remove(entry)
+                if not pods:
+                    self.resident_pods.pop(i, None)
 
     def apply(self, reservation: Reservation) -> None:
         if reservation.pod_uid in self.reservations or reservation.pod_uid in self.orphans:

@@ -25,6 +25,7 @@ from extender.outcome import Outcome
 from extender.placement import Assignment, ClusterState, assign, fit, reservation_for
 from extender.placement.state import gpu_fraction
 from extender.protocol import BindingArgs, BindingResult
+from extender.verbs import gang
 from extender.verbs.reasons import summarize
 
 if TYPE_CHECKING:
@@ -56,6 +57,13 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
         log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, why)
         s.notify(Outcome("bind", *ref, False, f"binding failed: {why}"))
         return BindingResult(Error=f"binding {key} to {args.node} failed: {why}")
+    except Exception as exc:
+        # The Binding may or may not exist (the call's answer was lost): the booking stays
+        # unconfirmed, so it expires unless the watch sees the pod bound and confirms it.
+        log.warning("bind %s to %s: outcome of the Binding unknown: %s", key, args.node, exc)
+        s.notify(Outcome("bind", *ref, False, f"binding outcome unknown: {exc}"))
+        return BindingResult(Error=f"binding {key} to {args.node}: outcome unknown ({exc});"
+                                   " the booking expires unless the pod is bound")
     try:
         confirmed = await confirm(s, reservation)
     except LedgerUnavailable as exc:
@@ -95,7 +103,10 @@ async def confirm(s: Scheduler, reservation: Reservation) -> Reservation:
 
 async def roll_back(s: Scheduler, reservation: Reservation) -> None:
     """Drop what this bind booked (only that very booking: a later attempt books its own);
-    if the store cannot be reached, the upkeep drops it later."""
+    if the store cannot be reached, the upkeep drops it later. A gang worker keeps its
+    slot's GPUs for the retry."""
+    if gang.is_gang_worker(s, reservation.pod_uid):
+        return
     try:
         await s.release(reservation.pod_uid, keep_pending=True, only_if=reservation)
     except LedgerUnavailable:
@@ -123,9 +134,14 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
             raise ReservationConflict(
                 f"pod {args.pod_namespace}/{args.pod_name} is already bound to {existing.node}"
             )
+        if gang.is_gang_worker(s, args.pod_uid) and existing.node == args.node:
+            return existing, None  # a worker's slot booking, kept for its retry
         # Booked but unbound by an earlier attempt (maybe failed, maybe on another replica
         # that will drop exactly that booking): this attempt books its own.
         await s.release(args.pod_uid, keep_pending=True, only_if=existing)
+    consumed = await gang.consume_slot(s, args)
+    if consumed is not None:
+        return consumed, None
     demand = await demand_for_bind(s, args)
     if demand is None:
         raise LookupError(

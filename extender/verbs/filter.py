@@ -15,7 +15,9 @@ from extender.demand import wants_gpu
 from extender.errors import InvalidDemand
 from extender.outcome import Outcome
 from extender.placement import fit, node_costs
+from extender.placement.locality import parse_embedding
 from extender.protocol import ExtenderArgs, FilterResult
+from extender.verbs import gang
 from extender.verbs.reasons import pod_ref, summarize
 
 if TYPE_CHECKING:
@@ -24,13 +26,17 @@ if TYPE_CHECKING:
 
 async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     pod = args.pod
-    if args.nodes is not None:
+    if args.nodes is not None and s.trust_request_inventory:  # see docs/security.md
         s.update_nodes((n.metadata.name, n.metadata.annotations, n.metadata.labels)
                        for n in args.nodes)
     if not wants_gpu(pod):
         return protocol.filter_result(list(args.node_names), {}, {}, args)
+    slotted = await gang.filter_slot(s, pod, args)
+    if slotted is not None:  # a gang worker goes to its slot's node
+        return slotted
     try:
         demand = await s.demand_of(pod)
+        embedding = parse_embedding(pod.metadata.annotations)
     except InvalidDemand as exc:
         reason = f"invalid GPU request: {exc}"
         s.notify(Outcome("filter", *pod_ref(pod), False, reason))
@@ -38,6 +44,10 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     state = s.own_excluded(await s.view(), demand.uid)
     result = fit(state, demand, args.node_names)
     fitting = np.flatnonzero(result.fits)
+    if embedding is not None and embedding.required:  # opt-in: only the store's racks
+        misses = s.locality.required_misses(embedding, [result.names[i] for i in fitting])
+        result.failed.update(misses)
+        fitting = np.array([i for i in fitting if result.names[i] not in misses], dtype=np.int64)
     passed = [result.names[i] for i in fitting]
     if not passed:
         why = summarize(result.failed, result.unresolvable)

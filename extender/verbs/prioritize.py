@@ -1,22 +1,49 @@
-"""prioritize: score each candidate 0-10 by the policy's cost of placing the pod there.
+"""prioritize: score each candidate 0-10 by the policy's cost of placing the pod there, plus
+the data-locality term (``extender.placement.locality``).
 
 Nothing is recorded: scores only advise, bind re-plans on the current ledger.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from extender.demand import wants_gpu
+from extender.demand import PodDemand, wants_gpu
 from extender.errors import InvalidDemand
 from extender.placement import fit, node_costs, scores_from_costs
+from extender.placement.locality import InvalidEmbedding, combine, idle_nodes, parse_embedding
 from extender.protocol import ExtenderArgs, HostPriority
 from extender.verbs.reasons import zero_scores
 
 if TYPE_CHECKING:
+    from extender.protocol import Pod
     from extender.service import Scheduler
+
+log = logging.getLogger("sparse.prioritize")
+_unplaced_stores: set[str] = set()  # stores already reported as without known shards
+
+
+def with_locality(s: Scheduler, pod: Pod, demand: PodDemand | None, names: list[str],
+                  costs: np.ndarray) -> np.ndarray:
+    """Costs plus the locality term; an unreadable declaration scores neutral (logged)."""
+    if demand is None or not s.locality.weights.enabled:
+        return costs
+    try:
+        spec = parse_embedding(pod.metadata.annotations)
+    except InvalidEmbedding as exc:
+        log.warning("%s/%s: no locality score: %s", pod.metadata.namespace, pod.metadata.name,
+                    exc)
+        return costs
+    if (spec is not None and spec.store not in s.locality.store_nodes
+            and spec.store not in _unplaced_stores and len(_unplaced_stores) < 1000):
+        _unplaced_stores.add(spec.store)
+        log.warning("embedding store %r: no shard pod labelled sparse.io/embedding-store=%s "
+                    "seen; its pods get no rack or zone score", spec.store, spec.store)
+    idle = idle_nodes(s.state, names) if spec is None else None
+    return combine(costs, s.locality.term(spec, demand, names, idle))
 
 
 async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
@@ -30,6 +57,8 @@ async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
             by_node = dict(zip(passed, costs.tolist(), strict=True))
             # nodes filter rejected are absent: infeasible, score 0
             costs = np.array([by_node.get(n, np.inf) for n in args.node_names])
+        costs = with_locality(s, pod, s.pending_demand(pod.metadata.uid), args.node_names,
+                              costs)
         return [HostPriority(Host=n, Score=sc) for n, sc in
                 zip(args.node_names, scores_from_costs(costs), strict=True)]
     try:
@@ -38,7 +67,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
         return zero_scores(args.node_names)
     state = s.own_excluded(await s.view(), demand.uid)
     result = fit(state, demand, args.node_names)
-    scores = scores_from_costs(node_costs(state, demand, result, s.policy))
+    costs = with_locality(s, pod, demand, result.names,
+                          node_costs(state, demand, result, s.policy))
+    scores = scores_from_costs(costs)
     if len(result.names) == len(args.node_names):  # every candidate known: same order
         return [HostPriority(Host=n, Score=sc) for n, sc in zip(result.names, scores,
                                                                 strict=True)]

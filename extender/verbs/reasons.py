@@ -13,10 +13,12 @@ def pod_ref(pod: Pod) -> tuple[str, str, str]:
     return (pod.metadata.namespace or "default", pod.metadata.name, pod.metadata.uid)
 
 
-def summarize(failed: dict[str, str], unresolvable: dict[str, str], limit: int = 3) -> str:
-    """Group node reasons for a one-line event: 'reason (n nodes); ...'."""
+def summarize(failed: dict[str, str], unresolvable: dict[str, str], limit: int = 4) -> str:
+    """Node reasons for a one-line event: each distinct reason once, most nodes first (the
+    placement core already names its node count; other reasons get one)."""
     counts: dict[str, int] = {}
     for reason in [*unresolvable.values(), *failed.values()]:
         counts[reason] = counts.get(reason, 0) + 1
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
-    return "; ".join(f"{r} ({n} node{'s' if n > 1 else ''})" for r, n in top)
+    return "; ".join(r if r.endswith(")") else f"{r} ({n} node{'s' if n > 1 else ''})"
+                     for r, n in top)

@@ -118,6 +118,6 @@ def test_fake_source_and_metrics() -> None:
     m.update("n1", devices, src.samples(devices))
     labels = {"gpu": devices[0].uuid, "node": "n1", "model": "V100M16"}
     assert m.registry.get_sample_value("sparse_agent_gpu_utilization_ratio", labels) == 0.5
-    assert m.registry.get_sample_value("sparse_agent_gpu_memory_used_mib", labels) == 1024
-    assert m.registry.get_sample_value("sparse_agent_gpu_memory_total_mib", labels) == 16384
+    assert m.registry.get_sample_value("sparse_agent_gpu_memory_used_bytes", labels) == 1024 * 2**20
+    assert m.registry.get_sample_value("sparse_agent_gpu_memory_total_bytes", labels) == 16 * 2**30
     assert m.registry.get_sample_value("sparse_agent_gpus", {"node": "n1"}) == 2

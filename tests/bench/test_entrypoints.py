@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
     [sys.executable, "-m", "bench.throughput", "--help"],
     [sys.executable, "-m", "bench.cli", "--help"],
     [sys.executable, str(ROOT / "hack" / "local-cluster"), "--help"],
+    [sys.executable, str(ROOT / "hack" / "demo.py"), "--help"],
 ])
 def test_entry_point_starts(argv: list[str]) -> None:
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)

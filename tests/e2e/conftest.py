@@ -60,7 +60,7 @@ def cluster() -> Iterator[e2e_cluster.LocalCluster]:
     if missing:
         msg = (
             f"control-plane binaries not built ({', '.join(p.name for p in missing)} missing in "
-            f"{bin_dir}); run hack/build-control-plane.sh (~30 min cold)"
+            f"{bin_dir}); run make control-plane (10-25 min cold on 2 cores)"
         )
         if _required():
             pytest.fail(f"SPARSE_E2E_REQUIRE is set: {msg}", pytrace=False)

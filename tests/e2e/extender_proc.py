@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -15,8 +16,11 @@ import cluster as e2e_cluster
 
 class Extender:
     def __init__(self, workdir: Path, kubeconfig: str | Path, *, store: str = "memory",
-                 name: str = "extender", extra: tuple[str, ...] = ()) -> None:
+                 name: str = "extender", extra: tuple[str, ...] = (),
+                 tls: tuple[Path, Path, Path] | None = None) -> None:
+        """``tls``: (certificate, key, CA) to serve HTTPS; the readiness probe verifies it."""
         self.workdir = workdir
+        self.tls = tls
         self.kubeconfig = str(kubeconfig)
         self.store = store
         self.name = name
@@ -26,8 +30,15 @@ class Extender:
         self.runs = 0
 
     @property
+    def base(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/scheduler"
+        return f"{self.base}/scheduler"
+
+    def _context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.tls[2])) if self.tls else None
 
     @property
     def log_path(self) -> Path:
@@ -39,7 +50,9 @@ class Extender:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "extender", "serve", "--port", str(self.port),
              "--kubeconfig", self.kubeconfig, "--store", self.store, "--log-format", "text",
-             "--log-level", "info", *self.extra],
+             "--log-level", "info",
+             *(["--tls-cert", str(self.tls[0]), "--tls-key", str(self.tls[1])] if self.tls else []),
+             *self.extra],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout
@@ -47,8 +60,8 @@ class Extender:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"extender exited: {self.tail()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz",
-                                            timeout=1) as r:
+                with urllib.request.urlopen(f"{self.base}/readyz", timeout=1,
+                                            context=self._context()) as r:
                     if r.status == 200:
                         return self
             except OSError:
@@ -71,7 +84,8 @@ class Extender:
     def inspect(self) -> dict:
         import json
 
-        with urllib.request.urlopen(f"{self.url}/inspect", timeout=10) as r:
+        with urllib.request.urlopen(f"{self.url}/inspect", timeout=10,
+                                    context=self._context()) as r:
             return json.loads(r.read())
 
     def tail(self, lines: int = 40) -> str:

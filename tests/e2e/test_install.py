@@ -5,8 +5,12 @@
 * the API server calls the webhook over TLS with the chart-generated certificate and caBundle,
   and a GPU pod comes back with ``schedulerName`` and ``NVIDIA_VISIBLE_DEVICES`` injected;
 * the agent in fake mode registers GPUs on a Node (capacity, allocatable, annotation);
-* kube-scheduler runs with the chart's KubeSchedulerConfiguration and places the webhook-mutated
-  pod on the agent's node through the extender (UUIDs written at bind are the agent's).
+* kube-scheduler runs with the chart's KubeSchedulerConfiguration (``enableHTTPS: true``, the
+  chart-generated CA as ``tlsConfig.caData``) and places the webhook-mutated pod on the agent's
+  node through the extender serving the chart-generated certificate (HTTPS only);
+* the agent's ValidatingAdmissionPolicy: a service-account token bound to a pod on node A (the
+  API server puts the node-name claim in it) lets the real agent publish on node A, and is
+  refused on node B, on labels, and without the node claim.
 
 Helm comes from hack/build-helm.sh (cached under ~/.cache/sparse/helm); without it (or without
 the control plane) the tests skip, unless SPARSE_E2E_REQUIRE=1.
@@ -98,9 +102,9 @@ def test_helm_template_variants(helm: Path) -> None:
     docs = template(helm, "redis.enabled=false", "redis.externalUrl=redis://ext:6379/1")
     assert not any(d["kind"] == "StatefulSet" for d in docs)
     assert "--store=redis://ext:6379/1" in json.dumps(docs)
-    # user-provided TLS Secret: no generated Secret, caBundle passed through
+    # user-provided TLS Secret: no generated webhook Secret, caBundle passed through
     docs = template(helm, "webhook.tls.existingSecret=mine", "webhook.tls.caBundle=Zm9v")
-    assert not any(d["kind"] == "Secret" for d in docs)
+    assert not any(d["kind"] == "Secret" and "webhook" in d["metadata"]["name"] for d in docs)
     mwc = next(d for d in docs if d["kind"] == "MutatingWebhookConfiguration")
     assert mwc["webhooks"][0]["clientConfig"]["caBundle"] == "Zm9v"
     # ServiceMonitors only when asked
@@ -126,7 +130,8 @@ def _apply(cluster: e2e_cluster.LocalCluster, docs: list[dict[str, Any]]) -> Non
 
 @pytest.fixture(scope="module")
 def installed(cluster: e2e_cluster.LocalCluster, helm: Path) -> Iterator[list[dict[str, Any]]]:
-    docs = template(helm, "createNamespace=true", "webhook.tls.ipSANs={127.0.0.1}")
+    docs = template(helm, "createNamespace=true", "webhook.tls.ipSANs={127.0.0.1}",
+                    "extender.tls.ipSANs={127.0.0.1}")
     try:
         _apply(cluster, docs)
         yield docs
@@ -146,6 +151,21 @@ def test_rendered_chart_applies_to_the_api_server(cluster, installed) -> None:
     # Server-side validation with strict field checking of everything once more.
     cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-",
                     input=yaml.safe_dump_all(installed))
+
+
+def test_chart_variants_pass_server_side_validation(cluster, installed, helm) -> None:
+    """Sentinel mode and the standard knobs, validated by the API server (strict fields)."""
+    docs = template(helm, "redis.sentinel.enabled=true", "redis.persistence.enabled=true",
+                    "extender.tls.existingSecret=mine", "global.imageRegistry=reg.example.com",
+                    "podLabels.team=ml", "podAnnotations.a=b", "extender.priorityClassName=p",
+                    "extender.topologySpreadConstraints[0].maxSkew=1",
+                    "extender.topologySpreadConstraints[0].topologyKey=zone",
+                    "extender.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+                    "redis.nodeSelector.disk=ssd", "agent.advertiseWholeGpus=true",
+                    "extender.serviceAccount.annotations.iam=role")
+    res = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-",
+                          input=yaml.safe_dump_all(docs), check=False)
+    assert res.returncode == 0, res.stderr
 
 
 class Webhook:
@@ -269,10 +289,10 @@ def _bare_node(cluster, name: str) -> None:
                     content_type="application/merge-patch+json")
 
 
-def _agent(cluster, node: str, *extra: str) -> None:
+def _agent(cluster, node: str, *extra: str, kubeconfig: Path | None = None) -> None:
     run(sys.executable, "-m", "agent.cli", "run", "--once", "--node-name", node,
-        "--kubeconfig", cluster.kubeconfig, "--fake-gpus", "4", "--fake-model", "V100M16",
-        "--fake-memory-mib", "16384", *extra)
+        "--kubeconfig", kubeconfig or cluster.kubeconfig, "--fake-gpus", "4",
+        "--fake-model", "V100M16", "--fake-memory-mib", "16384", *extra)
 
 
 def test_agent_registers_fake_gpus(cluster) -> None:
@@ -296,6 +316,18 @@ def test_agent_registers_fake_gpus(cluster) -> None:
     cluster.delete_node("agent-node")
 
 
+def _extender_tls(cluster, workdir: Path) -> tuple[Path, Path, Path]:
+    """The chart-generated extender certificate, key and CA (Secret sparse-extender-tls)."""
+    secret = cluster.request("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/sparse-extender-tls")
+    paths = []
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        path = workdir / key
+        path.write_bytes(base64.b64decode(secret["data"][key]))
+        path.chmod(0o600)
+        paths.append(path)
+    return paths[0], paths[1], paths[2]
+
+
 async def test_chart_scheduler_places_webhook_pod_on_agent_node(cluster, core, webhook, installed,
                                                                 tmp_path) -> None:
     from extender_proc import Extender
@@ -303,13 +335,21 @@ async def test_chart_scheduler_places_webhook_pod_on_agent_node(cluster, core, w
     cm = next(d for d in installed if d["kind"] == "ConfigMap"
               and d["metadata"]["name"] == "sparse-scheduler-config")
     chart_cfg = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    (chart_ext,) = chart_cfg["extenders"]
+    assert chart_ext["enableHTTPS"] is True and chart_ext["urlPrefix"].startswith("https://")
     cluster.reset()
     _bare_node(cluster, "agent-node-a")
     _bare_node(cluster, "agent-node-b")
     _agent(cluster, "agent-node-a")
     _agent(cluster, "agent-node-b")
-    ext = Extender(tmp_path, cluster.kubeconfig).start()
+    ext = Extender(tmp_path, cluster.kubeconfig, tls=_extender_tls(cluster, tmp_path)).start()
+    # HTTPS only: a plain-HTTP client gets no answer from the scheduling port.
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{ext.port}/healthz", timeout=5)
     try:
+        assert ext.url.startswith("https://127.0.0.1:")
+        # Only the address changes (the local extender, not the Service); enableHTTPS and the
+        # chart's CA (tlsConfig.caData) are the chart's own.
         extenders = [dict(e, urlPrefix=ext.url) for e in chart_cfg["extenders"]]
         # Everything but the cluster-specific connection comes from the chart's ConfigMap.
         cluster.start_scheduler(ext.url, overrides={"extenders": extenders,
@@ -331,3 +371,118 @@ async def test_chart_scheduler_places_webhook_pod_on_agent_node(cluster, core, w
         _delete_pod(cluster, "placed")
         cluster.delete_node("agent-node-a")
         cluster.delete_node("agent-node-b")
+
+
+# ------------------------------------------------------------------------------ agent node policy
+
+
+def _as(cluster, token: str, method: str, path: str, body: Any = None,
+        content_type: str = "application/merge-patch+json") -> tuple[int, dict[str, Any]]:
+    """One API call with another bearer token: (status, decoded body)."""
+    import urllib.error
+
+    req = urllib.request.Request(f"{cluster.server}{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode())
+    req.add_header("Authorization", f"Bearer {token}")
+    req.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(req, context=cluster._ssl, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def _agent_token(cluster, pod: dict[str, Any] | None) -> str:
+    """TokenRequest for the chart's agent ServiceAccount, bound to ``pod`` when given."""
+    spec: dict[str, Any] = {"expirationSeconds": 600}
+    if pod is not None:
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod",
+                                  "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+    review = cluster.request(
+        "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/sparse-agent/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    return review["status"]["token"]
+
+
+def _token_kubeconfig(cluster, token: str, path: Path) -> Path:
+    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    cfg["users"] = [{"name": "admin", "user": {"token": token}}]
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+    return path
+
+
+def test_agent_token_changes_only_its_own_node(cluster, installed, tmp_path) -> None:
+    policy = "sparse-agent-own-node"
+    assert any(d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == policy
+               for d in installed)
+    for node in ("vap-node-a", "vap-node-b"):
+        cluster.delete_node(node)
+        _bare_node(cluster, node)
+    pod_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    cluster.request("DELETE", f"{pod_path}/agent-on-a", {"gracePeriodSeconds": 0},
+                    expect=(200, 202, 404))
+    # The agent DaemonSet's pod on node A (nothing runs it; its token is what matters).
+    pod = cluster.request("POST", pod_path, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-on-a"},
+        "spec": {"serviceAccountName": "sparse-agent", "nodeName": "vap-node-a",
+                 "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "agent", "image": "registry.invalid/agent:1"}]}})
+    try:
+        token = _agent_token(cluster, pod)
+        # The API server turned the pod's spec.nodeName into the token's node-name claim.
+        status, review = _as(cluster, token, "POST",
+                             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                             {"apiVersion": "authentication.k8s.io/v1",
+                              "kind": "SelfSubjectReview"}, content_type="application/json")
+        assert status == 201, review
+        user = review["status"]["userInfo"]
+        assert user["username"] == f"system:serviceaccount:{NAMESPACE}:sparse-agent"
+        assert user["extra"]["authentication.kubernetes.io/node-name"] == ["vap-node-a"]
+
+        ann = {"metadata": {"annotations": {"sparse.io/gpu-inventory": "[]"}}}
+        # Node B with node A's token: refused by the policy (the policy loads asynchronously
+        # after install, so allow it a few seconds to become active).
+        deadline = time.monotonic() + 30
+        while True:
+            status, body = _as(cluster, token, "PATCH", "/api/v1/nodes/vap-node-b", ann)
+            if status == 403 or time.monotonic() > deadline:
+                break
+            # not yet active: undo and retry
+            cluster.request("PATCH", "/api/v1/nodes/vap-node-b",
+                            {"metadata": {"annotations": {"sparse.io/gpu-inventory": None}}},
+                            content_type="application/merge-patch+json")
+            time.sleep(0.5)
+        assert status == 403, body
+        assert policy in body["message"] and 'bound to node "vap-node-a"' in body["message"]
+        status, body = _as(cluster, token, "PATCH", "/api/v1/nodes/vap-node-b/status",
+                           {"status": {"capacity": {"sparse.io/gpu-milli": "8000"}}})
+        assert status == 403 and policy in body["message"], body
+        b = cluster.request("GET", "/api/v1/nodes/vap-node-b")
+        assert "sparse.io/gpu-inventory" not in (b["metadata"].get("annotations") or {})
+        assert "sparse.io/gpu-milli" not in b["status"]["capacity"]
+
+        # Node A: the real agent publishes its GPUs with this token (annotation + status).
+        _agent(cluster, "vap-node-a",
+               kubeconfig=_token_kubeconfig(cluster, token, tmp_path / "agent-a.kubeconfig"))
+        a = cluster.request("GET", "/api/v1/nodes/vap-node-a")
+        assert "sparse.io/gpu-inventory" in a["metadata"]["annotations"]
+        assert "sparse.io/gpu-milli" in a["status"]["capacity"]
+        # ... but not labels or other annotations of its own node,
+        for patch in ({"metadata": {"labels": {"gpu": "forged"}}},
+                      {"metadata": {"annotations": {"other.io/x": "1"}}},
+                      {"spec": {"unschedulable": True}}):
+            status, body = _as(cluster, token, "PATCH", "/api/v1/nodes/vap-node-a", patch)
+            assert status == 403 and policy in body["message"], (patch, body["message"])
+        status, body = _as(cluster, token, "PATCH", "/api/v1/nodes/vap-node-a/status",
+                           {"status": {"capacity": {"cpu": "1000"}}})
+        assert status == 403 and policy in body["message"], body
+        # ... and a token of the same ServiceAccount without a pod (no node claim) gets nothing.
+        status, body = _as(cluster, _agent_token(cluster, None), "PATCH",
+                           "/api/v1/nodes/vap-node-a", ann)
+        assert status == 403 and policy in body["message"], body
+    finally:
+        cluster.request("DELETE", f"{pod_path}/agent-on-a", {"gracePeriodSeconds": 0},
+                        expect=(200, 202, 404))
+        for node in ("vap-node-a", "vap-node-b"):
+            cluster.delete_node(node)

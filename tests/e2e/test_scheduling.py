@@ -174,7 +174,7 @@ async def test_unplaceable_pod_stays_pending_with_reason(cluster, core, extender
     failed = await e2e_cluster.wait_for_pod_event(
         core, "too-big", lambda e: e["reason"] == "FailedScheduling")
     message = failed["message"]
-    assert "no GPU on this node has 40000 MiB" in message, message
+    assert "GPU size: needs 40000 MiB on one GPU" in message, message
     pod = await core.read_namespaced_pod("too-big", "default")
     assert not pod.spec.node_name and pod.status.phase == "Pending"
 

@@ -70,7 +70,8 @@ async def test_lowercase_filter(client):
 
 
 async def test_full_nodes_teach_inventory_and_are_echoed():
-    s = scheduler()  # no inventory file: learns from Node annotations
+    s = scheduler()  # no inventory file: learns from Node annotations (operator opted in)
+    s.trust_request_inventory = True
     app = make_app(Settings(nodes=None), scheduler=s)
     async with TestClient(TestServer(app)) as c:
         payload = json.loads((WIRE / "filter_nodes.json").read_text())
@@ -110,7 +111,7 @@ async def test_unplaceable_and_invalid_pods(client):
     out = await post(client, "filter", {"Pod": pod(mem=100, milli=10, models="H100"),
                                         "NodeNames": ["gpu-a", "gpu-b"]})
     assert out["NodeNames"] == []
-    assert out["FailedAndUnresolvableNodes"]["gpu-a"] == "no GPU of model H100 on this node"
+    assert out["FailedAndUnresolvableNodes"]["gpu-a"] == "GPU model: no GPU of model H100 (2 nodes)"
     out = await post(client, "filter", {"Pod": pod(mem=100, milli=5000), "NodeNames": ["gpu-a"]})
     assert out["FailedAndUnresolvableNodes"]["gpu-a"].startswith("invalid GPU request")
 
@@ -167,7 +168,7 @@ async def test_health_ready_metrics_inspect(client):
     text = await (await client.get("/metrics")).text()
     assert 'sparse_extender_requests_total{code="200",verb="filter"} 1.0' in text
     assert "sparse_extender_request_duration_seconds_bucket" in text
-    assert 'sparse_gpu_memory_reserved_mib{gpu="GPU-gpu-a-0"' in text
+    assert 'sparse_gpu_memory_reserved_bytes{gpu="GPU-gpu-a-0"' in text
     assert 'sparse_ledger_reservations{state="bound"} 1.0' in text
     view = await (await client.get("/scheduler/inspect/gpu-a")).json()
     pods = [p for g in view["nodes"][0]["gpus"] for p in g["pods"]]
@@ -185,7 +186,7 @@ async def test_custom_prefix():
 
 def test_full_node_payload_of_5000_nodes_fits_the_default_body_limit():
     size = len(json.dumps(node_object(gpu_node("n-00000", 8))))
-    assert size * 5000 < Settings().max_body_mib * 1024 * 1024
+    assert size * 5000 < Settings(node_cache_capable=False).body_limit_mib * 1024 * 1024
 
 
 def test_node_updates_rebuild_once_and_relist_restores_annotated_nodes():

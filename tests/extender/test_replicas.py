@@ -34,6 +34,7 @@ def start_extender(tmp: Path, store: str, port: int) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow  # two extender processes and 200 binds: ~15 s on a busy 2-core machine
 async def test_200_concurrent_binds_from_two_replicas(tmp_path, redis_url):
     ports = [free_port(), free_port()]
     procs = [start_extender(tmp_path, redis_url, p) for p in ports]

@@ -33,6 +33,10 @@ more capacity than FGD's quantised score with its name tie-break, which is a nod
 (0.005 GPUs) of each other, so there the order only breaks near-ties and never outweighs an
 interference difference.
 
+Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
+the learned pair model's (``pairwise.py``; residents without a profile are paired through the
+matrix), which also steers pods of unknown class.
+
 A pod whose job class is unknown (no annotation, no prediction) is placed on packing merit
 alone: the matrix would give it the mean slowdown next to every co-runner, which says nothing
 about *which* GPU is better and only biases against sharing, the thing the pod asked for.
@@ -49,6 +53,7 @@ from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.fgd import FGD, TypicalTasks
+from extender.placement.policies.pairwise import pair_loss
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
@@ -74,8 +79,14 @@ class Sparse:
         gpus = masks.gpus
         zeros = np.zeros(len(gpus))
         share = self.fit_weight * gpu_free_after(state, demand, gpus) if self.fit_weight else zeros
-        if self.interference_weight and state.matrix.knows(demand.job_class):
-            fraction = gpu_fraction(demand.share_milli)
+        fraction = gpu_fraction(demand.share_milli)
+        learned = (pair_loss(state, demand.uid, demand.job_class, fraction, gpus)
+                   if self.interference_weight else None)
+        if learned is not None:  # the pod's solo profile is known: the learned pair model
+            empty = state.residents[gpus] == 0
+            share = share + (self.interference_weight * learned
+                             + self.open_gpu_cost * fraction * empty)
+        elif self.interference_weight and state.matrix.knows(demand.job_class):
             interference = state.matrix.placement_loss(demand.job_class, fraction,
                                                        state.class_frac[gpus])
             empty = state.residents[gpus] == 0

@@ -53,23 +53,30 @@ def test_fit_reasons(state):
     result = fit(state, share(mem=20000), ["a", "b", "ghost"])
     assert result.fits.tolist() == [False, True]
     assert result.unresolvable == {
-        "a": "no GPU on this node has 20000 MiB of memory in total",
+        "a": "GPU size: needs 20000 MiB on one GPU, the largest has 16384 MiB (1 node;"
+             " closest: a)",
         "ghost": "node has no GPU inventory known to sparse",
     }
     result = fit(state, whole(n=2), ["a", "b", "c"])
     assert result.fits.tolist() == [False, True, False]
-    assert result.failed == {"a": "needs 2 free whole GPU(s), 1 free"}
-    assert result.unresolvable == {"c": "pod needs 2 GPUs, node has 1 usable"}
+    assert result.failed == {
+        "a": "free GPUs: needs 2 free whole GPU(s), at most 1 free on a node (1 node; closest: a)"}
+    assert result.unresolvable == {
+        "c": "GPU count: needs 2 GPUs, at most 1 usable on a node (1 node; closest: c)"}
     result = fit(state, share(models={"A100"}), ["a", "c"])
     assert result.fits.tolist() == [False, True]
-    assert result.unresolvable == {"a": "no GPU of model A100 on this node"}
+    assert result.unresolvable == {"a": "GPU model: no GPU of model A100 (1 node)"}
 
 
 def test_busy_gpu_is_failed_not_unresolvable(state):
     state.apply(booked("x", "GPU-c-0", 80000, 900, node="c"))
     result = fit(state, share(mem=4096, milli=200), ["c"])
     assert not result.fits[0]
-    assert result.failed["c"].startswith("no GPU with 4096 MiB and 200 milli free")
+    assert result.failed["c"] == ("GPU memory: needs 4096 MiB, at most 1920 MiB free on a GPU"
+                                  " (1 node; closest: c)")
+    result = fit(state, share(mem=1024, milli=200), ["c"])
+    assert result.failed["c"] == ("GPU compute: needs 200 milli, at most 100 milli free on a GPU"
+                                  " with 1024 MiB free (1 node; closest: c)")
 
 
 def test_whole_plus_share_needs_distinct_gpus():
@@ -159,7 +166,8 @@ def test_reservation_for_whole_gpus_takes_full_capacity(state):
     assert r.expires_at == 15.0
     assert [(a.mem_mib, a.milli) for a in r.allocations] == [(32768, 1000)] * 2
     state.apply(r)
-    assert fit(state, whole(n=3), ["b"]).failed == {"b": "needs 3 free whole GPU(s), 2 free"}
+    assert fit(state, whole(n=3), ["b"]).failed == {
+        "b": "free GPUs: needs 3 free whole GPU(s), at most 2 free on a node (1 node; closest: b)"}
 
 
 def test_mixed_sizes_on_one_node():

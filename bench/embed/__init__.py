@@ -1,0 +1,1 @@
+"""Embedding cache microbenchmarks (python -m bench.embed)."""

@@ -1,0 +1,1 @@
+"""Training and evaluation of the learned pairwise interference model (extender/interference)."""

@@ -1,0 +1,387 @@
+"""Experiment ``locality``: recommendation jobs reading embeddings over a rack/zone network, with
+and without the extender's locality term (``extender.placement.locality``), same trace, same seed.
+
+Model (figures in ``bench/data/locality/topology.yaml``):
+
+* Cluster: zones x racks x nodes of ``gpus_per_node`` GPUs; node names are a seeded shuffle, so
+  the sparse policy's fixed node order says nothing about racks. The store's shards run in the
+  racks the file names.
+* Jobs: GPU pods sampled from an openb pod list (shapes and durations, as ``replay``), arriving
+  in trace order compressed to offered load ``load``. With probability ``rec_share`` a job is a
+  recommendation job reading 1..3 tables picked by Zipf popularity, declaring them (with
+  ``hotRows`` = ``hot_share`` of each table) as the ``sparse.io/embedding`` annotation does.
+* Step time = compute x interference slowdown + embedding fetch. Compute: the trace duration is
+  the job's solo compute time in steps of ``step_compute_s``; the slowdown is ``replay``'s
+  (product of norm(a|b)^(milli_b/1000) over GPU co-runners). Fetch per step and table: one
+  request round trip; the rows found in the node cache at ``local`` speed, the rest at the
+  speed of the path to the store (same rack, same zone, or across zones).
+* Node caches: capacity ``gib_per_node``; a starting job's tables get the hottest rows the cache
+  can give them (capacity split over the tables of the jobs running there; idle tables are
+  evicted least recently used first), and the cache's content is published through the same
+  ``encode_cache`` annotation the DaemonSet writes, read by the same ``LocalityIndex``. A table
+  holding ``c`` of its ``N`` rows serves the Zipf mass of its top ``c`` rows; a table not cached
+  when the job starts warms up over the steps that fetch those rows once.
+* Network contention and the store's own load are not modelled; a job's fetch time is fixed
+  when it starts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from bench.sim.cluster import SimCluster
+from bench.sim.fgd import typical_tasks
+from bench.sim.replay import sample_jobs
+from bench.sim.trace import load_pods, workload_name, workload_path
+from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
+from extender.interference.matrix import default_matrix
+from extender.placement.locality import (
+    EmbeddingSpec,
+    LocalityIndex,
+    LocalityWeights,
+    encode_cache,
+)
+from extender.placement.policies import REGISTRY
+
+TOPOLOGY = Path(__file__).resolve().parent.parent / "data" / "locality" / "topology.yaml"
+KEY_OVERHEAD_BYTES = 64  # Redis per-key overhead in the cache
+
+
+def zipf_mass(c: float, n: float, alpha: float) -> float:
+    """Share of Zipf(alpha) draws over n items that fall on the top c (Euler-Maclaurin)."""
+    if c < 1:
+        return 0.0
+    return min(1.0, zipf_norm(min(c, n), alpha) / zipf_norm(n, alpha))
+
+
+def mean_hit(cached: int, target: int, n: int, alpha: float, unique: float, steps: float
+             ) -> float:
+    """Mean hit ratio over a job's steps on a cache that holds ``cached`` of the table's hottest
+    rows at the start and fills to ``target``: after s steps of ``unique`` Zipf draws the rows
+    down to rank (s unique p_1)^(1/alpha) have been fetched once (p_1 = the top row's
+    probability), so the cache holds min(target, max(cached, that rank)) rows."""
+    if target <= 0:
+        return 0.0
+    p1 = 1.0 / zipf_norm(n, alpha)
+    grid = np.geomspace(1.0, max(steps, 1.0), 24)
+    seen = (grid * unique * p1) ** (1.0 / alpha)
+    held = np.minimum(target, np.maximum(cached, seen))
+    h = np.array([zipf_mass(c, n, alpha) for c in held])
+    if len(grid) == 1 or steps <= 1:
+        return float(h[-1])
+    # Trapezoid over the steps (the first step at the starting content).
+    xs = np.concatenate([[0.0], grid])
+    ys = np.concatenate([[zipf_mass(cached, n, alpha)], h])
+    return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / xs[-1])
+
+
+def zipf_norm(n: float, alpha: float) -> float:
+    """sum_{k<=n} k^-alpha (Euler-Maclaurin)."""
+    return (n ** (1 - alpha) - 1) / (1 - alpha) + 0.5 * (1 + n ** -alpha) + alpha / 12 * (
+        1 - n ** (-alpha - 1))
+
+
+@dataclass
+class Topology:
+    raw: dict
+    names: list[str]
+    zone: dict[str, str]
+    rack: dict[str, str]
+
+    @classmethod
+    def load(cls, path: str | Path | None, seed: int) -> Topology:
+        raw = yaml.safe_load(Path(path or TOPOLOGY).read_text())
+        places = [(z, f"rack-{r}") for z in raw["zones"] for r in range(raw["racks_per_zone"])]
+        slots = [(z, r) for z, r in places for _ in range(raw["nodes_per_rack"])]
+        perm = np.random.default_rng(seed).permutation(len(slots))
+        names = [f"node-{int(p):03d}" for p in perm]
+        return cls(raw, names, {n: s[0] for n, s in zip(names, slots, strict=True)},
+                   {n: s[1] for n, s in zip(names, slots, strict=True)})
+
+    def frame(self) -> pd.DataFrame:
+        r = self.raw
+        return pd.DataFrame({"sn": self.names, "cpu_milli": r["node_cpu_milli"],
+                             "memory_mib": r["node_memory_mib"], "gpu": r["gpus_per_node"],
+                             "model": r["gpu_model"]})
+
+    def tier(self, node: str) -> str:
+        """Path from ``node`` to the nearest store shard."""
+        spots = [s.split("/") for s in self.raw["store"]["racks"]]
+        if any(self.zone[node] == z and self.rack[node] == r for z, r in spots):
+            return "rack"
+        if any(self.zone[node] == z for z, _ in spots):
+            return "zone"
+        return "cross_zone"
+
+    def labels(self, node: str) -> dict[str, str]:
+        return {LABEL_ZONE: self.zone[node], DEFAULT_RACK_LABEL: self.rack[node]}
+
+
+class NodeCaches:
+    """Per node: table -> cached rows (hottest first), bounded by the cache's row capacity."""
+
+    def __init__(self, topo: Topology, rows: dict[str, int], row_bytes: int) -> None:
+        self.topo = topo
+        self.rows = rows
+        self.row_bytes = row_bytes
+        gib = topo.raw["cache"]["gib_per_node"]
+        self.capacity = int(gib * 2**30 // (row_bytes + KEY_OVERHEAD_BYTES))
+        self.held: dict[str, OrderedDict[str, int]] = {n: OrderedDict() for n in topo.names}
+        self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
+
+    def start(self, node: str, tables: tuple[str, ...]) -> None:
+        for t in tables:
+            self.active[node][t] = self.active[node].get(t, 0) + 1
+        self._rebalance(node, tables)
+
+    def stop(self, node: str, tables: tuple[str, ...]) -> None:
+        for t in tables:
+            self.active[node][t] -= 1
+            if not self.active[node][t]:
+                del self.active[node][t]
+
+    def _rebalance(self, node: str, fresh: tuple[str, ...]) -> None:
+        held, active = self.held[node], self.active[node]
+        share = self.capacity // max(len(active), 1)
+        for t in fresh:
+            held[t] = max(held.get(t, 0), min(self.rows[t], share))
+            held.move_to_end(t)
+        while sum(held.values()) > self.capacity:
+            idle = next((t for t in held if t not in active), None)
+            if idle is not None:
+                del held[idle]
+                continue
+            for t in held:  # only active tables left: trim them to an equal share
+                held[t] = min(held[t], share)
+            break
+
+    def annotation(self, node: str, now: float) -> dict[str, str]:
+        held = self.held[node]
+        used = sum(held.values()) * (self.row_bytes + KEY_OVERHEAD_BYTES)
+        cap = self.capacity * (self.row_bytes + KEY_OVERHEAD_BYTES)
+        totals = {t: self.rows[t] for t in held}
+        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now)}
+
+
+@dataclass
+class LocalityRun:
+    workload: str
+    scenario: str
+    mode: str
+    locality: bool
+    seed: int
+    jobs: int
+    gpus: int
+    makespan: float
+    jct_mean: float
+    jct_p95: float
+    queue_mean: float
+    fetch_share: float  # of the recommendation jobs' run time spent fetching embeddings
+    rec_jct_mean: float
+    placed_cache_hit: float  # recommendation jobs starting where their tables were cached
+    placed_store_rack: float
+    seconds: float
+    jct: list = field(default_factory=list)
+
+    def row(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "jct"}
+
+    def to_json(self) -> dict:
+        return {**self.row(), "jct": self.jct}
+
+
+def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, hi: int
+                ) -> tuple[str, ...]:
+    weights = np.arange(1, n_tables + 1, dtype=np.float64) ** -alpha
+    k = int(rng.integers(lo, hi + 1))
+    picked = rng.choice(n_tables, size=min(k, n_tables), replace=False, p=weights / weights.sum())
+    return tuple(f"table-{int(i):02d}" for i in sorted(picked))
+
+
+def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = True,
+                 scenario: str = "recommendation", n_jobs: int = 400, rec_share: float = 0.7,
+                 load: float = 0.9, topology: str | None = None, policy: str = "sparse",
+                 weights: LocalityWeights | None = None, mode: str = "continuous"
+                 ) -> LocalityRun:
+    """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
+    ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
+    ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
+    submitted at t = 0: queueing dominates, as in ``replay``)."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    topo = Topology.load(topology, seed)
+    cfg_t, cfg_j, net = topo.raw["tables"], topo.raw["jobs"], topo.raw["network"]
+    matrix = default_matrix()
+    jobs = sample_jobs(load_pods(workload_path(workload)), n_jobs, rng)
+    n_tables = int(cfg_t["count"])
+    rows = {f"table-{i:02d}": int(np.exp(rng.uniform(np.log(cfg_t["rows_min"]),
+                                                     np.log(cfg_t["rows_max"]))))
+            for i in range(n_tables)}
+    row_bytes = int(cfg_t["dim"]) * int(cfg_t["bytes_per_value"])
+    others = [c for c in matrix.classes if c not in ("recommendation", "unknown")]
+    is_rec = rng.random(len(jobs)) < rec_share
+    classes = np.where(is_rec, "recommendation", rng.choice(others, len(jobs)))
+    tables = [_job_tables(rng, n_tables, cfg_t["popularity_alpha"], cfg_j["tables_min"],
+                          cfg_j["tables_max"]) if rec and scenario == "recommendation" else ()
+              for rec in is_rec]
+    specs = [EmbeddingSpec(topo.raw["store"]["name"], ts,
+                           {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts})
+             if ts else None for ts in tables]
+
+    pol = REGISTRY[policy]()
+    if hasattr(pol, "set_workload"):
+        pol.set_workload(typical_tasks(jobs))
+    sim = SimCluster(topo.frame(), topo.names, pol, matrix)
+    caches = NodeCaches(topo, rows, row_bytes)
+    index = LocalityIndex(weights)
+    store_nodes = {n for n in topo.names if topo.tier(n) == "rack"}
+    index.set_store(topo.raw["store"]["name"], store_nodes)
+    for n in topo.names:
+        index.observe_node(n, None, topo.labels(n))
+    if scenario == "no-embeddings":  # leftovers of earlier recommendation jobs
+        for n in rng.choice(topo.names, len(topo.names) // 3, replace=False).tolist():
+            caches.start(n, tuple(rng.choice(sorted(rows), 2, replace=False).tolist()))
+            caches.stop(n, tuple(caches.active[n]))
+            index.observe_node(n, caches.annotation(n, 0.0), topo.labels(n))
+    sim.locality = index if locality else None
+
+    step = float(cfg_j["step_compute_s"])
+    unique = float(cfg_j["unique_rows_per_table_step"])
+    work = jobs["duration"].to_numpy(dtype=np.float64)
+    steps = np.maximum(work / step, 1.0)
+    request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
+    n_gpus = sim.total_milli // 1000
+    created = jobs["creation_time"].to_numpy(dtype=np.float64)
+    created = created - created.min()
+    span = float((work * request).sum()) / (n_gpus * load)
+    arrive = created / max(created.max(), 1.0) * span
+    if mode == "high-load":
+        arrive = np.zeros(len(jobs))
+    elif mode != "continuous":
+        raise ValueError(f"mode must be continuous or high-load, got {mode!r}")
+    shapes = [(int(a), int(b), int(c), int(d), e) for a, b, c, d, e in zip(
+        jobs["num_gpu"], jobs["gpu_milli"], jobs["cpu_milli"], jobs["memory_mib"],
+        jobs["gpu_spec"], strict=True)]
+    cls_idx = np.array([matrix.index(c) for c in classes])
+    norm = matrix.norm
+
+    def fetch_time(j: int, node: str, before: dict[str, int]) -> float:
+        """Seconds per step fetching embeddings on ``node`` (mean over the job's steps)."""
+        tier = net[topo.tier(node)]
+        total = 0.0
+        for t in tables[j]:
+            h = mean_hit(before.get(t, 0), caches.held[node].get(t, 0), rows[t],
+                         cfg_t["id_alpha"], unique, steps[j])
+            bytes_ = unique * row_bytes
+            total += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"]
+                      * 1.25e8) + (1 - h) * bytes_ / (tier["gbps"] * 1.25e8)
+                      + (tier["latency_ms"] / 1e3 if h < 1 else 0.0))
+        return total
+
+    remaining = steps.copy()
+    rate = np.zeros(len(jobs))
+    slow = np.ones(len(jobs))
+    fetch = np.zeros(len(jobs))
+    last = np.zeros(len(jobs))
+    version = np.zeros(len(jobs), dtype=np.int64)
+    started = np.full(len(jobs), np.nan)
+    done = np.full(len(jobs), np.nan)
+    node_of: dict[int, str] = {}
+    gpu_jobs: dict[int, set[int]] = {}
+    job_gpu: dict[int, int] = {}
+    cache_hit = np.zeros(len(jobs), dtype=bool)
+    in_rack = np.zeros(len(jobs), dtype=bool)
+    events: list[tuple[float, int, int, int]] = [(float(arrive[j]), 1, j, 0)
+                                                 for j in range(len(jobs))]
+    heapq.heapify(events)
+    pending: list[int] = []
+    now = 0.0
+
+    def set_rate(j: int) -> None:
+        remaining[j] -= (now - last[j]) * rate[j]
+        last[j] = now
+        rate[j] = 1.0 / (step / slow[j] + fetch[j])
+        version[j] += 1
+        heapq.heappush(events, (now + max(remaining[j], 0.0) / rate[j], 0, j, int(version[j])))
+
+    def refresh(g: int) -> None:
+        members = gpu_jobs.get(g, ())
+        for j in members:
+            s = 1.0
+            for k in members:
+                if k != j:
+                    s *= norm[cls_idx[j], cls_idx[k]] ** (shapes[k][1] / 1000.0)
+            if s != slow[j] or rate[j] == 0:
+                slow[j] = s
+                set_rate(j)
+
+    def publish(node: str) -> None:
+        index.observe_node(node, caches.annotation(node, now), topo.labels(node))
+
+    def try_start(j: int) -> bool:
+        num, milli, cpu, mem, spec = shapes[j]
+        d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
+        placed = sim.schedule(d, now, embedding=specs[j])
+        if placed is None:
+            return False
+        node = str(sim.names[placed.node])
+        node_of[j] = node
+        started[j] = last[j] = now
+        if tables[j]:
+            before = {t: caches.held[node].get(t, 0) for t in tables[j]}
+            cache_hit[j] = all(before.values())
+            caches.start(node, tables[j])
+            fetch[j] = fetch_time(j, node, before)
+            in_rack[j] = topo.tier(node) == "rack"
+            publish(node)
+        if d.has_share:
+            g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
+            gpu_jobs.setdefault(g, set()).add(j)
+            job_gpu[j] = g
+            refresh(g)
+        else:
+            set_rate(j)
+        return True
+
+    while events:
+        t, kind, j, ver = heapq.heappop(events)
+        if kind == 0 and (ver != version[j] or not np.isnan(done[j])):
+            continue
+        now = t
+        if kind == 1:
+            if not try_start(j):
+                pending.append(j)
+            continue
+        done[j] = now
+        sim.release(f"job-{j}")
+        if tables[j]:
+            caches.stop(node_of[j], tables[j])
+        g = job_gpu.pop(j, None)
+        if g is not None:
+            gpu_jobs[g].discard(j)
+            refresh(g)
+        pending[:] = [k for k in pending if not try_start(k)]
+
+    jct = done - arrive
+    rec = np.array([bool(t) for t in tables]) & ~np.isnan(done)
+    run_time = done - started
+    fetch_s = fetch * steps
+    return LocalityRun(
+        workload=workload_name(workload), scenario=scenario, mode=mode, locality=locality,
+        seed=seed,
+        jobs=len(jobs), gpus=n_gpus, makespan=float(np.nanmax(done) - arrive.min()),
+        jct_mean=float(np.nanmean(jct)), jct_p95=float(np.nanpercentile(jct, 95)),
+        queue_mean=float(np.nanmean(started - arrive)),
+        fetch_share=float(fetch_s[rec].sum() / run_time[rec].sum()) if rec.any() else 0.0,
+        rec_jct_mean=float(np.nanmean(jct[rec])) if rec.any() else float("nan"),
+        placed_cache_hit=float(cache_hit[rec].mean()) if rec.any() else float("nan"),
+        placed_store_rack=float(in_rack[rec].mean()) if rec.any() else float("nan"),
+        seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])

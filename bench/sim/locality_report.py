@@ -1,0 +1,110 @@
+"""Report of the ``locality`` experiment: JCT and makespan with and without the locality term,
+per scenario, with plots (JCT CDF, ratios per seed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.sim.report import _plt, md_table
+
+GOAL_JCT = 0.80  # mean JCT with locality / without, recommendation-heavy workload
+
+
+def summary(runs: list) -> pd.DataFrame:
+    rows = []
+    for mode, scenario in sorted({(r.mode, r.scenario) for r in runs}):
+        off = {r.seed: r for r in runs if (r.mode, r.scenario) == (mode, scenario)
+               and not r.locality}
+        on = {r.seed: r for r in runs if (r.mode, r.scenario) == (mode, scenario)
+              and r.locality}
+        seeds = sorted(set(off) & set(on))
+        if not seeds:
+            continue
+
+        def mean(group, key, seeds=seeds):
+            return float(np.mean([getattr(group[s], key) for s in seeds]))
+
+        rows.append({
+            "mode": mode, "scenario": scenario, "seeds": len(seeds),
+            "jct_mean_off": mean(off, "jct_mean"), "jct_mean_on": mean(on, "jct_mean"),
+            "jct_ratio": float(np.mean([on[s].jct_mean / off[s].jct_mean for s in seeds])),
+            "makespan_ratio": float(np.mean([on[s].makespan / off[s].makespan for s in seeds])),
+            "p95_ratio": float(np.mean([on[s].jct_p95 / off[s].jct_p95 for s in seeds])),
+            "rec_jct_ratio": float(np.mean([on[s].rec_jct_mean / off[s].rec_jct_mean
+                                            for s in seeds])) if scenario != "no-embeddings"
+            else float("nan"),
+            "fetch_share_off": mean(off, "fetch_share"),
+            "fetch_share_on": mean(on, "fetch_share"),
+            "on_cache_off": mean(off, "placed_cache_hit"),
+            "on_cache_on": mean(on, "placed_cache_hit"),
+            "store_rack_off": mean(off, "placed_store_rack"),
+            "store_rack_on": mean(on, "placed_store_rack"),
+        })
+    return pd.DataFrame(rows)
+
+
+def _cdf(runs: list, mode: str, scenario: str, path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for locality, style in ((False, "C1"), (True, "C0")):
+        jct = np.concatenate([r.jct for r in runs if (r.mode, r.scenario) == (mode, scenario)
+                              and r.locality == locality])
+        if len(jct):
+            jct = np.sort(jct)
+            ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), style,
+                    label="with locality term" if locality else "without")
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (s)")
+    ax.set_ylabel("share of jobs")
+    ax.set_title(f"JCT, {scenario} workload, {mode} (all seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _ratios(table: pd.DataFrame, path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    x = np.arange(len(table))
+    for i, (key, label) in enumerate((("jct_ratio", "mean JCT"), ("p95_ratio", "p95 JCT"),
+                                      ("makespan_ratio", "makespan"))):
+        ax.bar(x + (i - 1) * 0.27, table[key], 0.27, label=label)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(GOAL_JCT, color="C3", ls="--", lw=0.8, label=f"goal {GOAL_JCT}")
+    ax.set_xticks(x, [f"{m}\n{s}" for m, s in zip(table["mode"], table["scenario"],
+                                                   strict=True)], fontsize=8)
+    ax.set_ylabel("with locality / without")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_locality(runs: list, folder: Path, command: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([r.row() for r in runs]).to_csv(folder / "runs.csv", index=False)
+    table = summary(runs)
+    table.to_csv(folder / "summary.csv", index=False)
+    (folder / "summary.json").write_text(json.dumps(table.to_dict("records"), indent=1))
+    lines = ["# Locality replay", "", f"`{command}`", "",
+             "Ratios are with the locality term over without it, same trace, same seed "
+             "(mean over seeds). `fetch_share`: share of the recommendation jobs' run time spent "
+             "fetching embeddings; `on_cache`: recommendation jobs that started on a node whose "
+             "cache held all their tables; `store_rack`: those placed in a rack of the store's "
+             "shards.", "", md_table(table, "{:.3f}"), ""]
+    if len(table):
+        _ratios(table, folder / "ratios.png")
+        lines += ["![ratios](ratios.png)", ""]
+    for mode, scenario in zip(table.get("mode", []), table.get("scenario", []), strict=True):
+        name = f"jct-cdf-{mode}-{scenario}.png"
+        _cdf(runs, mode, scenario, folder / name)
+        lines += [f"![{mode} {scenario}]({name})", ""]
+    path = folder / "report.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,155 @@
+"""kopf wiring: which events reach the reconciler, peering, finalizer, login.
+
+* RecommendDLJob created / resumed, and a timer every ``interval_s`` per job: reconcile (the
+  timer retries admission of waiting jobs and enforces deadlines and TTLs).
+* A worker pod changed: reconcile its job at once (status in step with the pods).
+* Deleted: the finalizer runs ``cleanup`` (slots released, pods deleted) before the job goes.
+* An index of waiting jobs gives the admission queue (controller/queue.py) without API calls.
+* Peering: with a peering name, only the replica of highest priority handles jobs; the others
+  stand by. Replicas must not share a priority (kopf freezes them all).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from controller.gangs import GangClient
+from controller.kube import Kube
+from controller.pods import GROUP, KIND, LABEL_JOB_UID, PLURAL, VERSION
+from controller.queue import Waiting
+from controller.reconcile import Config, Reconciler, waiting_entry
+
+log = logging.getLogger("sparse.controller")
+
+FINALIZER = "sparse.io/job-controller"
+
+
+@dataclass
+class Options:
+    extender_url: str
+    kubeconfig: Path | None = None
+    config: Config = field(default_factory=Config)
+    interval_s: float = 5.0
+    pod_delete_grace_s: int | None = None
+    peering: str | None = None
+    extender_ca: str | None = None
+    namespaces: tuple[str, ...] = ()
+
+
+class Holder:
+    """What the handlers share: the reconciler (made at start-up) and the waiting index."""
+
+    def __init__(self) -> None:
+        self.reconciler: Reconciler | None = None
+        self.kube: Kube | None = None
+        self.gangs: GangClient | None = None
+        self.index: Any = None
+
+    def waiting(self) -> list[Waiting]:
+        if self.index is None:
+            return []
+        return [w for store in self.index.values() for w in store]
+
+
+def make_settings() -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = FINALIZER
+    settings.posting.level = logging.WARNING  # our own events say what happened
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+    return settings
+
+
+def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    res = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        if options.kubeconfig is not None:
+            import os
+            os.environ["KUBECONFIG"] = str(options.kubeconfig)
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(**_: Any) -> None:
+        from extender.kube.client import make_api_client
+
+        api = await make_api_client(options.kubeconfig, options.kubeconfig is None)
+        holder.kube = Kube(api, options.pod_delete_grace_s)
+        if options.peering:  # kopf needs the object; the replicas share it
+            await holder.kube.ensure_peering(options.peering, cluster_wide=not options.namespaces,
+                                             namespaces=options.namespaces)
+        holder.gangs = GangClient(options.extender_url, ca_file=options.extender_ca)
+        holder.reconciler = Reconciler(holder.kube, holder.gangs, options.config,
+                                       waiting=holder.waiting)
+        log.info("job controller started (extender %s)", options.extender_url)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        if holder.gangs is not None:
+            await holder.gangs.close()
+        if holder.kube is not None:
+            await holder.kube.api.close()
+
+    @kopf.index(**res, id="waiting_jobs")
+    def waiting_jobs(body: kopf.Body, **_: Any) -> dict[str, Waiting] | None:
+        entry = waiting_entry({"metadata": dict(body.metadata), "status": dict(body.status)})
+        return None if entry is None else {entry.key: entry}
+
+    async def reconcile(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting]) -> None:
+        holder.index = waiting_jobs
+        assert holder.reconciler is not None
+        await holder.reconciler.reconcile(_plain(body))
+
+    @kopf.on.resume(**res)
+    @kopf.on.create(**res)
+    async def on_job(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
+        await reconcile(body, waiting_jobs)
+
+    @kopf.timer(**res, interval=options.interval_s, initial_delay=options.interval_s)
+    async def tick(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
+        await reconcile(body, waiting_jobs)
+
+    @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_UID: kopf.PRESENT}, registry=registry)
+    async def on_pod(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
+        owner = next((o for o in body.metadata.get("ownerReferences") or []
+                      if o.get("kind") == KIND), None)
+        if owner is None or holder.reconciler is None:
+            return
+        holder.index = waiting_jobs
+        # The reconciler reads the job itself (fresh, under its lock).
+        await holder.reconciler.reconcile({"metadata": {
+            "name": owner["name"], "namespace": body.metadata.namespace, "uid": owner["uid"]}})
+
+    @kopf.on.delete(**res)
+    async def on_delete(body: kopf.Body, **_: Any) -> None:
+        assert holder.reconciler is not None
+        await holder.reconciler.cleanup(_plain(body))
+
+    return registry
+
+
+def _plain(body: kopf.Body) -> dict[str, Any]:
+    return {"metadata": dict(body.metadata), "spec": dict(body.spec),
+            "status": dict(body.status)}
+
+
+def run(options: Options, *, priority: int = 0, liveness: str | None = None) -> None:
+    holder = Holder()
+    kopf.run(
+        registry=make_registry(options, holder),
+        settings=make_settings(),
+        clusterwide=not options.namespaces,
+        namespaces=options.namespaces,
+        standalone=options.peering is None,
+        peering_name=options.peering,
+        priority=priority,
+        liveness_endpoint=liveness,
+    )

@@ -1,0 +1,109 @@
+"""Publish what the node cache holds on the Node (annotation ``sparse.io/embedding-cache``), at
+a bounded rate, for the scheduler's locality term (``extender.placement.locality``).
+
+Content: rows per table (cached blocks x block rows, counted with ``SCAN``, so Redis is never
+blocked), each table's size from the store's metadata, bytes used and ``maxmemory``. A patch is
+sent at most every ``min_interval_s`` and only when the content moved materially (a table came
+or went, or its rows changed by more than ``min_change``), plus every ``max_interval_s`` so a
+reader can tell a live cache from a stale annotation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from embed import layout
+from embed.store import EmbeddingStore
+from extender.annotations import ANN_EMBEDDING_CACHE
+from extender.placement.locality import encode_cache
+
+log = logging.getLogger("sparse.embed.publisher")
+MERGE = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    rows: dict[str, int]
+    totals: dict[str, int]
+    used_bytes: int
+    capacity_bytes: int
+
+
+def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000) -> Snapshot:
+    """Blocks per table in the cache (incremental SCAN), as rows."""
+    blocks: dict[str, int] = {}
+    for key in cache.scan_iter(match=f"{layout.PREFIX}{{*", count=scan_count):
+        table = layout.table_of_key(key)
+        if table is not None:
+            blocks[table] = blocks.get(table, 0) + 1
+    rows, totals = {}, {}
+    for table, n in blocks.items():
+        meta = None
+        if store is not None:
+            try:
+                meta = store.meta(table)
+            except (KeyError, ValueError):
+                meta = None
+        rows[table] = n * (meta.block_rows if meta else 1)
+        if meta is not None:
+            rows[table] = min(rows[table], meta.rows)
+            totals[table] = meta.rows
+    memory = cache.info("memory")
+    return Snapshot(rows, totals, int(memory.get("used_memory", 0)),
+                    int(memory.get("maxmemory", 0)))
+
+
+def changed(old: Snapshot | None, new: Snapshot, min_change: float) -> bool:
+    if old is None or set(old.rows) != set(new.rows):
+        return True
+    return any(abs(new.rows[t] - old.rows[t]) > min_change * max(old.rows[t], 1)
+               for t in new.rows)
+
+
+@dataclass
+class CachePublisher:
+    node: str
+    snapshot: Callable[[], Snapshot]  # usually count_rows bound to the cache and store
+    min_interval_s: float = 30.0
+    max_interval_s: float = 600.0
+    min_change: float = 0.05
+    clock: Callable[[], float] = time.time
+    last: Snapshot | None = None
+    last_at: float = field(default=-1e18)
+    writes: int = 0
+
+    def due(self, snap: Snapshot, now: float) -> bool:
+        if now - self.last_at < self.min_interval_s:
+            return False
+        return changed(self.last, snap, self.min_change) or (
+            now - self.last_at >= self.max_interval_s)
+
+    async def publish_once(self, core: Any, force: bool = False) -> bool:
+        """Count, and patch the Node when due; True when a patch was sent."""
+        snap = await asyncio.to_thread(self.snapshot)
+        now = self.clock()
+        if not force and not self.due(snap, now):
+            return False
+        value = encode_cache(snap.rows, snap.totals, snap.used_bytes, snap.capacity_bytes, now)
+        body = {"metadata": {"annotations": {ANN_EMBEDDING_CACHE: value}}}
+        await core.patch_node(self.node, body, _content_type=MERGE)
+        self.last, self.last_at = snap, now
+        self.writes += 1
+        log.info("published cache content of node %s: %s", self.node,
+                 ", ".join(f"{t}={n}" for t, n in sorted(snap.rows.items())) or "empty")
+        return True
+
+    async def run(self, core: Any, tick_s: float = 5.0) -> None:
+        while True:
+            try:
+                await self.publish_once(core)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # API server or cache briefly away: try next tick
+                log.warning("cannot publish cache content: %s", exc)
+            await asyncio.sleep(tick_s)

@@ -1,0 +1,62 @@
+"""The cache benchmarks' pure parts: Belady's MIN against brute force, Zipf ids, and the
+locality replay's model (hit ratio of a partially cached Zipf table)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.embed.belady import belady_hits, next_use
+from bench.embed.zipf import ZipfIds
+from bench.sim.locality import mean_hit, zipf_mass
+
+
+def brute_min(trace: list[int], capacity: int) -> int:
+    cache: set[int] = set()
+    hits = 0
+    for i, key in enumerate(trace):
+        if key in cache:
+            hits += 1
+            continue
+        if len(cache) < capacity:
+            cache.add(key)
+            continue
+
+        def nxt(x: int, i: int = i) -> int:
+            return next((j for j in range(i + 1, len(trace)) if trace[j] == x), 10**9)
+
+        far = max(cache | {key}, key=nxt)
+        if far != key:
+            cache.remove(far)
+            cache.add(key)
+    return hits
+
+
+def test_next_use_and_belady_match_brute_force():
+    assert next_use(np.array([5, 1, 5, 5, 1])).tolist() == [2, 4, 3, 5, 5]
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        trace = rng.integers(0, 8, 40)
+        cap = int(rng.integers(1, 6))
+        assert belady_hits(trace, cap).sum() == brute_min(trace.tolist(), cap)
+
+
+def test_zipf_ids_are_skewed_and_spread():
+    z = ZipfIds(100_000, 1.05, seed=1)
+    ids = z.sample(200_000, np.random.default_rng(0))
+    assert ids.min() >= 0 and ids.max() < 100_000
+    _, counts = np.unique(ids, return_counts=True)
+    top = np.sort(counts)[::-1]
+    assert top[:1000].sum() / len(ids) == pytest.approx(z.top_share(1000), abs=0.02)
+    assert z.ids_of(np.arange(10)).tolist() != list(range(10))  # hot rows not clustered
+
+
+def test_zipf_mass_and_warmup():
+    n = 1_000_000
+    exact = np.cumsum(np.arange(1, n + 1, dtype=float) ** -1.05)
+    assert zipf_mass(10_000, n, 1.05) == pytest.approx(exact[9999] / exact[-1], abs=0.005)
+    assert zipf_mass(0, n, 1.05) == 0 and zipf_mass(2 * n, n, 1.05) == 1
+    warm = mean_hit(200_000, 200_000, n, 1.05, 50_000, 1000)
+    cold = mean_hit(0, 200_000, n, 1.05, 50_000, 1000)
+    assert warm == pytest.approx(zipf_mass(200_000, n, 1.05))
+    assert 0 < cold < warm

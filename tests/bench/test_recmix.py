@@ -1,0 +1,95 @@
+"""rec-mix workload and replay: mix parsing, demands, OOM accounting, physics, CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.sim.physics import shared_speeds
+from bench.sim.recmix import GPU_MEM_MIB, build_jobs, measured_profiles, parse_mix
+from bench.sim.recmix_replay import booked, run_recmix, split_policy
+
+FAMILIES = {"dlrm": "recommendation", "deepfm": "recommendation", "bert": "transformer",
+            "resnet": "cnn"}
+
+
+def test_mix_rec_share_spreads_over_recommendation_families():
+    mix = parse_mix("rec=0.8", FAMILIES)
+    assert mix["dlrm"] == pytest.approx(0.4) and mix["deepfm"] == pytest.approx(0.4)
+    assert mix["bert"] == pytest.approx(0.1) and sum(mix.values()) == pytest.approx(1.0)
+
+
+def test_mix_explicit_weights_and_errors():
+    assert parse_mix("dlrm=3,bert=1", FAMILIES) == {"bert": 0.25, "dlrm": 0.75}
+    with pytest.raises(ValueError, match="unknown family"):
+        parse_mix("gpt=1", FAMILIES)
+    with pytest.raises(ValueError, match="weight 0"):
+        parse_mix("dlrm=0", FAMILIES)
+
+
+def test_families_come_from_the_measured_data():
+    prof = measured_profiles()
+    assert {"recommendation"} <= set(prof["job_class"])
+    assert (prof["sm"] <= prof["util"]).all() and (prof["mem_real_mib"] > 0).all()
+
+
+def test_jobs_follow_the_mix_and_declare_padded_memory():
+    jobs = build_jobs(400, np.random.default_rng(0), mix="rec=1.0", pad=2.0, pad_spread=0.0).jobs
+    assert set(jobs["job_class"]) == {"recommendation"}
+    assert (jobs["declared_mem_mib"] % 1024 == 0).all()
+    assert (jobs["declared_mem_mib"] >= 2 * jobs["mem_real_mib"]).all()
+    assert (jobs["declared_milli"] < 1000).all()  # recommendation jobs draw sharing pods
+
+
+def test_what_each_policy_books():
+    jobs = build_jobs(50, np.random.default_rng(1)).jobs
+    milli, mem = booked(jobs, "kube-exclusive", None)
+    assert (milli == 0).all() and (mem == GPU_MEM_MIB).all()
+    milli, mem = booked(jobs, "sparse", None)  # the extender's rule: max memory, predicted milli
+    assert (milli == jobs["pred_milli"]).all()
+    assert (mem == np.maximum(jobs["pred_mem_mib"], jobs["declared_mem_mib"])).all()
+    milli, mem = booked(jobs, "kube-shared", None)
+    share = jobs["declared_milli"].to_numpy() < 1000
+    assert (mem[share] == jobs["declared_mem_mib"].to_numpy()[share]).all()
+    assert (milli[share] <= 1000 * mem[share] / GPU_MEM_MIB + 1).all()
+    milli, _ = booked(jobs, "fgd", "predicted")
+    assert (milli == jobs["pred_milli"]).all()
+    with pytest.raises(ValueError):
+        split_policy("fgd@guessed")
+
+
+def test_physics_time_slicing_and_light_pairs():
+    assert shared_speeds([1.0, 1.0], [1.0, 1.0], [0, 0]) == pytest.approx([0.5, 0.5])
+    light = shared_speeds([0.4, 0.4], [0.15, 0.15], [0.01, 0.01])
+    assert light[0] == pytest.approx(1 / (0.6 + 0.4 * 1.15))
+    light_next_to_heavy, heavy = shared_speeds([0.4, 1.0], [0.15, 0.8], [0, 0])
+    assert light_next_to_heavy < heavy < 1.0
+    many = shared_speeds(np.full(12, 0.9), np.full(12, 0.9), np.zeros(12))
+    assert np.dot(np.full(12, 0.9), many) <= 1.0 + 1e-9  # SM-time is conserved
+
+
+def test_under_booked_memory_runs_out_and_is_counted():
+    run = run_recmix("kube-shared", 3, n_jobs=80, pad=0.7, pad_spread=0.0, oom_bump=2.0)
+    assert run.oom_events > 0
+    assert np.isfinite(run.makespan)  # every job eventually finished
+    exclusive = run_recmix("kube-exclusive", 3, n_jobs=80, pad=0.7, pad_spread=0.0)
+    assert exclusive.oom_events == 0 and np.isnan(exclusive.share_stretch)
+
+
+def test_cli_rec_mix_report(tmp_path):
+    out = tmp_path / "r"
+    res = CliRunner().invoke(main, ["replay", "-w", "rec-mix", "--jobs", "60", "-j", "1",
+                                    "-p", "kube-exclusive", "-p", "sparse", "--mode",
+                                    "high-load", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = (out / "report.md").read_text()
+    assert "sm_util_vs_exclusive" in text and "oom_events" in text
+    assert (out / "jct-cdf-high-load.png").exists()
+    again = CliRunner().invoke(main, ["report", str(out), "--out", str(tmp_path / "again")])
+    assert again.exit_code == 0, again.output
+    assert "sm_util_vs_exclusive" in (tmp_path / "again" / "report.md").read_text()
+    bad = CliRunner().invoke(main, ["replay", "-w", "rec-mix", "-p", "nope", "--out",
+                                    str(tmp_path / "x")])
+    assert bad.exit_code != 0 and "unknown policy" in bad.output

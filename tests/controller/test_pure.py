@@ -1,0 +1,122 @@
+"""Prediction input, worker pods and the admission queue: pure functions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller.pods import pod_name, worker_pod
+from controller.prediction import Demand, InvalidModel, model_annotation, predict
+from controller.queue import Waiting, may_try
+from predictor import features
+
+JOB = {"metadata": {"name": "dlrm", "namespace": "ml", "uid": "u1"},
+       "spec": {"replicas": 2, "batchSize": 1024, "vocabularySize": [10**6, 10**6, 5000],
+                "embeddingDim": [64, 64, 16], "optimizer": "adam", "gpuModel": "V100M32|A100",
+                "template": {"metadata": {"labels": {"team": "ads"}},
+                             "spec": {"containers": [{"name": "trainer", "image": "x"}]}}}}
+DEMAND = Demand(12000, 700, "recommendation", "v3")
+
+
+def test_camel_case_job_fields_when_the_predictor_reads_them():
+    if not hasattr(features, "JobFields"):
+        pytest.skip("this predictor reads the full schema only")
+    ann = json.loads(model_annotation(JOB["spec"])["sparse.io/model"])
+    assert ann["vocabularySize"] == JOB["spec"]["vocabularySize"]
+    assert ann["batchSize"] == 1024 and ann["gpuModel"] == "V100M32"
+    spec = features.from_annotations(model_annotation(JOB["spec"]))
+    assert sum(t.count for t in spec.tables) == 3
+
+
+def test_model_annotation_groups_tables_and_is_a_valid_spec(monkeypatch):
+    monkeypatch.delattr(features, "JobFields", raising=False)
+    ann = model_annotation(JOB["spec"])
+    model = json.loads(ann["sparse.io/model"])
+    assert model["tables"] == [{"rows": 10**6, "dim": 64, "count": 2},
+                               {"rows": 5000, "dim": 16, "count": 1}]
+    assert model["gpu_model"] == "V100M32" and model["batch_size"] == 1024
+    spec = features.from_annotations(ann)
+    assert sum(t.count for t in spec.tables) == 3
+
+
+def test_totals_only_job_gets_equal_tables(monkeypatch):
+    monkeypatch.delattr(features, "JobFields", raising=False)
+    model = json.loads(model_annotation({"batchSize": 64, "embeddingSizeTotal": 26000,
+                                         "embeddingDimTotal": 26 * 8,
+                                         "embeddingTableCount": 26})["sparse.io/model"])
+    assert model["tables"] == [{"rows": 1000, "dim": 8, "count": 26}]
+
+
+def test_more_tables_raise_the_memory_prediction():
+    small = predict({"batchSize": 1024, "vocabularySize": [10**5], "embeddingDim": [64]})
+    big = predict({"batchSize": 1024, "vocabularySize": [10**7], "embeddingDim": [64]})
+    assert big.gpu_mem_mib > small.gpu_mem_mib + 1000
+
+
+def test_invalid_model_names_the_field():
+    with pytest.raises(InvalidModel, match="batch_size"):
+        predict({"batchSize": 0})
+    with pytest.raises(InvalidModel, match="same|differ"):
+        predict({"batchSize": 1, "vocabularySize": [1, 2], "embeddingDim": [4]})
+
+
+def test_worker_pod_carries_what_the_extender_reads():
+    pod = worker_pod(JOB, DEMAND, attempt=0, index=1, slot="gang/u1/0/1")
+    meta = pod["metadata"]
+    assert meta["name"] == "dlrm-worker-1" and meta["labels"]["team"] == "ads"
+    assert meta["annotations"]["sparse.io/gang-slot"] == "gang/u1/0/1"
+    assert meta["annotations"]["sparse.io/gpu-model"] == "V100M32|A100"
+    assert meta["annotations"]["sparse.io/job-class"] == "recommendation"
+    assert meta["ownerReferences"][0]["uid"] == "u1"
+    assert "sparse.io/embedding" not in meta["annotations"]
+    job = json.loads(json.dumps(JOB))
+    job["spec"]["embedding"] = {"store": "criteo", "tables": ["C1"], "hotRows": 10,
+                                "required": False}
+    embedding = worker_pod(job, DEMAND, attempt=0, index=0, slot="s")["metadata"][
+        "annotations"]["sparse.io/embedding"]
+    assert json.loads(embedding) == {"store": "criteo", "tables": ["C1"], "hotRows": 10}
+    c = pod["spec"]["containers"][0]
+    assert c["resources"]["limits"] == {"sparse.io/gpu-mem": "12000", "sparse.io/gpu-milli": "700"}
+    assert {"name": "RANK", "value": "1"} in c["env"]
+    assert pod["spec"]["schedulerName"] == "sparse-scheduler"
+    assert JOB["spec"]["template"]["spec"]["containers"][0].get("resources") is None  # copied
+    assert pod_name("dlrm", 2, 0) == "dlrm-r2-worker-0"
+
+
+def test_declared_share_combines_like_the_extender():
+    job = json.loads(json.dumps(JOB))
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"sparse.io/gpu-mem": "20000", "sparse.io/gpu-milli": "300"}}
+    limits = worker_pod(job, DEMAND, attempt=0, index=0, slot="s")["spec"]["containers"][0][
+        "resources"]["limits"]
+    assert limits == {"sparse.io/gpu-mem": "20000", "sparse.io/gpu-milli": "300"}
+
+
+def test_whole_gpu_template_is_kept():
+    job = json.loads(json.dumps(JOB))
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": "2"}}
+    limits = worker_pod(job, DEMAND, attempt=0, index=0, slot="s")["spec"]["containers"][0][
+        "resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": "2"}
+
+
+def test_queue_fifo_with_bounded_pass_over():
+    head = Waiting("ml/big", created=0, waiting_since=100)
+    young = Waiting("ml/small", created=5, waiting_since=None)
+    assert may_try("ml/small", [head, young], now=200, max_pass_over_s=300) == (True, "")
+    ok, why = may_try("ml/small", [head, young], now=400, max_pass_over_s=300)
+    assert not ok and "ml/big" in why
+    assert may_try("ml/big", [head, young], now=400, max_pass_over_s=300)[0]
+    never = Waiting("ml/big", created=0, waiting_since=100, ever_fits=False)
+    assert may_try("ml/small", [never, young], now=10_000, max_pass_over_s=300)[0]
+
+
+def test_the_example_job_predicts_a_fitting_share(repo_root):
+    import yaml
+
+    spec = yaml.safe_load((repo_root / "examples" / "dlrm-job.yaml").read_text())["spec"]
+    d = predict(spec)
+    assert 8 * 1024 < d.gpu_mem_mib < 32 * 1024 and 1 <= d.gpu_milli <= 1000
+    assert d.job_class == "recommendation"

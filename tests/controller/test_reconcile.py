@@ -1,0 +1,239 @@
+"""The reconciler against a fake API server and the real extender service in-process."""
+
+from __future__ import annotations
+
+import contextlib
+
+from extender.ledger.rules import Allocation, GpuCapacity, Reservation
+
+
+def cond(status, kind):
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+async def occupy_one_gpu(world, gpu="GPU-b-1"):
+    mib = world.gpu_mib
+    r = Reservation(pod_uid="other", namespace="ml", name="other", node="b",
+                    allocations=(Allocation(gpu, "c", mib, 1000),))
+    await world.scheduler.ledger.reserve(r, {gpu: GpuCapacity(mib)})
+
+
+async def test_predicted_admitted_bound_running_succeeded(world):
+    world.submit("dlrm")
+    s = await world.reconcile("dlrm")
+    assert cond(s, "Predicted")["status"] == "True"
+    assert s["demand"]["gpuMemMiB"] > 1000 and 1 <= s["demand"]["gpuMilli"] <= 1000
+    assert s["phase"] == "Admitted" and cond(s, "Admitted")["reason"] == "GangReserved"
+    assert len(world.kube.pods) == 4
+    slots = {p["metadata"]["annotations"]["sparse.io/gang-slot"]
+             for p in world.kube.pods.values()}
+    assert slots == set(await world.ledger())  # the slots, and nothing else, are booked
+    pod = world.kube.pods["dlrm-worker-0"]
+    assert pod["metadata"]["ownerReferences"][0]["kind"] == "RecommendDLJob"
+    assert pod["spec"]["schedulerName"] == "sparse-scheduler"
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert int(limits["sparse.io/gpu-mem"]) == s["demand"]["gpuMemMiB"]
+
+    await world.schedule()
+    held = await world.ledger()
+    assert not any(uid.startswith("gang/") for uid in held)  # every slot consumed by a bind
+    assert len(held) == 4
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Scheduled" and s["gpuCount"] == 4
+    assert all(x["node"] and len(x["gpus"]) == 1 for x in s["placement"])
+    assert {x["gpus"][0] for x in s["placement"]} == {g for r in held.values() for g in r.gpus}
+
+    world.set_phase("Running")
+    s = await world.reconcile("dlrm")
+    assert (s["phase"], s["ready"]) == ("Running", "4/4")
+    world.set_phase("Succeeded")
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Succeeded" and cond(s, "Succeeded")["status"] == "True"
+    reasons = [r for _, r, _ in world.kube.events]
+    assert reasons == ["Predicted", "Admitted", "Scheduled", "Running", "Succeeded"]
+
+
+async def test_does_not_fit_holds_nothing_then_runs(world):
+    await occupy_one_gpu(world)
+    world.submit("dlrm")
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Pending" and not world.kube.pods
+    admitted = cond(s, "Admitted")
+    assert admitted["status"] == "False" and admitted["reason"] == "InsufficientGPU"
+    assert "3 of 4 workers fit" in admitted["message"]
+    assert set(await world.ledger()) == {"other"}
+    world.now += 10
+    s = await world.reconcile("dlrm")  # retried: still waiting, still nothing held
+    assert s["phase"] == "Pending" and set(await world.ledger()) == {"other"}
+    await world.scheduler.release("other")
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Admitted" and len(world.kube.pods) == 4
+    assert "waitingSince" not in s
+
+
+async def test_never_fitting_job_is_unschedulable(world):
+    world.submit("huge", replicas=5)
+    s = await world.reconcile("huge")
+    assert cond(s, "Admitted")["reason"] == "Unschedulable"
+    assert s["everFits"] is False and await world.ledger() == {}
+
+
+async def test_backfill_is_bounded(world):
+    await occupy_one_gpu(world)
+    world.submit("big", created="2026-12-01T00:00:00Z")
+    world.submit("small", replicas=1, created="2026-12-01T00:00:01Z")
+    assert (await world.reconcile("big"))["phase"] == "Pending"
+    assert (await world.reconcile("small"))["phase"] == "Admitted"  # backfills
+    world.now += 301
+    world.submit("late", replicas=1, created="2026-12-01T00:00:02Z")
+    s = await world.reconcile("late")
+    assert s["phase"] == "Pending" and cond(s, "Admitted")["reason"] == "Queued"
+    assert "queued behind ml/big" in cond(s, "Admitted")["message"]
+
+
+async def test_failed_worker_restarts_then_fails(world):
+    world.submit("dlrm")
+    await world.reconcile("dlrm")
+    await world.schedule()
+    world.set_phase("Running")
+    await world.reconcile("dlrm")
+    world.set_phase("Failed", "dlrm-worker-2")
+    s = await world.reconcile("dlrm")
+    assert (s["phase"], s["attempt"], s["restarts"]) == ("Pending", 1, 1)
+    assert not world.kube.pods
+    for name in list(world.kube.pods):
+        world.kube.pods.pop(name)
+    for uid in list(await world.ledger()):  # the extender releases deleted pods' GPUs
+        await world.scheduler.release(uid)
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Admitted"
+    assert sorted(world.kube.pods) == [f"dlrm-r1-worker-{i}" for i in range(4)]
+    await world.schedule()
+    world.set_phase("Failed", "dlrm-r1-worker-0")
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Failed" and cond(s, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert not any(u.startswith("gang/") for u in await world.ledger())
+
+
+async def test_killed_mid_admission_leaves_no_partial_reservation(world):
+    world.submit("dlrm")
+    world.kube.fail_creates = 1  # slots booked and recorded, then the controller dies
+    with contextlib.suppress(RuntimeError):
+        await world.reconcile("dlrm")
+    status = world.kube.jobs["dlrm"]["status"]
+    assert status["phase"] == "Admitted" and not world.kube.pods
+    slots_before = set(await world.ledger())
+    s = await world.reconcile("dlrm")  # the restarted controller finishes the admission
+    assert len(world.kube.pods) == 4 and set(await world.ledger()) == slots_before
+    assert s["phase"] == "Admitted"
+
+
+async def test_abandoned_admission_expires(world):
+    world.submit("dlrm")
+    world.kube.fail_creates = 1
+    with contextlib.suppress(RuntimeError):
+        await world.reconcile("dlrm")
+    world.now += 61
+    assert len(await world.scheduler.expire()) == 4
+    assert await world.ledger() == {}
+
+
+async def test_gang_timeout_readmits(world):
+    world.submit("dlrm")
+    await world.reconcile("dlrm")
+    world.now += 61  # no scheduler ever bound the pods
+    s = await world.reconcile("dlrm")
+    assert (s["phase"], s["attempt"], s["restarts"]) == ("Pending", 1, 0)
+    assert cond(s, "Admitted")["reason"] == "GangTimeout"
+    assert await world.ledger() == {}
+
+
+async def test_delete_releases_everything(world):
+    world.submit("dlrm")
+    await world.reconcile("dlrm")
+    world.kube.pods.pop("dlrm-worker-3")  # one pod not created yet
+    await world.r.cleanup(world.kube.jobs["dlrm"])
+    assert not world.kube.pods
+    assert await world.ledger() == {}  # its slot too
+
+
+async def test_invalid_model_fails(world):
+    world.submit("bad", batchSize=0)
+    s = await world.reconcile("bad")
+    assert s["phase"] == "Failed" and cond(s, "Predicted")["reason"] == "InvalidModel"
+    assert "batch_size" in cond(s, "Predicted")["message"]
+    assert await world.ledger() == {}
+
+
+async def test_ttl_after_finished_deletes_the_job(world):
+    world.submit("dlrm", replicas=1, runPolicy={"ttlSecondsAfterFinished": 30})
+    await world.reconcile("dlrm")
+    await world.schedule()
+    world.set_phase("Succeeded")
+    await world.reconcile("dlrm")
+    world.now += 31
+    await world.reconcile("dlrm")
+    assert "dlrm" not in world.kube.jobs
+
+
+async def test_deadline(world):
+    world.submit("dlrm", replicas=1, runPolicy={"activeDeadlineSeconds": 100})
+    await world.reconcile("dlrm")
+    world.now += 101
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Failed" and cond(s, "Failed")["reason"] == "DeadlineExceeded"
+    assert not world.kube.pods and await world.ledger() == {}
+
+
+async def test_refused_pods_are_reported_and_retried(world):
+    world.submit("dlrm")
+    world.kube.refuse_creates = True
+    s = await world.reconcile("dlrm")
+    assert s["phase"] == "Admitted" and "admission webhook denied" in s["message"]
+    await world.reconcile("dlrm")
+    assert [r for _, r, _ in world.kube.events].count("FailedCreate") == 1
+    world.kube.refuse_creates = False
+    await world.reconcile("dlrm")
+    assert len(world.kube.pods) == 4
+    assert len(await world.ledger()) == 4  # the same slots, nothing booked twice
+
+
+async def test_unreachable_extender_does_not_block_delete_or_restart(world):
+    from controller.errors import GangError
+
+    world.submit("dlrm")
+    await world.reconcile("dlrm")
+    await world.schedule()
+    real = world.r.gangs
+
+    class Down:
+        async def reserve(self, request):
+            raise GangError("extender unreachable")
+
+        async def release(self, job_uid, attempt=None):
+            raise GangError("extender unreachable")
+
+    world.r.gangs = Down()
+    world.set_phase("Failed", "dlrm-worker-1")
+    s = await world.reconcile("dlrm")
+    assert (s["phase"], s["attempt"], s["restarts"]) == ("Pending", 1, 1)
+    s = await world.reconcile("dlrm")
+    assert cond(s, "Admitted")["reason"] == "ExtenderUnavailable"
+    await world.r.cleanup(world.kube.jobs["dlrm"])
+    assert not world.kube.pods
+    world.r.gangs = real
+
+
+async def test_slots_booked_anew_after_expiry_restart_the_bind_clock(world):
+    world.submit("dlrm")
+    world.kube.refuse_creates = True
+    await world.reconcile("dlrm")
+    world.now += 61
+    assert len(await world.scheduler.expire()) == 4
+    world.kube.refuse_creates = False
+    s = await world.reconcile("dlrm")  # same slot names, new deadline: a new admission
+    assert s["phase"] == "Admitted" and len(world.kube.pods) == 4
+    s = await world.reconcile("dlrm")
+    assert (s["phase"], s["attempt"]) == ("Admitted", 0)  # no GangTimeout from the old clock
+    await world.schedule()
+    assert (await world.reconcile("dlrm"))["phase"] == "Scheduled"

@@ -1,0 +1,145 @@
+"""Data locality on the real control plane: kube-scheduler -> extender, with node caches that
+publish through the DaemonSet's own publisher (a real redis-server as the cache, filled by the
+read-through client) and a store shard pod whose node fixes the store's rack."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import cluster as e2e_cluster
+import numpy as np
+import pytest
+from test_scheduling import wait_nodes
+
+from bench.embed.servers import RedisProc
+from embed.cache import ReadThrough
+from embed.layout import TableMeta
+from embed.publisher import CachePublisher, count_rows
+from embed.store import EmbeddingStore, connect
+from embed.topology import store_topology
+from extender.annotations import ANN_EMBEDDING, ANN_EMBEDDING_CACHE, LABEL_EMBEDDING_STORE
+
+pytestmark = pytest.mark.e2e
+
+STORE = "emb-store"
+RACK = "topology.sparse.io/rack"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def rack(name: str) -> dict[str, str]:
+    return {ZONE: "zone-a", RACK: name}
+
+
+async def publish_fake_cache(core, node: str, server: RedisProc, table: str) -> None:
+    """A node cache that served lookups of ``table`` publishes what it holds."""
+    store = EmbeddingStore(connect(server.url))
+    rows = np.random.default_rng(0).standard_normal((5000, 16)).astype(np.float32)
+    store.write_table(TableMeta(table, 5000, 16), [rows])
+    cache = connect(server.url.replace("/0", "/1"))
+    cache.config_set("maxmemory", "8mb")
+    cache.config_set("maxmemory-policy", "allkeys-lfu")
+    reader = ReadThrough(cache, store)
+    reader.lookup(table, np.arange(4000))
+    publisher = CachePublisher(node, lambda: count_rows(cache, store))
+    assert await publisher.publish_once(core)
+
+
+async def wait_annotation(core, node: str, timeout: float = 10) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        ann = (await core.read_node(node)).metadata.annotations or {}
+        if ANN_EMBEDDING_CACHE in ann:
+            return json.loads(ann[ANN_EMBEDDING_CACHE])
+        assert time.monotonic() < deadline, f"{node} never published its cache"
+        await asyncio.sleep(0.2)
+
+
+def embedded(tables: list[str], required: bool = False) -> dict[str, str]:
+    return {ANN_EMBEDDING: json.dumps({"store": STORE, "tables": tables, "required": required})}
+
+
+async def test_jobs_land_on_their_cache_then_the_store_rack(cluster, core, extender):
+    # loc-a: caches the job's table (rack-1); loc-b: the store's rack; loc-c: neither.
+    for name, labels in (("loc-a", rack("rack-1")), ("loc-b", rack("rack-0")),
+                         ("loc-c", rack("rack-1"))):
+        cluster.create_gpu_node(name, gpus=2, labels=labels)
+    await wait_nodes(extender, ["loc-a", "loc-b", "loc-c"])
+    shard = e2e_cluster.gpu_pod_manifest("store-0", scheduler_name="default-scheduler",
+                                         labels={LABEL_EMBEDDING_STORE: STORE})
+    shard["spec"]["nodeName"] = "loc-b"  # the store shard runs on loc-b (rack-0)
+    await core.create_namespaced_pod("default", shard)
+    places = await store_topology(core, STORE, "default")  # what `sparse-embed where` prints
+    assert [(p.node, p.zone, p.rack) for p in places] == [("loc-b", "zone-a", "rack-0")]
+    server = RedisProc()
+    try:
+        await publish_fake_cache(core, "loc-a", server, "clicks")
+    finally:
+        server.stop()
+    content = await wait_annotation(core, "loc-a")
+    assert content["tables"]["clicks"]["rows"] >= 1000
+    await asyncio.sleep(1.5)  # the extender's node and store watches catch up
+
+    # A job without embeddings leaves the cache node alone when another node fits as well.
+    await e2e_cluster.create_pod(core, "plain", gpus=1)
+    assert await e2e_cluster.wait_for_pod_bound(core, "plain") != "loc-a"
+    await e2e_cluster.delete_pod(core, "plain")
+
+    # The job reading "clicks" goes where its rows are cached.
+    await e2e_cluster.create_pod(core, "reader-1", gpus=1, annotations=embedded(["clicks"]))
+    assert await e2e_cluster.wait_for_pod_bound(core, "reader-1") == "loc-a"
+
+    # loc-a full: the next reader goes to the store's rack, not just anywhere.
+    filler = e2e_cluster.gpu_pod_manifest("filler", gpus=1)
+    filler["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "loc-a"}
+    await core.create_namespaced_pod("default", filler)
+    assert await e2e_cluster.wait_for_pod_bound(core, "filler") == "loc-a"
+    await e2e_cluster.create_pod(core, "reader-2", gpus=1, annotations=embedded(["clicks"]))
+    assert await e2e_cluster.wait_for_pod_bound(core, "reader-2") == "loc-b"
+
+    # Required mode: only the store's rack, even for a table cached nowhere.
+    await e2e_cluster.create_pod(core, "reader-3", gpus=1,
+                                 annotations=embedded(["views"], required=True))
+    assert await e2e_cluster.wait_for_pod_bound(core, "reader-3") == "loc-b"
+    await e2e_cluster.create_pod(core, "reader-4", gpus=1,
+                                 annotations=embedded(["views"], required=True))
+    await asyncio.sleep(3)
+    pod = await core.read_namespaced_pod("reader-4", "default")
+    assert not pod.spec.node_name, "the store's rack is full: a required pod waits"
+
+
+async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, tmp_path):
+    """The DaemonSet's agent as a process: it patches its Node and answers /metrics."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    cluster.reset()
+    cluster.create_gpu_node("agent-node", gpus=1)
+    server = RedisProc()
+    (port,) = e2e_cluster.free_ports(1)
+    log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115 - owned by the process
+    agent = None
+    try:
+        store = EmbeddingStore(connect(server.url))
+        store.write_table(TableMeta("views", 300, 8), [np.ones((300, 8), np.float32)])
+        cache_url = server.url.replace("/0", "/1")
+        ReadThrough(connect(cache_url), store).lookup("views", np.arange(120))
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "embed.cli", "cache", "--cache", cache_url, "--store",
+             server.url, "--node", "agent-node", "--kubeconfig", str(cluster.kubeconfig),
+             "--metrics-port", str(port), "--publish-interval", "1"],
+            stdout=log, stderr=subprocess.STDOUT)
+        content = await wait_annotation(core, "agent-node", timeout=30)
+        assert content["tables"]["views"] == {"rows": 120, "total": 300}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        assert "sparse_embed_cache_up 1.0" in text
+        assert 'sparse_embed_cache_rows{table="views"} 120.0' in text
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait(10)
+        log.close()
+        server.stop()

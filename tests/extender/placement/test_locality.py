@@ -1,0 +1,213 @@
+"""The locality term: parsing, the index, and its effect through filter and prioritize."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from builders import gpu_node, inventory, pod
+
+from extender.annotations import ANN_EMBEDDING, ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL
+from extender.demand import ContainerRequest, PodDemand
+from extender.interference import default_matrix
+from extender.ledger.memory import MemoryLedger
+from extender.placement import make_policy
+from extender.placement.locality import (
+    EmbeddingSpec,
+    InvalidEmbedding,
+    LocalityIndex,
+    combine,
+    decode_cache,
+    encode_cache,
+    parse_embedding,
+)
+from extender.protocol import decode_extender_args
+from extender.service import Scheduler
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def demand(n=1):
+    return PodDemand(uid="p", namespace="ml", name="p", containers=(ContainerRequest("c", n),),
+                     whole_gpus=n, share_milli=0, share_mem_mib=0)
+
+
+def cache(rows, totals=None, used=0, cap=0):
+    return {ANN_EMBEDDING_CACHE: encode_cache(rows, totals or {}, used, cap, 0.0)}
+
+
+def labels(zone, rack):
+    return {ZONE: zone, DEFAULT_RACK_LABEL: rack}
+
+
+def test_parse_embedding_accepts_and_rejects():
+    assert parse_embedding({}) is None
+    spec = parse_embedding({ANN_EMBEDDING: json.dumps(
+        {"store": "s", "tables": ["a", "b", "a"], "hotRows": {"a": 10}, "required": True})})
+    assert spec == EmbeddingSpec("s", ("a", "b"), {"a": 10}, True)
+    assert parse_embedding({ANN_EMBEDDING: '{"store":"s","tables":["a"],"hotRows":5}'}
+                           ).hot_rows == {"a": 5}
+    for bad in ("nope", "[]", '{"tables":["a"]}', '{"store":"s","tables":[]}',
+                '{"store":"s","tables":["a"],"hotRows":-1}',
+                '{"store":"s","tables":["a"],"hotRows":true}',
+                '{"store":"s","tables":["a"],"required":"yes"}'):
+        with pytest.raises(InvalidEmbedding):
+            parse_embedding({ANN_EMBEDDING: bad})
+
+
+def test_cache_annotation_round_trip_and_garbage():
+    c = decode_cache(encode_cache({"a": 5}, {"a": 100}, 50, 100, 1.0))
+    assert c.rows == {"a": 5} and c.totals == {"a": 100} and c.fill == 0.5
+    assert decode_cache("{bad") is None and decode_cache(None) is None
+
+
+def test_cached_share_counts_hot_rows_then_rack_then_zone():
+    ix = LocalityIndex()
+    ix.observe_node("full", cache({"a": 1000, "b": 50}), labels("z1", "r1"))
+    ix.observe_node("half", cache({"a": 500}), labels("z1", "r2"))
+    ix.observe_node("rack", None, labels("z1", "r1"))
+    ix.observe_node("zone", None, labels("z1", "r9"))
+    ix.observe_node("far", None, labels("z2", "r1"))  # same rack name, other zone
+    ix.set_store("s", {"rack"})
+    spec = EmbeddingSpec("s", ("a", "b"), {"a": 1000, "b": 100})
+    names = ["full", "half", "rack", "zone", "far", "unknown"]
+    share = ix.cached_share(spec, ix.slots_of(names))
+    assert share == pytest.approx([1050 / 1100, 500 / 1100, 0, 0, 0, 0])
+    bonus = ix.bonus(spec, names)
+    assert bonus[0] > bonus[2] > bonus[3] > bonus[4] == bonus[5] == 0
+    assert bonus[1] == pytest.approx(500 / 1100 + 0.2)  # half cached, off the store's rack
+    assert bonus[2] == pytest.approx(0.7) and bonus[3] == pytest.approx(0.2)
+    # Table sizes from the annotation stand in for missing hotRows.
+    ix.observe_node("half", cache({"a": 500}, {"a": 2000}), labels("z1", "r2"))
+    no_hot = EmbeddingSpec("s", ("a",))
+    assert ix.cached_share(no_hot, ix.slots_of(["half"]))[0] == pytest.approx(0.25)
+
+
+def test_term_scales_with_gpus_never_overrides_fit_and_steers_others_away():
+    ix = LocalityIndex()
+    ix.observe_node("cached", cache({"a": 10}, used=90, cap=100), None)
+    ix.observe_node("empty", None, None)
+    spec = EmbeddingSpec("s", ("a",), {"a": 10})
+    term = ix.term(spec, demand(2), ["cached", "empty"])
+    assert term.tolist() == [-2.0, 0.0]
+    costs = combine(np.array([np.inf, 1.0]), term)
+    assert costs[0] == np.inf and costs[1] == 1.0  # infeasible stays infeasible
+    avoid = ix.term(None, demand(1), ["cached", "empty"])
+    assert 0 < avoid[0] <= 0.02 and avoid[1] == 0
+
+
+def test_unchanged_node_is_cheap_and_forget_clears():
+    ix = LocalityIndex()
+    assert ix.observe_node("n", cache({"a": 1}), labels("z", "r"))
+    assert not ix.observe_node("n", cache({"a": 1}), labels("z", "r"))
+    ix.forget_node("n")
+    assert ix.cached_share(EmbeddingSpec("s", ("a",)), ix.slots_of(["n"]))[0] == 0
+
+
+def test_required_mode_keeps_only_the_store_racks():
+    ix = LocalityIndex()
+    ix.observe_node("in", None, labels("z", "r1"))
+    ix.observe_node("out", None, labels("z", "r2"))
+    spec = EmbeddingSpec("s", ("a",), required=True)
+    assert set(ix.required_misses(spec, ["in", "out"])) == {"in", "out"}  # store unknown
+    ix.set_store("s", {"in"})
+    assert list(ix.required_misses(spec, ["in", "out"])) == ["out"]
+
+
+# --- through the verbs ----------------------------------------------------------------------
+
+def args(p, names):
+    return decode_extender_args(json.dumps({"Pod": p, "NodeNames": names}).encode())
+
+
+def scheduler():
+    s = Scheduler(inventory=inventory(gpu_node("a", 4), gpu_node("b", 4), gpu_node("c", 4)),
+                  ledger=MemoryLedger(), matrix=default_matrix(), policy=make_policy("sparse"))
+    s.update_nodes([("a", cache({"emb": 5000}, used=900, cap=1000), labels("z", "r1")),
+                    ("b", None, labels("z", "r1")), ("c", None, labels("z", "r2"))])
+    s.locality.set_store("store", {"b"})
+    return s
+
+
+def embedded(required=False, tables=("emb",)):
+    p = pod(gpus=1, job_class="recommendation")
+    p["metadata"]["annotations"][ANN_EMBEDDING] = json.dumps(
+        {"store": "store", "tables": list(tables), "hotRows": 5000, "required": required})
+    return p
+
+
+async def scores(s, p, names=("a", "b", "c")):
+    await s.filter(args(p, list(names)))
+    return {h.Host: h.Score for h in await s.prioritize(args(p, list(names)))}
+
+
+async def test_prioritize_prefers_cache_then_rack():
+    s = scheduler()
+    got = await scores(s, embedded())
+    assert got["a"] > got["b"] > got["c"]
+    got = await scores(s, embedded(tables=("other",)))  # nothing cached: rack wins
+    assert got["a"] == got["b"] > got["c"]
+
+
+async def test_pod_without_embeddings_avoids_the_cache_node_only_on_a_tie():
+    s = scheduler()
+    got = await scores(s, pod(gpus=1))
+    assert got["b"] > got["a"]
+    s.locality.weights = type(s.locality.weights)(avoid=0.0)  # the node order alone: a first
+    got = await scores(s, pod(gpus=1))
+    assert got["a"] > got["b"]
+
+
+async def test_required_filter_rejects_nodes_outside_the_store_rack():
+    s = scheduler()
+    out = await s.filter(args(embedded(required=True), ["a", "b", "c"]))
+    assert out.NodeNames == ["a", "b"]
+    assert "not in a rack" in out.FailedNodes["c"]
+
+
+async def test_invalid_embedding_is_a_clear_filter_error_and_neutral_score():
+    s = scheduler()
+    p = pod(gpus=1)
+    p["metadata"]["annotations"][ANN_EMBEDDING] = "{oops"
+    out = await s.filter(args(p, ["a", "b"]))
+    assert out.NodeNames == []
+    assert "sparse.io/embedding" in out.FailedAndUnresolvableNodes["a"]
+    got = {h.Host: h.Score for h in await s.prioritize(args(p, ["a", "b"]))}
+    assert set(got) == {"a", "b"}
+
+
+async def test_store_shards_follow_pod_events():
+    from extender.kube.stores import StoreShards
+
+    ix = LocalityIndex()
+    shards = StoreShards(ix)
+
+    def shard(uid, node, phase="Running", store="s"):
+        return {"metadata": {"uid": uid, "labels": {"sparse.io/embedding-store": store}},
+                "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    await shards.resync([shard("1", "a"), shard("2", "b"), shard("3", None)])
+    assert ix.store_nodes["s"] == {"a", "b"}
+    await shards.on_event("MODIFIED", shard("2", "b", phase="Failed"))
+    assert ix.store_nodes["s"] == {"a"}
+    await shards.on_event("DELETED", shard("1", "a"))
+    assert "s" not in ix.store_nodes
+    await shards.resync([shard("4", "c", store="t")])
+    assert ix.store_nodes == {"t": frozenset({"c"})}
+
+
+def test_avoidance_only_between_idle_nodes():
+    from extender.ledger.rules import Allocation, Reservation
+    from extender.placement import ClusterState
+    from extender.placement.locality import idle_nodes
+
+    state = ClusterState.build(inventory(gpu_node("a", 2), gpu_node("b", 2)), default_matrix())
+    state.apply(Reservation(pod_uid="x", namespace="ml", name="x", node="a",
+                            allocations=(Allocation("GPU-a-0", "c", 1000, 100),)))
+    assert idle_nodes(state, ["a", "b", "ghost"]).tolist() == [False, True, False]
+    ix = LocalityIndex()
+    ix.observe_node("a", cache({"t": 5}), None)
+    ix.observe_node("b", cache({"t": 5}), None)
+    term = ix.term(None, demand(1), ["a", "b"], idle_nodes(state, ["a", "b"]))
+    assert term[0] == 0 and term[1] > 0  # packing onto the used node is never discouraged
