@@ -8,7 +8,7 @@ from chaos.replicas_driver import run_chaos
 
 
 async def test_replica_chaos_short_form(tmp_path) -> None:
-    fig = await run_chaos(tmp_path, binds=300, in_flight=60, nodes=6, gpus=4)
+    fig = await run_chaos(tmp_path, binds=200, in_flight=40, nodes=6, gpus=4)
     print("\n".join(fig.lines()))
     assert fig.bound > 0
     assert fig.server_errors == 0
