@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: help setup run test e2e lint bench bench-latency bench-throughput bench-sim control-plane helm clean
-.PHONY: chaos chaos-fuzz
+.PHONY: chaos chaos-fuzz chaos-replicas
 
 help:
 	@echo "make run              run the extender (embedded defaults, no cluster, no Redis, no root)"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-throughput pods/s through the real kube-scheduler (needs the control plane)"
 	@echo "make chaos            long chaos and fuzz suites (50,000 fuzzed requests, ...)"
 	@echo "make chaos-fuzz       the fuzz half of make chaos (hypothesis over the four verbs)"
+	@echo "make chaos-replicas   the replica half of make chaos (3 replicas, Redis + Sentinel)"
 
 # The dev venv (tests, benchmarks, demo). System packages are system-deps, never make run's.
 $(STAMP): pyproject.toml
@@ -120,3 +121,10 @@ predictor-data: setup
 predictor-train: setup
 	$(BIN)/sparse-predictor train
 	$(BIN)/sparse-predictor evaluate
+
+# Long form of the replica chaos run: 20,000 binds, 1,000 in flight, 3 replicas, Redis behind
+# sentinels, a replica kill -9, a Redis restart and a failover mid-run (short form: make test).
+chaos: chaos-replicas
+
+chaos-replicas: setup
+	$(BIN)/python tests/chaos/replicas_driver.py --binds 20000 --in-flight 1000

@@ -13,6 +13,10 @@ class BindError(Exception):
 
 
 class Binder(Protocol):
+    # True when bind() makes the pod bound somewhere else (the API server): a booking whose
+    # confirm failed then stays, since the pod holds the GPUs whatever the ledger says.
+    binds_pods: bool
+
     async def bind(self, args: BindingArgs, reservation: Reservation) -> None: ...
 
     async def fetch_pod(self, namespace: str, name: str) -> Pod | None:
@@ -22,6 +26,8 @@ class Binder(Protocol):
 
 class LedgerOnlyBinder:
     """No cluster: the booking in the ledger is the whole of binding."""
+
+    binds_pods = False
 
     async def bind(self, args: BindingArgs, reservation: Reservation) -> None:
         return None

@@ -10,8 +10,10 @@ import click
 
 from extender import logs
 from extender.config import (
+    DEFAULT_BIND_TIMEOUT_S,
     DEFAULT_MAX_BODY_MIB,
     DEFAULT_MAX_BODY_MIB_NAMES,
+    DEFAULT_REDIS_SOCKET_TIMEOUT_S,
     DEFAULT_RESERVATION_TTL_S,
     Settings,
 )
@@ -34,8 +36,27 @@ def main() -> None:
 @click.option("--prefix", default="/scheduler", show_default=True,
               help="URL prefix of filter/prioritize/bind/preempt (the scheduler's urlPrefix).")
 @click.option("--nodes", type=_file, help="GPU inventory in node-conf.yaml format.")
-@click.option("--store", default="memory", show_default=True,
-              help="Ledger: 'memory' (one replica) or redis://host:port/db (shared).")
+@click.option("--store", default="sqlite", show_default=True,
+              help="Ledger: 'sqlite' (one replica, kept across restarts in --state-dir),"
+                   " 'memory' (lost at exit), redis://host:port/db or"
+                   " sentinel://host:port[,host:port]/<master>[/db] (shared by replicas).")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory of the sqlite ledger [default: $XDG_STATE_HOME/sparse or"
+                   " ~/.local/state/sparse].")
+@click.option("--redis-password-file", type=_file,
+              help="Password of Redis and its sentinels [default: $SPARSE_REDIS_PASSWORD].")
+@click.option("--redis-socket-timeout", default=DEFAULT_REDIS_SOCKET_TIMEOUT_S,
+              show_default=True, type=float,
+              help="Seconds a Redis call may take; keep it below the scheduler's httpTimeout.")
+@click.option("--redis-pool-size", default=64, show_default=True, type=int,
+              help="Redis connections per replica; further requests wait for one.")
+@click.option("--redis-min-replicas", default=0, show_default=True, type=int,
+              help="Acknowledge a booking only once this many Redis replicas hold it (WAIT);"
+                   " 1 with Sentinel.")
+@click.option("--bind-timeout", default=DEFAULT_BIND_TIMEOUT_S, show_default=True,
+              type=float, help="Seconds the Binding call may take before the bind fails.")
+@click.option("--expire-interval", default=10.0, show_default=True, type=float,
+              help="Seconds between expiry and upkeep rounds of the ledger.")
 @click.option("--predictions", help="redis:// URL of predicted demands (default: --store's).")
 @click.option("--policy", default="sparse", show_default=True,
               type=click.Choice(sorted(REGISTRY)))
@@ -105,6 +126,11 @@ def serve(**options: object) -> None:
         tls_client_ca=options["tls_client_ca"], kubeconfig=options["kubeconfig"],
         in_cluster=bool(options["in_cluster"]), pod_selector=options["pod_selector"],
         success_events=bool(options["success_events"]),
+        state_dir=options["state_dir"], redis_password_file=options["redis_password_file"],
+        redis_socket_timeout_s=options["redis_socket_timeout"],
+        redis_pool_size=options["redis_pool_size"], bind_timeout_s=options["bind_timeout"],
+        expire_interval_s=options["expire_interval"],
+        redis_min_replicas=options["redis_min_replicas"],
         node_cache_capable=bool(options["node_cache_capable"]),
         trust_request_inventory=bool(options["trust_request_inventory"]),
         metrics_port=options["metrics_port"], inspect=bool(options["inspect"]),

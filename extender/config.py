@@ -14,6 +14,9 @@ DEFAULT_MAX_BODY_MIB_NAMES = 8
 # A reservation made at bind whose Binding never lands (crash between the two) is given back
 # after this; bind itself takes well under a second.
 DEFAULT_RESERVATION_TTL_S = 120.0
+DEFAULT_REDIS_SOCKET_TIMEOUT_S = 1.0
+DEFAULT_BIND_TIMEOUT_S = 3.0
+STORE_SCHEMES = ("redis://", "rediss://", "unix://", "sentinel://")
 
 
 @dataclass
@@ -22,7 +25,21 @@ class Settings:
     port: int = 8888
     prefix: str = "/scheduler"
     nodes: Path | None = None  # node-conf.yaml; None = inventory from Node annotations only
-    store: str = "memory"  # "memory" or a redis:// URL (replicas share it)
+    # "memory" (lost at exit: tests), "sqlite" (durable file under state_dir; the CLI's
+    # default), or a redis:// / sentinel:// URL (replicas share it)
+    store: str = "memory"
+    state_dir: Path | None = None  # sqlite: None = $XDG_STATE_HOME/sparse
+    redis_password_file: Path | None = None  # else $SPARSE_REDIS_PASSWORD, else none
+    # Below the scheduler's extender httpTimeout (5 s as shipped): a frozen Redis fails a
+    # request in about a second instead of hanging it past the scheduler's patience.
+    redis_socket_timeout_s: float = DEFAULT_REDIS_SOCKET_TIMEOUT_S
+    redis_connect_timeout_s: float = 0.5
+    redis_pool_size: int = 64  # connections per replica; more concurrent requests wait
+    redis_pool_wait_s: float = 1.0
+    # Replicas that must hold a change before it is acknowledged (WAIT): 1 with Sentinel, so
+    # a failover cannot lose an acknowledged booking nor a cut-off master acknowledge one.
+    redis_min_replicas: int = 0
+    bind_timeout_s: float = DEFAULT_BIND_TIMEOUT_S  # the Binding call is abandoned after this
     predictions: str | None = None  # redis:// URL of predicted demands (defaults to store's)
     policy: str = "sparse"
     interference: Path | None = None
@@ -66,9 +83,28 @@ class Settings:
             errors.append(f"--prefix must start with '/', got {self.prefix!r}")
         if not 0 < self.port < 65536:
             errors.append(f"--port must be 1..65535, got {self.port}")
-        if self.store != "memory" and not self.store.startswith(("redis://", "rediss://",
-                                                                 "unix://")):
-            errors.append(f"--store must be 'memory' or a redis:// URL, got {self.store!r}")
+        if self.store not in ("memory", "sqlite") and not self.store.startswith(STORE_SCHEMES):
+            errors.append("--store must be 'sqlite', 'memory', a redis:// URL or"
+                          f" sentinel://host:port[,host:port]/<master>[/db], got {self.store!r}")
+        if self.store.startswith("sentinel://"):
+            from extender.ledger.connect import parse_sentinel_url
+
+            try:
+                parse_sentinel_url(self.store)
+            except ValueError as exc:
+                errors.append(f"--store: {exc}")
+        for label, seconds in (("--redis-socket-timeout", self.redis_socket_timeout_s),
+                               ("--redis-connect-timeout", self.redis_connect_timeout_s),
+                               ("--redis-pool-wait", self.redis_pool_wait_s),
+                               ("--bind-timeout", self.bind_timeout_s)):
+            if not seconds > 0:
+                errors.append(f"{label} must be positive, got {seconds}")
+        if self.redis_min_replicas < 0:
+            errors.append("--redis-min-replicas must be 0 or more")
+        if self.redis_pool_size < 1:
+            errors.append("--redis-pool-size must be at least 1")
+        if self.redis_password_file is not None and not Path(self.redis_password_file).is_file():
+            errors.append(f"--redis-password-file: {self.redis_password_file} is not a file")
         if (self.tls_cert is None) != (self.tls_key is None):
             errors.append("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:

@@ -35,6 +35,18 @@ class ReservationConflict(SparseError):
         self.gpu_uuid = gpu_uuid
 
 
+class LedgerUnavailable(SparseError):
+    """The ledger's store cannot be reached in time (Redis down, frozen, failing over). Verbs
+    answer the protocol's ``Error`` so the scheduler retries; ``/readyz`` turns 503."""
+
+    http_status = 503
+
+
+class LedgerBusy(LedgerUnavailable):
+    """Every connection to the store stayed busy for the whole wait: the replica is loaded, the
+    store is fine (answered as Error; readiness unchanged)."""
+
+
 class PayloadTooLarge(InvalidRequest):
     """A body over the size limit, before or after decompression (HTTP 413)."""
 

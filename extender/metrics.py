@@ -8,9 +8,10 @@ process/platform collectors and ``sparse_build_info``: see :mod:`extender.teleme
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender import telemetry
@@ -98,3 +99,32 @@ class _LedgerCollector(Collector):
             compute.add_metric(key, float(state.milli_used[i]) / 1000.0)
             pods.add_metric(key, float(residents[i]))
         yield from (mem, mem_cap, compute, pods)
+
+
+class LedgerHealthCollector(Collector):
+    """The ledger store's reachability and the bind upkeep's counts, read at scrape time."""
+
+    def __init__(self, scheduler: Any) -> None:  # extender.service.Scheduler
+        self._s = scheduler
+
+    def collect(self) -> Iterator[Any]:
+        s = self._s
+        up = GaugeMetricFamily("sparse_ledger_up", "1 while the ledger's store is reachable.")
+        up.add_metric([], 1.0 if s.health.ok else 0.0)
+        outages = CounterMetricFamily("sparse_ledger_outages",
+                                      "Times the ledger's store became unreachable.")
+        outages.add_metric([], float(s.health.outages))
+        reclaimed = CounterMetricFamily(
+            "sparse_ledger_reclaimed",
+            "Bookings left by binds that answered an error (their rollback could not reach"
+            " the store), dropped later by the upkeep.")
+        reclaimed.add_metric([], float(s.upkeep.reclaimed))
+        expired = CounterMetricFamily("sparse_ledger_expired",
+                                      "Unbound bookings dropped at their deadline.")
+        expired.add_metric([], float(s.upkeep.expired))
+        pending = GaugeMetricFamily(
+            "sparse_ledger_upkeep_pending",
+            "Bookings of failed binds waiting to be dropped or bound pods waiting to be"
+            " confirmed (the store was unreachable).")
+        pending.add_metric([], float(s.upkeep.pending))
+        yield from (up, outages, reclaimed, expired, pending)

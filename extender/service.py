@@ -7,10 +7,11 @@ verb lives in its own module under ``extender.verbs``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import numpy as np
 
@@ -18,13 +19,15 @@ from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
-from extender.errors import InvalidInventory, ReservationConflict
+from extender.errors import InvalidInventory, LedgerUnavailable, ReservationConflict
 from extender.interference import InterferenceMatrix
 from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook, parse_profile
 from extender.inventory import Inventory, NodeGpus, node_from_annotations
+from extender.ledger.health import LedgerHealth, raise_if_cancelling
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
+from extender.ledger.upkeep import BindUpkeep
 from extender.livepairs import LivePairs
 from extender.outcome import Outcome
 from extender.placement import ClusterState, Policy
@@ -88,6 +91,7 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         reservation_ttl_s: float = 120.0,
         observers: Iterable[Callable[[Outcome], None]] = (),
+        bind_timeout_s: float = 3.0,
         trust_request_inventory: bool = False,
         locality: LocalityIndex | None = None,
         live_pairs: LivePairs | None = None,
@@ -107,6 +111,16 @@ class Scheduler:
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
+        # The Binding call is abandoned after bind_timeout_s; an unbound booking lives that
+        # long past the TTL, so it can never expire while its Binding is in flight.
+        self.bind_timeout_s = bind_timeout_s
+        self.health = LedgerHealth()  # /readyz: 503 while the ledger's store is unreachable
+        self.upkeep = BindUpkeep()  # bookings of failed binds to drop, bound ones to confirm
+        self._disruptions = 0  # the store's count when the view was last rebuilt
+        self._rebuilding = asyncio.Lock()
+        # Called after the view was rebuilt because the store was disrupted (restart,
+        # failover): e.g. re-adopt bound pods from the API server, the source of truth.
+        self.resync_hooks: list[Callable[[], Awaitable[None]]] = []
         # Pair estimates learned from running jobs (Redis, pair worker); by default read
         # from the predictions' Redis when there is one.
         client = getattr(self.demand_source, "client", None)
@@ -119,17 +133,36 @@ class Scheduler:
 
     # --- verbs (one module each) ----------------------------------------------------------
 
+    # A store that cannot be reached answers the protocol's Error (the scheduler retries),
+    # never an HTTP error; /readyz says so until a ping succeeds again.
+
     async def filter(self, args: ExtenderArgs) -> FilterResult:
-        return await filter_verb.run(self, args)
+        try:
+            return await filter_verb.run(self, args)
+        except LedgerUnavailable as exc:
+            self.health.failed(exc)
+            return FilterResult(Error=str(exc))
 
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
-        return await prioritize_verb.run(self, args)
+        try:
+            return await prioritize_verb.run(self, args)
+        except LedgerUnavailable as exc:  # scores only advise: no scores, no contribution
+            self.health.failed(exc)
+            return []
 
     async def bind(self, args: BindingArgs) -> BindingResult:
-        return await bind_verb.run(self, args)
+        try:
+            return await bind_verb.run(self, args)
+        except LedgerUnavailable as exc:
+            self.health.failed(exc)
+            return BindingResult(Error=str(exc))
 
     async def preempt(self, args: PreemptionArgs) -> PreemptionResult:
-        return await preempt_verb.run(self, args)
+        try:
+            return await preempt_verb.run(self, args)
+        except LedgerUnavailable as exc:  # no node: nothing is evicted for nothing
+            self.health.failed(exc)
+            return PreemptionResult()
 
     # --- state ----------------------------------------------------------------------------
 
@@ -150,6 +183,9 @@ class Scheduler:
             matrix = await self.live_pairs.refresh()
             if matrix is not None:
                 self.matrix = self._state.matrix = matrix
+        disruptions = getattr(self.ledger, "disruptions", 0)
+        if disruptions != self._disruptions:
+            return await self._rebuild(disruptions)
         version = await self.ledger.version()
         state = self._state
         if version != state.version:
@@ -169,6 +205,27 @@ class Scheduler:
                 state.version = version
         self._state.profiles = self.profiles
         return self._state
+
+    async def _rebuild(self, disruptions: int) -> ClusterState:
+        """The store was restarted, failed over or unreachable: what this replica cached may
+        not be what it holds now. Read everything, then let the hooks repair the store."""
+        async with self._rebuilding:
+            if self._disruptions == disruptions:
+                return self._state  # a concurrent caller rebuilt it meanwhile
+            version, reservations = await self.ledger.snapshot()
+            self._state = ClusterState.build(self.inventory, self.matrix,
+                                             reservations.values(), version)
+            log.warning("ledger view rebuilt after a store disruption: %d reservations",
+                        len(reservations))
+            for hook in self.resync_hooks:
+                try:
+                    await hook()
+                except LedgerUnavailable:
+                    raise
+                except Exception:  # must never break scheduling; the next disruption retries
+                    log.exception("resync after a store disruption failed")
+            self._disruptions = disruptions
+        return await self.view()
 
     def set_inventory(self, inventory: Inventory) -> None:
         self._state = self._state.with_inventory(inventory)
@@ -227,10 +284,11 @@ class Scheduler:
 
     def after_change(self, version: int, add: Reservation | None = None,
                       drop: str | None = None) -> None:
-        """Apply our own change at once when nothing else happened in between; otherwise the
+        """Apply our own change at once when it is exactly the next one (``version`` is the
+        number the store gave that very change, 0 when it changed nothing); otherwise the
         next ``view()`` replays every change since the cached version, ours included."""
         state = self._state
-        if version == state.version + 1:
+        if version > 0 and state.version >= 0 and version == state.version + 1:
             if drop is not None:
                 state.unapply(drop)
             if add is not None:
@@ -280,16 +338,18 @@ class Scheduler:
 
     async def confirm(self, pod_uid: str) -> Reservation | None:
         """The pod is bound: its reservation no longer expires."""
-        confirmed = await self.ledger.confirm(pod_uid)
+        version, confirmed = await self.ledger.confirm_change(pod_uid)
         if confirmed is not None:
-            self.after_change(await self.ledger.version(), add=confirmed)
+            self.after_change(version, add=confirmed)
         return confirmed
 
-    async def release(self, pod_uid: str, keep_pending: bool = False) -> Reservation | None:
-        """The pod is gone or finished (or its binding failed): give its GPUs back."""
-        dropped = await self.ledger.release(pod_uid)
+    async def release(self, pod_uid: str, keep_pending: bool = False,
+                      only_if: Reservation | None = None) -> Reservation | None:
+        """The pod is gone or finished (or its binding failed): give its GPUs back. With
+        ``only_if``, only while the booking is still exactly that one."""
+        version, dropped = await self.ledger.release_change(pod_uid, only_if)
         if dropped is not None:
-            self.after_change(await self.ledger.version(), drop=pod_uid)
+            self.after_change(version, drop=pod_uid)
         if not keep_pending:
             self._pending.pop(pod_uid, None)
             if self.profiles is not None:
@@ -305,7 +365,7 @@ class Scheduler:
                           else GpuCapacity(mem_mib=2**40, milli=2**40))
                       for g in reservation.gpus}
         try:
-            version = await self.ledger.reserve(reservation, capacities)
+            version, _ = await self.ledger.reserve_change(reservation, capacities)
         except ReservationConflict as exc:
             log.error("cannot adopt reservation of %s/%s: %s", reservation.namespace,
                       reservation.name, exc)
@@ -314,8 +374,18 @@ class Scheduler:
         return True
 
     async def expire(self) -> list[Reservation]:
-        dropped = await self.ledger.expire(self.clock())
+        """Periodic upkeep: first finish what failed binds left (confirm bound pods, drop the
+        bookings of binds that answered an error), then expire unbound bookings."""
+        await self.upkeep.run(self)
+        raise_if_cancelling()
+        try:
+            dropped = await self.ledger.expire(self.clock())
+        except LedgerUnavailable as exc:  # the next round tries again; readiness says why
+            self.health.failed(exc)
+            return []
+        raise_if_cancelling()
         if dropped:  # the next view() replays the drops from the ledger's change log
+            self.upkeep.expired += len(dropped)
             for r in dropped:
                 log.warning("reservation of %s/%s on %s expired unbound", r.namespace, r.name,
                             r.node)

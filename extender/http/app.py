@@ -18,10 +18,9 @@ from extender.http.middlewares import make_middleware
 from extender.http.offload import BodyDecoder
 from extender.interference.matrix import default_matrix, load_matrix
 from extender.inventory import Inventory, load_node_conf_file
-from extender.ledger.memory import MemoryLedger
-from extender.ledger.redis import RedisLedger
+from extender.ledger.factory import open_ledger, redis_options
 from extender.ledger.store import LedgerStore
-from extender.metrics import Metrics
+from extender.metrics import LedgerHealthCollector, Metrics
 from extender.placement import make_policy
 from extender.service import Scheduler
 
@@ -30,14 +29,13 @@ log = logging.getLogger("sparse.app")
 
 def build_scheduler(settings: Settings) -> Scheduler:
     inventory = load_node_conf_file(settings.nodes) if settings.nodes else Inventory({})
-    ledger: LedgerStore = (
-        MemoryLedger() if settings.store == "memory" else RedisLedger.from_url(settings.store)
-    )
+    ledger: LedgerStore = open_ledger(settings)
     predictions_url = settings.predictions or (
-        settings.store if settings.store != "memory" else None
+        settings.store if settings.store not in ("memory", "sqlite") else None
     )
     demand: DemandSource = (
-        RedisPredictions.from_url(predictions_url) if predictions_url else NoPredictions()
+        RedisPredictions.from_url(predictions_url, redis_options(settings))
+        if predictions_url else NoPredictions()
     )
     matrix = load_matrix(settings.interference) if settings.interference else default_matrix()
     return Scheduler(
@@ -47,6 +45,7 @@ def build_scheduler(settings: Settings) -> Scheduler:
         policy=make_policy(settings.policy),
         demand_source=demand,
         reservation_ttl_s=settings.reservation_ttl_s,
+        bind_timeout_s=settings.bind_timeout_s,
         trust_request_inventory=settings.trust_request_inventory,
     )
 
@@ -105,6 +104,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     scheduler = scheduler or build_scheduler(settings)
     metrics = Metrics(lambda: scheduler.state)
     scheduler.observers.append(metrics.observe)
+    metrics.registry.register(LedgerHealthCollector(scheduler))
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
         client_max_size=limit,
@@ -136,10 +136,12 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             await scheduler.view()
         app[READY].set()
         expiry = asyncio.create_task(_expiry_loop(scheduler, settings.expire_interval_s))
+        health = asyncio.create_task(scheduler.health.run(scheduler.ledger))
         yield
-        expiry.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await expiry
+        for task in (expiry, health):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if kube is not None:
             await kube.stop()
         await scheduler.ledger.close()

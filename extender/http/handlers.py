@@ -132,6 +132,10 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     if not request.app[READY].is_set():
         return web.Response(text="not ready: ledger not rebuilt yet", status=503)
+    health = request.app[SCHEDULER].health
+    if not health.ok:
+        return web.Response(text=f"not ready: GPU ledger unreachable: {health.problem}",
+                            status=503)
     return web.Response(text="ok")
 
 

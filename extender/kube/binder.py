@@ -33,6 +33,8 @@ def _why(exc: ApiException) -> str:
 
 
 class KubeBinder:
+    binds_pods = True
+
     def __init__(self, api: client.ApiClient) -> None:
         self._core = client.CoreV1Api(api)
 

@@ -55,8 +55,16 @@ class KubeIntegration:
         self._tasks = [asyncio.create_task(nodes.run(node_rv)),
                        asyncio.create_task(pods.run(pod_rv)),
                        asyncio.create_task(stores.run(store_rv))]
+
+        async def reconcile() -> None:
+            # After a Redis restart or failover the store may have lost bookings it had
+            # acknowledged: bound pods' annotations are the truth, adopt them again.
+            await pods.relist()
+
+        self.scheduler.resync_hooks.append(reconcile)
+        state = await self.scheduler.view()  # the rebuilt bookings reach the cached view
         log.info("kubernetes ready: %d GPU nodes, %d reservations",
-                 len(self.scheduler.inventory.nodes), len(self.scheduler.state.reservations))
+                 len(self.scheduler.inventory.nodes), len(state.reservations))
 
     async def stop(self) -> None:
         for task in self._tasks:

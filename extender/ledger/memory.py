@@ -1,4 +1,5 @@
-"""In-process ledger: the embedded default. Atomic because no call awaits while it mutates."""
+"""In-process ledger (``--store memory``; tests). Atomic because no call awaits while it
+mutates; ``SqliteLedger`` adds durability through the ``_persist`` hook."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from itertools import islice
 from extender.errors import ReservationConflict
 from extender.ledger import many, rules
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation, Usage
-from extender.ledger.store import Change
+from extender.ledger.store import Applied, Change
 
 CHANGE_LOG = 10_000  # changes kept for readers that follow the ledger
 
@@ -21,25 +22,73 @@ class MemoryLedger:
         self._version = 0
         self._log: deque[tuple[int, str, Reservation | None]] = deque(maxlen=CHANGE_LOG)
 
+    def _load(self, version: int, reservations: Mapping[str, Reservation]) -> None:
+        self._reservations = dict(reservations)
+        self._usage = Usage.of(self._reservations.values())
+        self._version = version
+        self._log.clear()
+
     def _changed(self, pod_uid: str, reservation: Reservation | None) -> int:
         self._version += 1
         self._log.append((self._version, pod_uid, reservation))
         return self._version
 
-    async def reserve(
-        self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
-    ) -> int:
+    async def _persist(self, changes: list[Change]) -> None:
+        """Called after every mutation, before its caller hears of it (durable stores)."""
+        return None
+
+    # --- the changes (synchronous: nothing else runs in between) ---------------------------
+
+    def _reserve_now(self, reservation: Reservation,
+                     capacities: Mapping[str, GpuCapacity]) -> Applied:
         existing = self._reservations.get(reservation.pod_uid)
         if existing is not None:
             if existing.same_booking(reservation):
-                return self._version
+                return Applied(0, existing)
             raise ReservationConflict(
                 f"pod {reservation.pod_uid} already holds GPUs on {existing.node}"
             )
         rules.check_fits(self._usage, reservation, capacities)
         self._reservations[reservation.pod_uid] = reservation
         self._usage.add(reservation)
-        return self._changed(reservation.pod_uid, reservation)
+        return Applied(self._changed(reservation.pod_uid, reservation), reservation)
+
+    def _confirm_now(self, pod_uid: str) -> Applied:
+        existing = self._reservations.get(pod_uid)
+        if existing is None or existing.state == rules.STATE_BOUND:
+            return Applied(0, existing)
+        bound = existing.bound()
+        self._reservations[pod_uid] = bound
+        return Applied(self._changed(pod_uid, bound), bound)
+
+    def _release_now(self, pod_uid: str, only_if: Reservation | None = None) -> Applied:
+        existing = self._reservations.get(pod_uid)
+        if existing is None or (only_if is not None and existing != only_if):
+            return Applied(0, None)
+        del self._reservations[pod_uid]
+        self._usage.add(existing, -1)
+        return Applied(self._changed(pod_uid, None), existing)
+
+    # --- the contract ----------------------------------------------------------------------
+
+    async def reserve_change(
+        self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
+    ) -> Applied:
+        applied = self._reserve_now(reservation, capacities)
+        if applied.version:
+            await self._persist([(reservation.pod_uid, reservation)])
+        return applied
+
+    async def reserve(
+        self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
+    ) -> int:
+        return (await self.reserve_change(reservation, capacities)).version or self._version
+
+    async def confirm_change(self, pod_uid: str) -> Applied:
+        applied = self._confirm_now(pod_uid)
+        if applied.version:
+            await self._persist([(pod_uid, applied.reservation)])
+        return applied
 
     async def reserve_many(
         self, reservations: Sequence[Reservation], capacities: Mapping[str, GpuCapacity],
@@ -55,30 +104,29 @@ class MemoryLedger:
             if uid in self._reservations:
                 usage.add(self._reservations[uid], -1)
         many.check_fits_many(usage, reservations, capacities)
-        for uid in release:
-            await self.release(uid)
+        changes: list[Change] = []
+        for uid in release:  # no await until every change is made: atomic
+            if self._release_now(uid).version:
+                changes.append((uid, None))
         for r in reservations:
             self._reservations[r.pod_uid] = r
             self._usage.add(r)
             self._changed(r.pod_uid, r)
+            changes.append((r.pod_uid, r))
+        await self._persist(changes)
         return self._version
 
     async def confirm(self, pod_uid: str) -> Reservation | None:
-        existing = self._reservations.get(pod_uid)
-        if existing is None:
-            return None
-        if existing.state != rules.STATE_BOUND:
-            existing = existing.bound()
-            self._reservations[pod_uid] = existing
-            self._changed(pod_uid, existing)
-        return existing
+        return (await self.confirm_change(pod_uid)).reservation
+
+    async def release_change(self, pod_uid: str, only_if: Reservation | None = None) -> Applied:
+        applied = self._release_now(pod_uid, only_if)
+        if applied.version:
+            await self._persist([(pod_uid, None)])
+        return applied
 
     async def release(self, pod_uid: str) -> Reservation | None:
-        existing = self._reservations.pop(pod_uid, None)
-        if existing is not None:
-            self._usage.add(existing, -1)
-            self._changed(pod_uid, None)
-        return existing
+        return (await self.release_change(pod_uid)).reservation
 
     async def get(self, pod_uid: str) -> Reservation | None:
         return self._reservations.get(pod_uid)
@@ -104,7 +152,9 @@ class MemoryLedger:
             if r.state == STATE_RESERVED and r.expires_at is not None and r.expires_at <= now
         ]
         for r in stale:
-            await self.release(r.pod_uid)
+            self._release_now(r.pod_uid)
+        if stale:
+            await self._persist([(r.pod_uid, None) for r in stale])
         return stale
 
     async def close(self) -> None:

@@ -1,140 +1,134 @@
 """Redis ledger: several extender replicas share one Redis and can never over-commit a GPU.
 
-Every change runs as one Lua script, so the capacity check and the booking are atomic on the
-server. Keys (prefix ``sparse:ledger:``): ``res`` hash pod UID -> reservation JSON, ``mem`` and
-``milli`` hashes GPU UUID -> booked amount, ``exp`` sorted set of reserved-but-unbound pods by
-deadline, ``ver`` a counter bumped on every change (readers cache snapshots against it),
-``log`` a stream of the last ``LOG_MAX`` changes with entry ID ``<ver>-0`` (fields ``uid`` and
-``doc``, empty when dropped) so replicas follow each other's bookings incrementally. The log
-write is protected (``pcall``): a failure there never fails a booking, it only leaves a gap
-that readers detect and answer with a full snapshot.
+Every change runs as one Lua script (``extender.ledger.scripts``), so the capacity check, the
+booking and the version number of the change are one atomic step on the server. Keys (prefix
+``sparse:ledger:``): ``res`` hash pod UID -> reservation JSON, ``mem`` and ``milli`` hashes GPU
+UUID -> booked amount, ``exp`` sorted set of reserved-but-unbound pods by deadline, ``ver`` a
+counter bumped on every change, ``log`` a stream of the last ``LOG_MAX`` changes with entry ID
+``<ver>-0`` (fields ``uid`` and ``doc``, empty when dropped) so replicas follow each other.
+
+Any connection problem (refused, timed out, a read-only replica after a failover) raises
+``LedgerUnavailable`` within the client's timeouts and counts a *disruption*: readers then
+rebuild their view from a full snapshot, since what they cached may no longer be what Redis
+holds (a restart without persistence, a failover that lost asynchronous writes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis import exceptions as rex
 
-from extender.errors import ReservationConflict
-from extender.ledger import many, redis_many, rules
+from extender.errors import LedgerBusy, LedgerUnavailable, ReservationConflict
+from extender.ledger import many, redis_many, rules, scripts
+from extender.ledger.connect import RedisOptions, close_client, make_client
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation
-from extender.ledger.store import Change
+from extender.ledger.scripts import LOG_MAX
+from extender.ledger.store import Applied, Change
 
-LOG_MAX = 10_000
+__all__ = ["LOG_MAX", "RedisLedger"]
+
 LOG_CATCH_UP = 2_000  # further behind than this, a snapshot is the cheaper read
+CONFIRM_ATTEMPTS = 16
+POOL_EXHAUSTED = "No connection available"  # redis-py's BlockingConnectionPool, after its wait
+ON_A_REPLICA = ("READONLY", "WAIT cannot be used with replica")  # our server was demoted
 
-# Bump the version and record the change; KEYS[5] = ver, KEYS[6] = log.
-_LOG = f"""
-local function changed(ver, log, uid, doc)
-  local v = redis.call('INCR', ver)
-  pcall(redis.call, 'XADD', log, 'MAXLEN', '~', {LOG_MAX}, v .. '-0', 'uid', uid, 'doc', doc)
-  return v
-end
-"""
+T = TypeVar("T")
 
-_RESERVE = _LOG + """
-local res, mem, milli, exp, ver = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local uid, doc, deadline, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local existing = redis.call('HGET', res, uid)
-if existing then return {'exists', existing} end
-for i = 0, n - 1 do
-  local b = 5 + i * 5
-  local gpu = ARGV[b]
-  local used_mem = tonumber(redis.call('HGET', mem, gpu) or '0')
-  local used_milli = tonumber(redis.call('HGET', milli, gpu) or '0')
-  if used_mem + tonumber(ARGV[b + 1]) > tonumber(ARGV[b + 3]) then
-    return {'conflict', gpu, 'MiB', tostring(tonumber(ARGV[b + 3]) - used_mem)}
-  end
-  if used_milli + tonumber(ARGV[b + 2]) > tonumber(ARGV[b + 4]) then
-    return {'conflict', gpu, 'milli', tostring(tonumber(ARGV[b + 4]) - used_milli)}
-  end
-end
-for i = 0, n - 1 do
-  local b = 5 + i * 5
-  redis.call('HINCRBY', mem, ARGV[b], ARGV[b + 1])
-  redis.call('HINCRBY', milli, ARGV[b], ARGV[b + 2])
-end
-redis.call('HSET', res, uid, doc)
-if deadline ~= '' then redis.call('ZADD', exp, deadline, uid) end
-return {'ok', tostring(changed(ver, KEYS[6], uid, doc))}
-"""
+_UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.ReadOnlyError, OSError,
+                TimeoutError)
 
-# Shared by release and expire: drop one reservation and give its amounts back.
-_DROP = """
-local function drop(res, mem, milli, exp, uid)
-  local doc = redis.call('HGET', res, uid)
-  if not doc then return nil end
-  local r = cjson.decode(doc)
-  for _, a in ipairs(r['allocations']) do
-    local m = redis.call('HINCRBY', mem, a['gpu'], string.format('%d', -a['mem_mib']))
-    local c = redis.call('HINCRBY', milli, a['gpu'], string.format('%d', -a['milli']))
-    if m == 0 and c == 0 then
-      redis.call('HDEL', mem, a['gpu'])
-      redis.call('HDEL', milli, a['gpu'])
-    end
-  end
-  redis.call('HDEL', res, uid)
-  redis.call('ZREM', exp, uid)
-  return doc
-end
-"""
 
-_RELEASE = (
-    _LOG
-    + _DROP
-    + """
-local doc = drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
-if doc then changed(KEYS[5], KEYS[6], ARGV[1], '') end
-return doc
-"""
-)
+class NotReplicated(LedgerUnavailable):
+    """The change was made on the master but not copied to enough replicas in time: not
+    acknowledged (it may yet be lost in a failover). ``reply`` is what the script answered."""
 
-_EXPIRE = (
-    _LOG
-    + _DROP
-    + """
-local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1], 'LIMIT', 0, 500)
-local dropped = {}
-for _, uid in ipairs(due) do
-  local doc = drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], uid)
-  if doc then
-    table.insert(dropped, doc)
-    changed(KEYS[5], KEYS[6], uid, '')
-  end
-end
-return dropped
-"""
-)
+    def __init__(self, message: str, reply: Any) -> None:
+        super().__init__(message)
+        self.reply = reply
 
-# Compare-and-set of one reservation document (confirm runs it).
-_REPLACE = _LOG + """
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if current ~= ARGV[2] then return current or false end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('ZREM', KEYS[4], ARGV[1])
-changed(KEYS[5], KEYS[6], ARGV[1], ARGV[3])
-return 'ok'
-"""
+
+def _epoch_base() -> int:
+    """First version number after a wipe: microseconds now, far above any earlier version."""
+    return int(time.time() * 1_000_000)
 
 
 class RedisLedger:
-    def __init__(self, client: aioredis.Redis, prefix: str = "sparse:ledger:") -> None:
+    def __init__(self, client: aioredis.Redis, prefix: str = "sparse:ledger:",
+                 min_replicas: int = 0, replica_wait_ms: int = 500) -> None:
         self._r = client
+        # Acknowledge a change only once this many replicas hold it (WAIT on the connection
+        # that wrote it): a failover then cannot lose it, and a stale master cut off from its
+        # replicas (split brain) cannot acknowledge anything.
+        self.min_replicas = min_replicas
+        self.replica_wait_ms = replica_wait_ms
         self._keys = [f"{prefix}{k}" for k in ("res", "mem", "milli", "exp", "ver", "log")]
-        self._reserve = client.register_script(_RESERVE)
-        self._release = client.register_script(_RELEASE)
-        self._expire = client.register_script(_EXPIRE)
-        self._replace = client.register_script(_REPLACE)
+        self._reserve = client.register_script(scripts.RESERVE)
+        self._release = client.register_script(scripts.RELEASE)
+        self._expire = client.register_script(scripts.EXPIRE)
+        self._replace = client.register_script(scripts.REPLACE)
+        self.disruptions = 0  # connection failures and master moves seen so far
         self._reserve_many = client.register_script(redis_many.RESERVE_MANY)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "sparse:ledger:") -> RedisLedger:
-        return cls(aioredis.Redis.from_url(url), prefix)
+    def from_url(cls, url: str, prefix: str = "sparse:ledger:",
+                 options: RedisOptions | None = None) -> RedisLedger:
+        holder: list[RedisLedger] = []
+        options = options or RedisOptions()
+        client = make_client(url, options,
+                             on_master_change=lambda _: holder[0].disrupted())
+        ledger = cls(client, prefix, options.min_replicas, options.replica_wait_ms)
+        holder.append(ledger)
+        return ledger
 
-    async def reserve(
+    def disrupted(self) -> None:
+        self.disruptions += 1
+
+    async def _call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await fn()
+        except _UNAVAILABLE as exc:
+            if isinstance(exc, rex.ConnectionError) and POOL_EXHAUSTED in str(exc):
+                raise LedgerBusy(f"GPU ledger busy during {what}: no Redis connection free"
+                                 " in time") from exc
+            self.disruptions += 1
+            raise LedgerUnavailable(f"GPU ledger (Redis) unavailable during {what}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        except rex.ResponseError as exc:
+            if not any(m in str(exc) for m in ON_A_REPLICA):
+                raise
+            self.disruptions += 1  # a master demoted under us (failover): re-read all
+            raise LedgerUnavailable(f"GPU ledger (Redis) unavailable during {what}: the"
+                                    " server is a replica now (failover)") from exc
+
+    async def _script(self, script: Any, what: str, args: list[Any],
+                      replicated: bool = True) -> Any:
+        args = [_epoch_base(), *args]
+        if not replicated or self.min_replicas <= 0:
+            return await self._call(what, lambda: script(keys=self._keys, args=args))
+
+        async def run_and_wait() -> tuple[Any, int]:
+            async with self._r.pipeline(transaction=False) as pipe:
+                await script(keys=self._keys, args=args, client=pipe)
+                pipe.execute_command("WAIT", self.min_replicas, self.replica_wait_ms)
+                reply, copies = await pipe.execute()
+            return reply, int(copies)
+
+        reply, copies = await self._call(what, run_and_wait)
+        if copies < self.min_replicas:
+            self.disruptions += 1  # maybe a master cut off from the others: re-read all
+            raise NotReplicated(f"GPU ledger: {what} reached {copies} of"
+                                f" {self.min_replicas} Redis replicas in time", reply)
+        return reply
+
+    # --- changes ---------------------------------------------------------------------------
+
+    async def reserve_change(
         self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
-    ) -> int:
+    ) -> Applied:
         rules.validate(reservation, capacities)
         args: list[str | int | float] = [
             reservation.pod_uid,
@@ -146,14 +140,14 @@ class RedisLedger:
         for gpu, (mem, milli) in per_gpu.items():
             cap = capacities[gpu]
             args += [gpu, mem, milli, cap.mem_mib, cap.milli]
-        reply = await self._reserve(keys=self._keys, args=args)
+        reply = await self._script(self._reserve, "reserve", args)
         status = reply[0].decode()
         if status == "ok":
-            return int(reply[1])
+            return Applied(int(reply[1]), reservation)
         if status == "exists":
             existing = rules.from_json(reply[1])
             if existing.same_booking(reservation):
-                return await self.version()
+                return Applied(0, existing)
             raise ReservationConflict(
                 f"pod {reservation.pod_uid} already holds GPUs on {existing.node}"
             )
@@ -167,12 +161,13 @@ class RedisLedger:
         release = list(release)
         many.validate_many(reservations, release, capacities)
         args = redis_many.script_args(reservations, release, capacities)
-        reply = await self._reserve_many(keys=self._keys, args=args)
+        reply = await self._script(self._reserve_many, "reserve_many", args[1:])
         status = reply[0].decode()
         if status == "ok":
             return int(reply[1])
         if status == "exists":
-            docs = await self._r.hmget(self._keys[0], [r.pod_uid for r in reservations])
+            docs = await self._call("reserve_many", lambda: self._r.hmget(
+                self._keys[0], [r.pod_uid for r in reservations]))
             held = {r.pod_uid: rules.from_json(d) if d else None
                     for r, d in zip(reservations, docs, strict=True)}
             if many.already_booked(held, reservations):
@@ -181,46 +176,76 @@ class RedisLedger:
         gpu, unit, free = (x.decode() for x in reply[1:4])
         raise ReservationConflict(f"GPU {gpu}: not enough {unit} left ({free} free)", gpu)
 
-    async def confirm(self, pod_uid: str) -> Reservation | None:
-        for _ in range(16):
-            raw = await self._r.hget(self._keys[0], pod_uid)
-            if raw is None:
-                return None
+    async def reserve(
+        self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
+    ) -> int:
+        applied = await self.reserve_change(reservation, capacities)
+        return applied.version or await self.version()
+
+    async def confirm_change(self, pod_uid: str) -> Applied:
+        raw = await self._call("confirm", lambda: self._r.hget(self._keys[0], pod_uid))
+        for _ in range(CONFIRM_ATTEMPTS):
+            if not raw:
+                return Applied(0, None)
             current = rules.from_json(raw)
             if current.state != STATE_RESERVED:
-                return current
+                return Applied(0, current)
             bound = current.bound()
-            reply = await self._replace(
-                keys=self._keys, args=[pod_uid, raw, rules.to_json(bound).decode()]
-            )
-            if reply == b"ok":
-                return bound
+            reply = await self._script(self._replace, "confirm",
+                                       [pod_uid, raw, rules.to_json(bound).decode()])
+            if reply[0] == b"ok":
+                return Applied(int(reply[1]), bound)
+            raw = reply[1] if len(reply) > 1 else None
         raise ReservationConflict(f"pod {pod_uid}: reservation kept changing during confirm")
 
+    async def confirm(self, pod_uid: str) -> Reservation | None:
+        return (await self.confirm_change(pod_uid)).reservation
+
+    async def release_change(self, pod_uid: str, only_if: Reservation | None = None) -> Applied:
+        expected = "" if only_if is None else rules.to_json(only_if).decode()
+        reply = await self._script(self._release, "release", [pod_uid, expected])
+        if not reply:
+            return Applied(0, None)
+        return Applied(int(reply[1]), rules.from_json(reply[0]))
+
     async def release(self, pod_uid: str) -> Reservation | None:
-        raw = await self._release(keys=self._keys, args=[pod_uid])
-        return rules.from_json(raw) if raw else None
+        return (await self.release_change(pod_uid)).reservation
+
+    async def expire(self, now: float) -> list[Reservation]:
+        dropped = await self._script(self._expire, "expire", [now], replicated=False)
+        return [rules.from_json(d) for d in dropped]
+
+    # --- reads -----------------------------------------------------------------------------
 
     async def get(self, pod_uid: str) -> Reservation | None:
-        raw = await self._r.hget(self._keys[0], pod_uid)
+        raw = await self._call("get", lambda: self._r.hget(self._keys[0], pod_uid))
         return rules.from_json(raw) if raw else None
 
     async def snapshot(self) -> tuple[int, dict[str, Reservation]]:
-        async with self._r.pipeline(transaction=True) as pipe:
-            pipe.get(self._keys[4])
-            pipe.hgetall(self._keys[0])
-            version, docs = await pipe.execute()
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=True) as pipe:
+                pipe.get(self._keys[4])
+                pipe.hgetall(self._keys[0])
+                return await pipe.execute()
+
+        version, docs = await self._call("snapshot", read)
         reservations = {k.decode(): rules.from_json(v) for k, v in docs.items()}
         return int(version or 0), reservations
 
     async def version(self) -> int:
-        return int(await self._r.get(self._keys[4]) or 0)
+        return int(await self._call("version", lambda: self._r.get(self._keys[4])) or 0)
 
     async def changes(self, since: int) -> tuple[int, list[Change]] | None:
-        async with self._r.pipeline(transaction=True) as pipe:
-            pipe.get(self._keys[4])
-            pipe.xrange(self._keys[5], min=f"{since + 1}-0", max="+", count=LOG_CATCH_UP + 1)
-            raw_version, entries = await pipe.execute()
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=True) as pipe:
+                pipe.get(self._keys[4])
+                pipe.xrange(self._keys[5], min=f"{since + 1}-0", max="+",
+                            count=LOG_CATCH_UP + 1)
+                return await pipe.execute()
+
+        if since < 0:
+            return None
+        raw_version, entries = await self._call("changes", read)
         version = int(raw_version or 0)
         if since == version:
             return version, []
@@ -234,9 +259,13 @@ class RedisLedger:
             out.append((fields[b"uid"].decode(), rules.from_json(doc) if doc else None))
         return version, out
 
-    async def expire(self, now: float) -> list[Reservation]:
-        dropped = await self._expire(keys=self._keys, args=[now])
-        return [rules.from_json(d) for d in dropped]
+    async def ping(self) -> None:
+        """Reachable? Behind Sentinel also: is the master still the one we write to? (A
+        planned failover leaves our idle connections on the old master, now a replica.)"""
+        find_master = getattr(self._r.connection_pool, "get_master_address", None)
+        if find_master is not None:
+            await self._call("master discovery", find_master)
+        await self._call("ping", self._r.ping)
 
     async def close(self) -> None:
-        await self._r.aclose()
+        await close_client(self._r)

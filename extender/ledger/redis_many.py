@@ -97,7 +97,7 @@ for i = 1, nres do
   v = changed(uid, doc)
   p = p + 4 + n * 5
 end
-return {{'ok', tostring(v)}}
+return {{'ok', v}}  -- a number: tostring would print 1.7e+15 past an epoch base
 """
 
 

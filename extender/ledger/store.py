@@ -6,12 +6,24 @@ Checked for both backends by tests/extender/ledger/test_contract.py.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from extender.ledger.rules import GpuCapacity, Reservation
 
 # One change: the pod UID and its reservation afterwards (None: dropped).
 Change = tuple[str, Reservation | None]
+
+
+class Applied(NamedTuple):
+    """What one call did, read atomically with the change itself.
+
+    ``version`` is the number of the change this call made, or 0 when it changed nothing (a
+    retried booking, a confirm of a bound pod, a release of nothing). A reader that cached
+    version ``v`` may apply the change itself only when ``version == v + 1``; any other
+    number means other changes came first, and those are read from the change log."""
+
+    version: int
+    reservation: Reservation | None  # afterwards (reserve, confirm) or dropped (release)
 
 
 class LedgerStore(Protocol):
@@ -35,6 +47,19 @@ class LedgerStore(Protocol):
 
     async def release(self, pod_uid: str) -> Reservation | None:
         """Drop the pod's reservation; returns what was dropped (None if nothing)."""
+
+    async def reserve_change(
+        self, reservation: Reservation, capacities: Mapping[str, GpuCapacity]
+    ) -> Applied:
+        """``reserve`` that also says whether it changed anything (version 0: it did not)."""
+
+    async def confirm_change(self, pod_uid: str) -> Applied:
+        """``confirm`` with the version of the change it made (0: none)."""
+
+    async def release_change(self, pod_uid: str, only_if: Reservation | None = None) -> Applied:
+        """``release`` with the version of the change it made (0: none). With ``only_if`` the
+        reservation is dropped only while it is exactly that one (a failed bind cleaning up
+        after itself never drops a later booking of the same pod)."""
 
     async def get(self, pod_uid: str) -> Reservation | None: ...
 

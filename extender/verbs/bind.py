@@ -2,16 +2,24 @@
 
 A conflict (another replica booked first) re-plans on fresh state a few times; any failure
 answers ``Error`` so the scheduler retries, and the booking is rolled back.
+
+The answer is the truth: success only once the booking is confirmed (bound, no expiry). The
+Binding call is abandoned after ``bind_timeout_s`` and an unbound booking lives that long past
+its TTL, so it cannot expire while its Binding is in flight. A bind that answers an error
+leaves no booking: it rolls back what it booked, and when the store cannot be reached for
+that, the upkeep drops it later (``BindUpkeep``). Only when the Binding itself was created
+(the pod is bound) does the booking stay, confirmed later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from extender.binder import BindError, LedgerOnlyBinder
+from extender.binder import BindError
 from extender.demand import PodDemand
-from extender.errors import InvalidDemand, ReservationConflict
+from extender.errors import InvalidDemand, LedgerUnavailable, ReservationConflict
 from extender.ledger.rules import STATE_BOUND, Reservation
 from extender.outcome import Outcome
 from extender.placement import Assignment, ClusterState, assign, fit, reservation_for
@@ -31,66 +39,78 @@ BIND_ATTEMPTS = 3  # a conflict means another replica booked first: re-plan on f
 async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     key = f"{args.pod_namespace}/{args.pod_name}"
     ref = (args.pod_namespace, args.pod_name, args.pod_uid)
+    s.upkeep.bind_started(args.pod_uid)
     try:
         reservation, loss = await reserve(s, args)
     except (InvalidDemand, ReservationConflict, LookupError) as exc:
         s.notify(Outcome("bind", *ref, False, str(exc)))
         return BindingResult(Error=str(exc))
-    except Exception as exc:  # the store failed (unreachable, timed out); reserve rolled back
-        return _store_failure(s, args, ref, "booking", exc)
+    if reservation.state == STATE_BOUND:  # a retried bind of a pod bound already
+        s.forget_pending(args.pod_uid)
+        s.notify(Outcome("bind", *ref, True, reservation=reservation))
+        return BindingResult()
     try:
-        await s.binder.bind(args, reservation)
-    except BindError as exc:
-        await _roll_back(s, args, reservation)
-        log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
-        s.notify(Outcome("bind", *ref, False, f"binding failed: {exc}"))
-        return BindingResult(Error=f"binding {key} to {args.node} failed: {exc}")
+        await asyncio.wait_for(s.binder.bind(args, reservation), s.bind_timeout_s)
+    except (BindError, TimeoutError) as exc:
+        why = str(exc) or f"no answer within {s.bind_timeout_s:g} s"
+        await roll_back(s, reservation)
+        log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, why)
+        s.notify(Outcome("bind", *ref, False, f"binding failed: {why}"))
+        return BindingResult(Error=f"binding {key} to {args.node} failed: {why}")
     except Exception as exc:
         # The Binding may or may not exist (the call's answer was lost): the booking stays
-        # unconfirmed, so it expires after --reservation-ttl unless the watch sees the pod
-        # bound and confirms it.
+        # unconfirmed, so it expires unless the watch sees the pod bound and confirms it.
         log.warning("bind %s to %s: outcome of the Binding unknown: %s", key, args.node, exc)
         s.notify(Outcome("bind", *ref, False, f"binding outcome unknown: {exc}"))
         return BindingResult(Error=f"binding {key} to {args.node}: outcome unknown ({exc});"
                                    " the booking expires unless the pod is bound")
     try:
-        confirmed = await s.confirm(args.pod_uid)
-    except Exception as exc:
-        if isinstance(s.binder, LedgerOnlyBinder):  # no cluster: the booking is the binding
-            await _roll_back(s, args, reservation)
-            return _store_failure(s, args, ref, "confirming", exc)
-        # The pod is bound on the API server: its booking must stay (dropping it would let
-        # another pod onto these GPUs); the watch confirms it from the pod's annotations.
-        log.warning("bind %s: bound, but confirming the booking failed: %s", key, exc)
-        confirmed = None
+        confirmed = await confirm(s, reservation)
+    except LedgerUnavailable as exc:
+        if getattr(s.binder, "binds_pods", True):  # pod bound: booking stays, confirmed later
+            s.upkeep.confirm_later(args.pod_uid)
+        else:  # the booking was the whole binding: undo it (if the confirm did land, the
+            # booking is bound and a retried bind of the pod answers success with it)
+            await roll_back(s, reservation)
+        s.notify(Outcome("bind", *ref, False, f"booking not confirmed: {exc}"))
+        return BindingResult(Error=f"bind {key}: booking not confirmed: {exc}")
+    except ReservationConflict as exc:
+        s.notify(Outcome("bind", *ref, False, str(exc)))
+        return BindingResult(Error=f"bind {key}: {exc}")
     s.forget_pending(args.pod_uid)
-    s.notify(Outcome("bind", *ref, True, reservation=confirmed or reservation,
-                     interference=loss))
+    s.notify(Outcome("bind", *ref, True, reservation=confirmed, interference=loss))
     return BindingResult()
 
 
-async def _roll_back(s: Scheduler, args: BindingArgs, booked: Reservation | None) -> None:
-    """Give back what this bind booked (never a booking already bound: a repeated bind of a
-    bound pod must not free its GPUs); when the store cannot be reached the booking, never
-    confirmed, expires after --reservation-ttl."""
-    if booked is not None and booked.state == STATE_BOUND:
-        return
-    if gang.is_gang_worker(s, args.pod_uid):  # a worker keeps its slot's GPUs for the retry
+async def confirm(s: Scheduler, reservation: Reservation) -> Reservation:
+    """Mark the booking bound. Should it be gone (a store that lost it), book it again as
+    bound: success only with a confirmed booking."""
+    confirmed = await s.confirm(reservation.pod_uid)
+    if confirmed is not None:
+        return confirmed
+    state = await s.view()
+    bound = reservation.bound()
+    if not all(g in state.gpu_index for g in bound.gpus):
+        raise ReservationConflict(
+            f"booking of {reservation.namespace}/{reservation.name} was lost and its GPUs are"
+            " unknown now")
+    version, _ = await s.ledger.reserve_change(bound, state.capacities(bound.gpus))
+    s.after_change(version, add=bound)
+    log.warning("booking of %s/%s was gone at confirm; booked again", reservation.namespace,
+                reservation.name)
+    return bound
+
+
+async def roll_back(s: Scheduler, reservation: Reservation) -> None:
+    """Drop what this bind booked (only that very booking: a later attempt books its own);
+    if the store cannot be reached, the upkeep drops it later. A gang worker keeps its
+    slot's GPUs for the retry."""
+    if gang.is_gang_worker(s, reservation.pod_uid):
         return
     try:
-        await s.release(args.pod_uid, keep_pending=True)
-    except Exception as exc:
-        log.warning("bind %s/%s: rolling back failed (%s); the booking expires unconfirmed",
-                    args.pod_namespace, args.pod_name, exc)
-
-
-def _store_failure(s: Scheduler, args: BindingArgs, ref: tuple[str, str, str], step: str,
-                   exc: Exception) -> BindingResult:
-    log.warning("bind %s/%s: %s failed on the store: %r", args.pod_namespace, args.pod_name,
-                step, exc)
-    why = f"GPU ledger unavailable while {step} ({type(exc).__name__}: {str(exc)[:200]}); retry"
-    s.notify(Outcome("bind", *ref, False, why))
-    return BindingResult(Error=why)
+        await s.release(reservation.pod_uid, keep_pending=True, only_if=reservation)
+    except LedgerUnavailable:
+        s.upkeep.drop_later(reservation)
 
 
 async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:
@@ -108,13 +128,17 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
     """Book the pod's GPUs on ``args.node``; returns the booking and its interference loss."""
     existing = await s.ledger.get(args.pod_uid)
     if existing is not None:
-        if existing.node == args.node:
-            return existing, None  # a retried bind: book nothing twice
         if existing.state == STATE_BOUND:
+            if existing.node == args.node:
+                return existing, None  # an earlier attempt succeeded: nothing to book
             raise ReservationConflict(
                 f"pod {args.pod_namespace}/{args.pod_name} is already bound to {existing.node}"
             )
-        await s.release(args.pod_uid, keep_pending=True)
+        if gang.is_gang_worker(s, args.pod_uid) and existing.node == args.node:
+            return existing, None  # a worker's slot booking, kept for its retry
+        # Booked but unbound by an earlier attempt (maybe failed, maybe on another replica
+        # that will drop exactly that booking): this attempt books its own.
+        await s.release(args.pod_uid, keep_pending=True, only_if=existing)
     consumed = await gang.consume_slot(s, args)
     if consumed is not None:
         return consumed, None
@@ -132,15 +156,16 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
             why = fit(state, demand, [args.node])
             reason = summarize(why.failed, why.unresolvable) or "does not fit"
             raise ReservationConflict(f"node {args.node} no longer fits the pod: {reason}")
-        reservation = reservation_for(demand, choice, state, s.clock(), s.reservation_ttl_s)
+        reservation = reservation_for(demand, choice, state, s.clock(),
+                                      s.reservation_ttl_s + s.bind_timeout_s)
         capacities = state.capacities(reservation.gpus)
         try:
-            version = await s.ledger.reserve(reservation, capacities)
+            version, _ = await s.ledger.reserve_change(reservation, capacities)
         except ReservationConflict as exc:
             last = str(exc)
             continue  # the next view() replays what the other replica booked
-        except Exception:  # the write may have landed although its answer was lost
-            await _roll_back(s, args, None)
+        except LedgerUnavailable:
+            s.upkeep.drop_later(reservation)  # the script may have run: its reply was lost
             raise
         s.after_change(version, add=reservation)
         return reservation, placement_loss(state, demand, choice)

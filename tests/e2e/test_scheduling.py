@@ -240,3 +240,31 @@ async def test_two_replicas_sharing_redis_never_overcommit(cluster, core, tmp_pa
         cluster.stop_scheduler()
         first.stop()
         second.stop()
+
+
+async def test_restart_reports_rebuilt_bookings_before_any_request(cluster, core, extender):
+    """The rebuild from the API server reaches the cached view: the start-up log and the
+    reservation gauge give the real count before the first scheduling request."""
+    nodes = make_nodes(cluster, "rebuild-", 2, gpus=2, memory_mib=16384)
+    await wait_nodes(extender, nodes)
+    names = [f"rebuild-pod-{i}" for i in range(6)]
+    await asyncio.gather(*(e2e_cluster.create_pod(core, n, milli=200, mem_mib=4000)
+                           for n in names))
+    await wait_all_bound(core, names, timeout=60)
+    cluster.stop_scheduler()  # no request may reach the restarted extender
+    try:
+        extender.kill9()
+        extender.start()
+        log = extender.log_path.read_text(errors="replace")
+        ready = [line for line in log.splitlines() if "kubernetes ready" in line]
+        assert ready and ready[-1].rstrip().endswith(f"{len(names)} reservations"), ready
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{extender.port}/metrics",
+                                    timeout=10) as r:
+            metrics = r.read().decode()
+        assert f'sparse_ledger_reservations{{state="bound"}} {len(names)}.0' in metrics
+    finally:
+        cluster.start_scheduler(extender.url)
+        for n in names:
+            await e2e_cluster.delete_pod(core, n)

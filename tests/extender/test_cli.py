@@ -59,7 +59,8 @@ def test_https_with_client_certificates(pki):
     proc = subprocess.Popen(
         [sys.executable, "-m", "extender", "serve", "--port", str(port), "--nodes",
          str(ROOT / "examples/node-conf.yaml"), "--tls-cert", str(pki / "server.crt"),
-         "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.crt")],
+         "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.crt"),
+         "--store", "memory"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
     )
     url = f"https://127.0.0.1:{port}/healthz"

@@ -44,6 +44,7 @@ async def test_replica_follows_the_other_through_the_change_log(redis_url) -> No
     try:
         await a.ledger._r.delete(*(f"follow:{k}" for k in
                                    ("res", "mem", "milli", "exp", "ver", "log")))
+        await a.release(await place(a, pod(mem=100, milli=10)))  # numbering starts
         await b.view()
         reads = []
         original = b.ledger.snapshot

@@ -40,6 +40,8 @@ async def booked(ledger):
 
 
 async def test_books_all_and_logs_each(ledger):
+    await ledger.reserve_many([res("warm-up", ("g1", 1, 1))], CAPS)  # numbering starts
+    await ledger.release("warm-up")
     v0 = await ledger.version()
     gang = [res("s0", ("g0", 8000, 400)), res("s1", ("g0", 8000, 400)),
             res("s2", ("g1", 1000, 100), expires=50.0)]
