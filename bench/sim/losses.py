@@ -16,7 +16,9 @@ failed, so each failed pod could not use it; the reason it could not is, first t
 A GPU's free milli is split over the reasons in proportion to the failed pods' GPU request.
 With no failed GPU pod the free capacity is ``unused`` (nothing asked for it). The failed
 request by pod shape (shares, one whole GPU, several GPUs) is the other view of the same loss:
-at exactly 100 % arrived the two totals are equal.
+at exactly 100 % arrived the two totals are equal. ``shared_gpus`` counts the partly used GPUs
+and ``half_empty`` is the free capacity on those with at least half a GPU left (shares that
+found no partner).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from extender.placement.policies.fgd import node_model
 
 REASONS = ("sliver", "multi", "cpu", "model", "other")
 SHAPES = ("share", "one", "multi")
+# the partly used GPUs: how many, and the free milli on those at least half empty
+SHARED = ("shared_gpus", "half_empty")
 MILLI = 1000
 
 
@@ -48,6 +52,9 @@ def breakdown(sim, failed: list[TraceDemand]) -> dict[str, float]:
     for d in failed:
         shapes[pod_shape(d)] += d.gpu_request
     out.update({f"failed_{s}": shapes[s] / MILLI for s in SHAPES})
+    partly = (free > 0) & (st.milli_used > 0)
+    out["shared_gpus"] = float(partly.sum())
+    out["half_empty"] = float(free[partly & (free >= MILLI // 2)].sum()) / MILLI
     groups = Counter((d.cpu_milli, d.host_mem_mib, d.num_gpu, d.gpu_milli, d.allowed_models)
                      for d in failed if d.gpu_request)
     if not groups:
@@ -96,7 +103,7 @@ def table(runs: list) -> pd.DataFrame:
                 and "losses" in r.extra]
         row = {"workload": workload, "policy": policy, "seeds": len(mine),
                "unalloc_gpus": float(np.mean([r.unallocated_gpus_100 for r in mine]))}
-        for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES)):
+        for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES), *SHARED):
             row[k] = float(np.mean([r.extra["losses"].get(k, 0.0) for r in mine]))
         bounds = [r.extra.get("unallocated_lower_bound_gpus") for r in mine]
         row["lower_bound"] = float(np.mean(bounds)) if None not in bounds else np.nan

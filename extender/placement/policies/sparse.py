@@ -48,7 +48,8 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
-from extender.placement.policies.fgd import FGD, TypicalTasks
+from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
+from extender.placement.policies.sparse_mix import WEIGHTS, DemandMix
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
@@ -62,15 +63,31 @@ class Sparse:
     fit_weight: float = 0.0
     frag_weight: float = 1.0
     order_weight: float = 5.0
+    adaptive: bool = True
+    mix_weigh: str = "pods"
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
+    _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mix_weigh not in WEIGHTS:
+            raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
+        self._mix.weigh = self.mix_weigh
+        self.set_workload(default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
+        """The prior pod mix (popularity by pod count); with ``adaptive`` it is the start of
+        the mix the policy keeps from the pods it places (sparse_mix.py)."""
+        if self.adaptive:
+            self._mix.seed(tasks)
+            tasks = self._mix.tasks()
         self._frag.set_workload(tasks)
 
     def costs(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
+        if self.adaptive and self._mix.observe(demand):
+            self._frag.set_workload(self._mix.tasks())
         gpus = masks.gpus
         zeros = np.zeros(len(gpus))
         share = self.fit_weight * gpu_free_after(state, demand, gpus) if self.fit_weight else zeros
