@@ -21,8 +21,11 @@ resident of unknown class counts as the mean of the matrix.
 see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
 GPUs that typical pods can no longer use. It is exact (no score quantisation); a constant (the
 largest node's GPU count) is added per slot so costs stay non-negative, as the core's
-infeasibility test needs, without changing any comparison. The typical pods
-are a generic mix unless ``set_workload`` gives the cluster's own (the trace simulator does).
+infeasibility test needs, without changing any comparison. The typical pods are the mix the
+policy keeps itself (``adaptive``, ``sparse_mix.DemandMix``): a decayed histogram of the pods
+it is asked to score, fed by this very call in the extender and the simulator, which starts
+from a generic mix or from the cluster's own where ``set_workload`` gives it (the trace
+simulator does). With ``adaptive=False`` the starting mix stays fixed, as in FGD.
 ``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
 ``order_weight * node position / max(node count, ORDER_SPAN)`` (nodes sorted by name): a fixed
 node order that fills nodes one after another unless another node is better by more than that,

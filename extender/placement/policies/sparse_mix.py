@@ -28,6 +28,7 @@ import math
 from extender.demand import MILLI_PER_GPU, PodDemand
 from extender.placement.policies.fgd import TypicalTasks
 
+MILLI_STEP = 10
 Shape = tuple[int, int, int, frozenset[str] | None]  # cpu milli, per-GPU milli, GPUs, models
 WEIGHTS = {
     "pods": lambda k: 1.0,  # FGD's popularity
@@ -37,18 +38,21 @@ WEIGHTS = {
 
 
 def shape_of(demand: PodDemand) -> Shape:
+    """A pod's shape; share sizes rounded up to ``MILLI_STEP`` so predicted demands of every
+    size do not each make a shape of their own (more shapes, slower fragmentation terms)."""
     cpu = int(getattr(demand, "cpu_milli", 0))
     if demand.whole_gpus:
         return cpu, MILLI_PER_GPU, demand.whole_gpus + (1 if demand.has_share else 0), \
             demand.allowed_models
     if demand.has_share:
-        return cpu, int(demand.share_milli), 1, demand.allowed_models
+        milli = -(-int(demand.share_milli) // MILLI_STEP) * MILLI_STEP
+        return cpu, min(milli, MILLI_PER_GPU), 1, demand.allowed_models
     return cpu, 0, 0, demand.allowed_models
 
 
 class DemandMix:
     def __init__(self, half_life: float = 2000.0, refresh: int = 256, coverage: float = 0.95,
-                 max_shapes: int = 48, weigh: str = "pods") -> None:
+                 max_shapes: int = 256, weigh: str = "pods") -> None:
         if weigh not in WEIGHTS:
             raise ValueError(f"weigh must be one of {', '.join(WEIGHTS)}, got {weigh!r}")
         self.weigh = weigh
