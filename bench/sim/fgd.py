@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from bench.sim import losses
 from bench.sim.bounds import sliver_bound
 from bench.sim.cluster import SimCluster
 from bench.sim.trace import (
@@ -185,9 +186,13 @@ def run_fgd(
     arrived_milli = failed = 0
     # GPU request of failed pods up to arrived = 100 %, by pod shape
     lost = {"share": 0, "one": 0, "multi": 0, "cpu_only_pods": 0}
+    failed_pods: list = []  # GPU pods that failed before arrived = 100 %
+    breakdown = None  # where the free capacity sits when arrived reaches 100 %
     for i in range(n):
         d = sim.demand(names[i], int(cols[0][i]), int(cols[1][i]), int(cols[2][i]),
                        int(cols[3][i]), specs[i])
+        if breakdown is None and arrived_milli + d.gpu_request > capacity:
+            breakdown = losses.breakdown(sim, failed_pods)
         arrived_milli += d.gpu_request
         placed = sim.schedule(d)
         if placed is None:
@@ -196,6 +201,8 @@ def run_fgd(
                 shape = ("cpu_only_pods" if not d.gpu_request else "share"
                          if d.gpu_milli < 1000 else "one" if d.num_gpu == 1 else "multi")
                 lost[shape] += 1 if shape == "cpu_only_pods" else d.gpu_request
+                if d.gpu_request:
+                    failed_pods.append(d)
         else:
             new = float(frag_model.node_frag(sim.state, np.array([placed.node]))[0])
             frag_total += new - node_frag[placed.node]
@@ -211,5 +218,6 @@ def run_fgd(
         alloc=bucketize(pct, alloc / capacity * 100.0),
         frag=bucketize(pct, frag / capacity * 100.0),
         frag_rate=bucketize(pct, np.where(idle > 0, frag / np.maximum(idle, 1) * 100.0, 0.0)),
-        extra={"failed_gpu_milli_to_100": lost, "unallocated_lower_bound_gpus": bound},
+        extra={"failed_gpu_milli_to_100": lost, "unallocated_lower_bound_gpus": bound,
+               "losses": breakdown or losses.breakdown(sim, failed_pods)},
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.sim import bounds, expected
+from bench.sim import bounds, expected, losses
 
 
 def _plt():
@@ -166,6 +166,15 @@ def write_fgd(runs: list, out: Path, command: str = "") -> Path:
             "takes shares that small; no policy can leave less unallocated "
             "(bench/sim/bounds.py).", "",
             md_table(vs), "",
+        ]
+    loss = losses.table(runs)
+    if len(loss):
+        loss.to_csv(out / "losses.csv", index=False)
+        lines += [
+            "## Where the unallocated GPUs sit", "",
+            "GPUs at arrived = 100 %, mean over seeds: free capacity by the reason the failed "
+            "pods could not use it (bench/sim/losses.py), then their request by shape.", "",
+            md_table(loss, "{:.1f}"), "",
         ]
     for workload in sorted({r.workload for r in runs}):
         for metric, label, lo in (("alloc", "GPU allocation (%)", 50),

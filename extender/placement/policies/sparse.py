@@ -21,8 +21,11 @@ resident of unknown class counts as the mean of the matrix.
 see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
 GPUs that typical pods can no longer use. It is exact (no score quantisation); a constant (the
 largest node's GPU count) is added per slot so costs stay non-negative, as the core's
-infeasibility test needs, without changing any comparison. The typical pods
-are a generic mix unless ``set_workload`` gives the cluster's own (the trace simulator does).
+infeasibility test needs, without changing any comparison. The typical pods are the mix the
+policy keeps itself (``adaptive``, ``sparse_mix.DemandMix``): a decayed histogram of the pods
+it is asked to score, fed by this very call in the extender and the simulator, which starts
+from a generic mix or from the cluster's own where ``set_workload`` gives it (the trace
+simulator does). With ``adaptive=False`` the starting mix stays fixed, as in FGD.
 ``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
 ``order_weight * node position / max(node count, ORDER_SPAN)`` (nodes sorted by name): a fixed
 node order that fills nodes one after another unless another node is better by more than that,
@@ -52,8 +55,9 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
-from extender.placement.policies.fgd import FGD, TypicalTasks
+from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
+from extender.placement.policies.sparse_mix import WEIGHTS, DemandMix
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
@@ -67,15 +71,31 @@ class Sparse:
     fit_weight: float = 0.0
     frag_weight: float = 1.0
     order_weight: float = 5.0
+    adaptive: bool = True
+    mix_weigh: str = "pods"
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
+    _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mix_weigh not in WEIGHTS:
+            raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
+        self._mix.weigh = self.mix_weigh
+        self.set_workload(default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
+        """The prior pod mix (popularity by pod count); with ``adaptive`` it is the start of
+        the mix the policy keeps from the pods it places (sparse_mix.py)."""
+        if self.adaptive:
+            self._mix.seed(tasks)
+            tasks = self._mix.tasks()
         self._frag.set_workload(tasks)
 
     def costs(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
+        if self.adaptive and self._mix.observe(demand):
+            self._frag.set_workload(self._mix.tasks())
         gpus = masks.gpus
         zeros = np.zeros(len(gpus))
         share = self.fit_weight * gpu_free_after(state, demand, gpus) if self.fit_weight else zeros

@@ -1,0 +1,127 @@
+"""Where the unallocated GPUs sit: a breakdown of a cluster's free capacity by the reason the
+pods that failed could not use it.
+
+Taken at the moment the arrived workload reaches 100 % of capacity (the FGD protocol's
+headline point). With no departures, a GPU free at that moment was free when every earlier pod
+failed, so each failed pod could not use it; the reason it could not is, first that applies:
+
+    model   the node's GPU model is not in the pod's allowed list
+    sliver  the GPU is partly used and its remainder is smaller than what the pod asks
+            (a whole-GPU pod needs an untouched GPU; a share needs that much milli left)
+    multi   the GPU is untouched but its node has fewer untouched GPUs than the pod needs
+            (whole GPUs stranded on nodes a multi-GPU pod needs whole)
+    cpu     the GPUs would do, but the node has too little CPU or host memory left
+    other   none of the above (e.g. the node's pod-count cap)
+
+A GPU's free milli is split over the reasons in proportion to the failed pods' GPU request.
+With no failed GPU pod the free capacity is ``unused`` (nothing asked for it). The failed
+request by pod shape (shares, one whole GPU, several GPUs) is the other view of the same loss:
+at exactly 100 % arrived the two totals are equal. ``shared_gpus`` counts the partly used GPUs
+and ``half_empty`` is the free capacity on those with at least half a GPU left (shares that
+found no partner).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from bench.sim.trace import TraceDemand
+from extender.placement.policies.fgd import node_model
+
+REASONS = ("sliver", "multi", "cpu", "model", "other")
+SHAPES = ("share", "one", "multi")
+# the partly used GPUs: how many, and the free milli on those at least half empty
+SHARED = ("shared_gpus", "half_empty")
+MILLI = 1000
+
+
+def pod_shape(d: TraceDemand) -> str:
+    return "share" if d.gpu_milli < MILLI else "one" if d.num_gpu == 1 else "multi"
+
+
+def breakdown(sim, failed: list[TraceDemand]) -> dict[str, float]:
+    """GPUs of free capacity per reason (``REASONS`` or ``unused``) and failed GPU request per
+    pod shape (``failed_<shape>``), for a ``SimCluster`` and the GPU pods that failed so far."""
+    st, host = sim.state, sim.host
+    free = st.milli_free.astype(np.float64)
+    out = {r: 0.0 for r in (*REASONS, "unused")}
+    shapes = Counter()
+    for d in failed:
+        shapes[pod_shape(d)] += d.gpu_request
+    out.update({f"failed_{s}": shapes[s] / MILLI for s in SHAPES})
+    partly = (free > 0) & (st.milli_used > 0)
+    out["shared_gpus"] = float(partly.sum())
+    out["half_empty"] = float(free[partly & (free >= MILLI // 2)].sum()) / MILLI
+    groups = Counter((d.cpu_milli, d.host_mem_mib, d.num_gpu, d.gpu_milli, d.allowed_models)
+                     for d in failed if d.gpu_request)
+    if not groups:
+        out["unused"] = float(free.sum()) / MILLI
+        return out
+    keys = list(groups)
+    weight = np.array([groups[k] * k[2] * k[3] for k in keys], dtype=np.float64)
+    weight /= weight.sum()
+    cpu = np.array([k[0] for k in keys])
+    mem = np.array([k[1] for k in keys])
+    num = np.array([k[2] for k in keys])
+    milli = np.array([k[3] for k in keys])
+    nodes = np.arange(len(st.node_names))
+    model = node_model(st, nodes)
+    model_ok = np.ones((len(nodes), len(keys)), dtype=bool)
+    for j, k in enumerate(keys):
+        if k[4] is not None:
+            allowed = [i for i, m in enumerate(st.models) if m in k[4]]
+            model_ok[:, j] = np.isin(model, allowed)
+    host_ok = (host.cpu_left[:, None] >= cpu) & (host.mem_left[:, None] >= mem)
+    untouched = st.milli_used == 0
+    free_count = np.bincount(st.gpu_node, weights=untouched, minlength=len(nodes))
+    gpus = np.flatnonzero(free > 0)
+    g_node = st.gpu_node[gpus]
+    needs_whole = milli >= MILLI
+    size_ok = np.where(needs_whole, untouched[gpus, None], free[gpus, None] >= milli)
+    count_ok = (num <= 1) | (free_count[g_node, None] >= num)
+    reason = np.full((len(gpus), len(keys)), len(REASONS) - 1)  # other
+    # Later checks overwrite earlier ones: the first reason of the module doc wins.
+    checks = {"cpu": host_ok[g_node], "multi": count_ok, "sliver": size_ok,
+              "model": model_ok[g_node]}
+    for name, ok in checks.items():
+        reason = np.where(~ok, REASONS.index(name), reason)
+    share = free[gpus, None] * weight[None, :]
+    for code, name in enumerate(REASONS):
+        out[name] = float(share[reason == code].sum()) / MILLI
+    return out
+
+
+def table(runs: list) -> pd.DataFrame:
+    """Mean breakdown per workload and policy over the runs that carry one (``FgdRun``s)."""
+    rows = []
+    keys = sorted({(r.workload, r.policy) for r in runs if "losses" in r.extra})
+    for workload, policy in keys:
+        mine = [r for r in runs if (r.workload, r.policy) == (workload, policy)
+                and "losses" in r.extra]
+        row = {"workload": workload, "policy": policy, "seeds": len(mine),
+               "unalloc_gpus": float(np.mean([r.unallocated_gpus_100 for r in mine]))}
+        for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES), *SHARED):
+            row[k] = float(np.mean([r.extra["losses"].get(k, 0.0) for r in mine]))
+        bounds = [r.extra.get("unallocated_lower_bound_gpus") for r in mine]
+        row["lower_bound"] = float(np.mean(bounds)) if None not in bounds else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def against(tab: pd.DataFrame, policy: str = "sparse", base: str = "fgd") -> pd.DataFrame:
+    """``policy`` minus ``base`` per workload (GPUs; negative = policy leaves fewer there)."""
+    rows = []
+    for workload in sorted(set(tab["workload"])):
+        a = tab[(tab.workload == workload) & (tab.policy == policy)]
+        b = tab[(tab.workload == workload) & (tab.policy == base)]
+        if not len(a) or not len(b):
+            continue
+        cols = [c for c in tab.columns if c not in ("workload", "policy", "seeds",
+                                                    "lower_bound")]
+        row = {"workload": workload}
+        row.update({c: float(a[c].iloc[0] - b[c].iloc[0]) for c in cols})
+        rows.append(row)
+    return pd.DataFrame(rows)

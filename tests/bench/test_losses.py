@@ -1,0 +1,86 @@
+"""Loss breakdown: each free GPU is charged to the reason the failed pods could not use it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.sim import losses
+from bench.sim.cluster import SimCluster
+from extender.placement.policies import make_policy
+
+
+@pytest.fixture
+def sim():
+    # a: 2 x T4, little CPU; b: 4 x G2; c: 8 x G2
+    nodes = pd.DataFrame({"sn": ["a", "b", "c"], "cpu_milli": [8000, 64000, 96000],
+                          "memory_mib": 262144, "gpu": [2, 4, 8], "model": ["T4", "G2", "G2"]})
+    return SimCluster(nodes, ["a", "b", "c"], make_policy("best-fit"))
+
+
+def put(sim, uid, num, milli, cpu=1000, spec=""):
+    placed = sim.schedule(sim.demand(uid, cpu, 1024, num, milli, spec))
+    assert placed is not None
+    return placed
+
+
+def test_each_free_gpu_is_charged_to_why_the_failed_pods_could_not_use_it(sim):
+    put(sim, "cpu-eater", 1, 1000, cpu=7000, spec="T4")  # a: one GPU left, 1000 CPU left
+    for i in range(3):
+        put(sim, f"w{i}", 1, 1000, spec="G2")  # 3 of b's 4 GPUs (best fit)
+    put(sim, "s", 1, 700, spec="G2")  # b's last GPU: a 300 sliver
+    for i in range(7):
+        put(sim, f"c{i}", 1, 1000, spec="G2")  # c: one GPU left
+    assert [p.node for p in sim.placed.values()] == [0, 1, 1, 1, 1, *[2] * 7]
+    free = sim.state.milli_free.sum() / 1000
+    failed = [sim.demand("big", 4000, 1024, 2, 1000, "")]  # 2 GPUs, 4000 CPU: fits nowhere
+    assert sim.candidates(failed[0]).size == 2  # b and c have the CPU
+    out = losses.breakdown(sim, failed)
+    assert out["failed_multi"] == 2.0
+    assert out["sliver"] == pytest.approx(0.3)
+    # the whole GPU on the node with CPU left is stranded (1 of 2 needed), a's lacks CPU too
+    # but its GPU count would not do either: count comes before CPU
+    assert out["multi"] == pytest.approx(free - 0.3)
+    assert out["cpu"] == 0.0
+    one = [sim.demand("one", 4000, 1024, 1, 1000, "")]
+    out = losses.breakdown(sim, one)
+    assert out["cpu"] == pytest.approx(1.0)  # node a's free GPU: CPU-bound
+    assert out["sliver"] == pytest.approx(0.3)
+    assert out["multi"] == 0.0
+    model = [sim.demand("t4", 500, 1024, 1, 500, "T4")]
+    out = losses.breakdown(sim, model)
+    assert out["model"] == pytest.approx(free - sim.state.milli_free[:2].sum() / 1000)
+    assert sum(out[r] for r in losses.REASONS) == pytest.approx(free)
+
+
+def test_nothing_failed_means_unused(sim):
+    out = losses.breakdown(sim, [])
+    assert out["unused"] == 14.0 and out["sliver"] == 0.0
+
+
+@pytest.fixture
+def tiny_files(tmp_path):
+    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(4)], "cpu_milli": 32000,
+                          "memory_mib": 262144, "gpu": [2, 4, 8, 8], "model": "G2"})
+    pods = pd.DataFrame({"name": [f"p{i:03d}" for i in range(60)], "cpu_milli": 2000,
+                         "memory_mib": 1024, "num_gpu": [1, 1, 2, 8] * 15,
+                         "gpu_milli": [810, 1000, 1000, 1000] * 15, "gpu_spec": ""})
+    np_, pp = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.to_csv(np_, index=False)
+    pods.to_csv(pp, index=False)
+    return str(np_), str(pp)
+
+
+def test_cli_losses_prints_the_breakdown(tiny_files, tmp_path):
+    nodes, pods = tiny_files
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["losses", "-w", pods, "--nodes", nodes, "-p", "fgd",
+                                    "-p", "best-fit", "--seeds", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "| sliver | multi | cpu | model |" in res.output
+    assert "best-fit minus fgd" in res.output
+    assert "Where the unallocated GPUs sit" in (out / "report.md").read_text()
+    again = CliRunner().invoke(main, ["losses", "--runs", str(out)])
+    assert again.exit_code == 0 and "best-fit minus fgd" in again.output

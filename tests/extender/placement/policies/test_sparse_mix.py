@@ -1,0 +1,107 @@
+"""sparse's own pod mix (a decayed histogram of the pods it scores) and what it protects."""
+
+from __future__ import annotations
+
+import numpy as np
+from builders import gpu_node, inventory
+
+from bench.sim.trace import make_demand
+from extender.interference import default_matrix
+from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
+from extender.placement.policies.fgd import TypicalTasks
+from extender.placement.policies.sparse import Sparse
+from extender.placement.policies.sparse_mix import DemandMix, shape_of
+
+MODELS = {"G2"}
+
+
+def demand(uid, milli=1000, num=1, cpu=4000):
+    return make_demand(uid, cpu, 1024, num, milli, "", MODELS)
+
+
+def place(state, d, policy):
+    """The simulator's and the extender's path: fit, node costs, best node, assignment."""
+    result = fit(state, d, state.node_names)
+    costs = node_costs(state, d, result, policy)
+    if not np.isfinite(costs).any():
+        return None
+    node = result.names[int(np.argmin(costs))]
+    a = assign(state, d, node, policy)
+    state.apply(reservation_for(d, a, state, 0.0, None))
+    return node
+
+
+def test_each_pod_counts_once_and_old_pods_fade():
+    mix = DemandMix(half_life=10, refresh=1000)
+    mix.seed(TypicalTasks.of([(4000, 500, 1, None, 1.0)]))
+    d = demand("a", 1000, 4)
+    mix.observe(d)
+    mix.observe(d)  # node costs, then the assignment: the same pod
+    # the prior is worth one half-life (10 pods), decayed by one pod's step
+    assert np.isclose(mix.popularity()[shape_of(d)], 1 / (1 + 10 * 2 ** -0.1))
+    for i in range(100):
+        mix.observe(demand(f"b{i}", 1000, 4))
+    assert mix.popularity()[(4000, 500, 1, None)] < 0.01
+
+
+def test_multi_gpu_shapes_weigh_by_their_gpu_demand():
+    mix = DemandMix(half_life=1000, refresh=1, weigh="gpus")
+    mix.seed(TypicalTasks.of([(4000, 500, 1, None, 1.0)]))
+    for i in range(200):  # 190 shares of half a GPU, 10 pods of 8 GPUs
+        mix.observe(demand(f"p{i}", 1000, 8) if i % 20 == 0
+                    else demand(f"p{i}", 500))
+    tasks = mix.tasks()
+    eight = float(tasks.p[tasks.num == 8].sum())
+    by_count = mix.popularity()[(4000, 1000, 8, None)]
+    assert by_count < 0.01  # a few pods among the prior's and the shares
+    assert eight > 5 * by_count  # but a large part of the GPUs asked for
+    assert np.isclose(tasks.p.sum(), 1.0)
+
+
+def test_mix_follows_the_pods_it_is_asked_to_place():
+    state = ClusterState.build(inventory(gpu_node("n1", 8, "G2")), default_matrix())
+    policy = Sparse()
+    assert not (policy._mix.tasks().num == 4).any()  # the generic prior has no 4-GPU pods
+    for i in range(300):  # the mix is re-read every 256 pods
+        d = demand(f"q{i}", 1000, 4)
+        node_costs(state, d, fit(state, d, state.node_names), policy)
+    assert (policy._mix.tasks().num == 4).any()
+
+
+def used_nodes(state):
+    return {state.node_names[state.gpu_node[state.gpu_index[g]]]
+            for r in state.reservations.values() for g in r.gpus}
+
+
+def test_multi_gpu_pod_still_finds_a_whole_node_after_a_stream_of_shares():
+    """A policy that has seen 8-GPU pods among the recent ones keeps a node whole through a
+    stream of shares that fits in the other nodes; with FGD's generic mix (no 8-GPU task) it
+    strands two GPUs on every node and the next 8-GPU pod finds no room."""
+    nodes = [gpu_node(f"n{i}", 8, "G2") for i in range(5)]
+    learned = Sparse(_mix=DemandMix(half_life=40, refresh=4))
+    generic = Sparse(adaptive=False)
+    scratch = ClusterState.build(inventory(*nodes), default_matrix())
+    for i in range(40):  # recent pods, scored by the same core call: one in four of 8 GPUs
+        d = demand(f"h{i}", 1000, 8) if i % 4 == 0 else demand(f"h{i}", 400)
+        node_costs(scratch, d, fit(scratch, d, scratch.node_names), learned)
+    outcome = {}
+    for name, policy in (("learned", learned), ("generic", generic)):
+        state = ClusterState.build(inventory(*nodes), default_matrix())
+        for i in range(2):
+            assert place(state, demand(f"b{i}", 1000, 8), policy) is not None
+        for i in range(28):  # 14 GPUs' worth of 400-milli shares on the 24 GPUs left
+            assert place(state, demand(f"s{i}", 400), policy) is not None
+        outcome[name] = (len(used_nodes(state)), place(state, demand("big", 1000, 8), policy))
+    assert outcome["learned"][0] == 4
+    assert outcome["learned"][1] is not None
+    assert outcome["generic"] == (5, None)
+
+
+def test_adaptive_mix_can_be_switched_off():
+    policy = Sparse(adaptive=False)
+    state = ClusterState.build(inventory(gpu_node("n1", 8, "G2")), default_matrix())
+    before = policy._frag.model.tasks
+    d = demand("x", 1000, 4)
+    for _ in range(3):
+        node_costs(state, d, fit(state, d, state.node_names), policy)
+    assert policy._frag.model.tasks is before
