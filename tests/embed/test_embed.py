@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from builders import free_port
 from click.testing import CliRunner
-from conftest import RedisServer
+from redis_server import RedisServer
 
 from embed import layout
 from embed.cache import ReadThrough
