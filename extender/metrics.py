@@ -57,7 +57,31 @@ class Metrics:
             buckets=(0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
             registry=self.registry,
         )
+        self.stages = Histogram(
+            "sparse_extender_stage_duration_seconds",
+            "Time of each verb call by stage: admission (waiting for a slot), read, decode,"
+            " compute (placement), ledger, demand (predictions), kube (API calls), encode.",
+            ["verb", "stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.loop_lag = Histogram(
+            "sparse_extender_event_loop_lag_seconds",
+            "How late the event loop runs a timer: time a ready request waits for the loop.",
+            buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
         self.registry.register(_LedgerCollector(state))
+
+    def observe_stages(self, verb: str, times: dict[str, float]) -> None:
+        """One call's stages; compute is the verb's time less what it waited for."""
+        times = dict(times)
+        inner = times.pop("verb", None)
+        if inner is not None:
+            waited = sum(times.get(k, 0.0) for k in ("ledger", "demand", "kube"))
+            times["compute"] = max(inner - waited, 0.0)
+        for stage, seconds in times.items():
+            self.stages.labels(verb, stage).observe(seconds)
 
     def observe(self, outcome: Outcome) -> None:
         self.decisions.labels(outcome.verb, "ok" if outcome.ok else "rejected").inc()

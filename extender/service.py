@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from extender import stages
 from extender.annotations import ANN_GPU_INVENTORY
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
@@ -224,7 +225,8 @@ class Scheduler:
     # --- demand ---------------------------------------------------------------------------
 
     async def demand_of(self, pod: Pod) -> PodDemand:
-        prediction = await self.demand_source.get(pod.metadata.uid)
+        with stages.stage("demand"):
+            prediction = await self.demand_source.get(pod.metadata.uid)
         demand = pod_demand(pod, prediction)
         self._pending[pod.metadata.uid] = (pod, demand)
         self._pending.move_to_end(pod.metadata.uid)

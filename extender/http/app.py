@@ -100,6 +100,18 @@ async def _expiry_loop(scheduler: Scheduler, interval_s: float) -> None:
             log.exception("reservation expiry failed")
 
 
+LAG_INTERVAL_S = 0.02
+
+
+async def _lag_loop(metrics: Metrics) -> None:
+    """Event-loop lag: how much later than asked a timer fires (work queued ahead of it)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(LAG_INTERVAL_S)
+        metrics.loop_lag.observe(max(loop.time() - started - LAG_INTERVAL_S, 0.0))
+
+
 def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Application:
     prefix = settings.prefix.rstrip("/")
     scheduler = scheduler or build_scheduler(settings)
@@ -136,10 +148,12 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             await scheduler.view()
         app[READY].set()
         expiry = asyncio.create_task(_expiry_loop(scheduler, settings.expire_interval_s))
+        lag = asyncio.create_task(_lag_loop(metrics))
         yield
-        expiry.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await expiry
+        for task in (expiry, lag):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if kube is not None:
             await kube.stop()
         await scheduler.ledger.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from extender import stages
 from extender.binder import BindError, LedgerOnlyBinder
 from extender.demand import PodDemand
 from extender.errors import InvalidDemand, ReservationConflict
@@ -39,7 +40,8 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     except Exception as exc:  # the store failed (unreachable, timed out); reserve rolled back
         return _store_failure(s, args, ref, "booking", exc)
     try:
-        await s.binder.bind(args, reservation)
+        with stages.stage("kube"):
+            await s.binder.bind(args, reservation)
     except BindError as exc:
         await _roll_back(s, args, reservation)
         log.warning("bind %s to %s failed, reservation rolled back: %s", key, args.node, exc)
@@ -54,7 +56,8 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
         return BindingResult(Error=f"binding {key} to {args.node}: outcome unknown ({exc});"
                                    " the booking expires unless the pod is bound")
     try:
-        confirmed = await s.confirm(args.pod_uid)
+        with stages.stage("ledger"):
+            confirmed = await s.confirm(args.pod_uid)
     except Exception as exc:
         if isinstance(s.binder, LedgerOnlyBinder):  # no cluster: the booking is the binding
             await _roll_back(s, args, reservation)
@@ -106,7 +109,8 @@ async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:
 
 async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float | None]:
     """Book the pod's GPUs on ``args.node``; returns the booking and its interference loss."""
-    existing = await s.ledger.get(args.pod_uid)
+    with stages.stage("ledger"):
+        existing = await s.ledger.get(args.pod_uid)
     if existing is not None:
         if existing.node == args.node:
             return existing, None  # a retried bind: book nothing twice
@@ -126,7 +130,8 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
         )
     last = ""
     for _ in range(BIND_ATTEMPTS):
-        state = await s.view()
+        with stages.stage("ledger"):
+            state = await s.view()
         choice = assign(state, demand, args.node, s.policy)
         if choice is None:
             why = fit(state, demand, [args.node])
@@ -135,7 +140,8 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
         reservation = reservation_for(demand, choice, state, s.clock(), s.reservation_ttl_s)
         capacities = state.capacities(reservation.gpus)
         try:
-            version = await s.ledger.reserve(reservation, capacities)
+            with stages.stage("ledger"):
+                version = await s.ledger.reserve(reservation, capacities)
         except ReservationConflict as exc:
             last = str(exc)
             continue  # the next view() replays what the other replica booked

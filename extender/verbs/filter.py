@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from extender import protocol
+from extender import protocol, stages
 from extender.demand import wants_gpu
 from extender.errors import InvalidDemand
 from extender.outcome import Outcome
@@ -39,7 +39,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         reason = f"invalid GPU request: {exc}"
         s.notify(Outcome("filter", *pod_ref(pod), False, reason))
         return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
-    state = s.own_excluded(await s.view(), demand.uid)
+    with stages.stage("ledger"):
+        view = await s.view()
+    state = s.own_excluded(view, demand.uid)
     result = fit(state, demand, args.node_names)
     fitting = np.flatnonzero(result.fits)
     passed = [result.names[i] for i in fitting]
