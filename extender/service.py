@@ -40,6 +40,7 @@ from extender.verbs import bind as bind_verb
 from extender.verbs import filter as filter_verb
 from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
+from extender.verbs.costcache import CachedPolicy, CostCache
 
 __all__ = ["Outcome", "Scheduler"]
 
@@ -98,6 +99,7 @@ class Scheduler:
         # A request's Nodes.items may change the inventory only when the operator opts in.
         self.trust_request_inventory = trust_request_inventory
         self.cycle_costs = CycleCosts()
+        self.cost_cache = CostCache()
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
@@ -115,6 +117,11 @@ class Scheduler:
 
     async def preempt(self, args: PreemptionArgs) -> PreemptionResult:
         return await preempt_verb.run(self, args)
+
+    @property
+    def costing_policy(self) -> Policy:
+        """The policy with its costs cached across pods of one shape (verbs.costcache)."""
+        return CachedPolicy(self.policy, self.cost_cache)
 
     # --- state ----------------------------------------------------------------------------
 

@@ -44,11 +44,12 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     state = s.own_excluded(view, demand.uid)
     result = fit(state, demand, args.node_names)
     fitting = np.flatnonzero(result.fits)
-    passed = [result.names[i] for i in fitting]
+    names = result.names
+    passed = [names[i] for i in fitting.tolist()]  # Python ints: indexing with NumPy's is slow
     if not passed:
         why = summarize(result.failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))
     elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
         s.cycle_costs.put(demand.uid, s.clock(), passed,
-                          node_costs(state, demand, result, s.policy)[fitting])
+                          node_costs(state, demand, result, s.costing_policy)[fitting])
     return protocol.filter_result(passed, result.failed, result.unresolvable, args)

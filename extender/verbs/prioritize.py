@@ -41,7 +41,7 @@ async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
         view = await s.view()
     state = s.own_excluded(view, demand.uid)
     result = fit(state, demand, args.node_names)
-    scores = scores_from_costs(node_costs(state, demand, result, s.policy))
+    scores = scores_from_costs(node_costs(state, demand, result, s.costing_policy))
     if len(result.names) == len(args.node_names):  # every candidate known: same order
         return [HostPriority(Host=n, Score=sc) for n, sc in zip(result.names, scores,
                                                                 strict=True)]

@@ -1,0 +1,123 @@
+"""The policy's per-GPU costs, kept per pod shape and recomputed only where bookings changed.
+
+Replicas of one job ask for the same thing, and between two of them only the node the last one
+was bound to changes; the policy's costs of a node depend only on that node's GPUs (their
+bookings and the classes on them) and on constants of the inventory. So the costs computed for
+one replica serve the next on every node whose GPUs did not change, and a filter over 500
+candidates costs one node's worth of policy work instead of 500. The answers are the very
+numbers the policy computes (the same element-wise arithmetic on the same inputs); only
+deterministic, node-local policies are cached (``CACHED_POLICIES``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement import ClusterState, Policy
+from extender.placement.fit import GpuMasks, gpu_masks
+
+# Policies whose costs for a node read only that node's GPUs in the ClusterState (and
+# inventory-wide constants): no randomness, no host view, no cross-node term.
+CACHED_POLICIES = frozenset({"sparse", "fgd"})
+WATCHED = ("mem_used", "milli_used", "residents", "class_frac")  # what a booking changes
+
+
+def shape_key(demand: PodDemand) -> Hashable | None:
+    """Everything the policy may read of a demand, without the pod's identity; None when
+    something in it cannot be hashed (then nothing is cached)."""
+    fields = {f.name: getattr(demand, f.name) for f in dataclasses.fields(demand)
+              if f.name not in ("uid", "namespace", "name")}
+    key = (tuple(sorted(fields.items())), getattr(demand, "cpu_milli", 0))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+class _Entry:
+    def __init__(self, n_gpus: int, n_nodes: int) -> None:
+        self.share = np.zeros(n_gpus)
+        self.whole = np.zeros(n_gpus)
+        self.stamp = np.full(n_nodes, -1, dtype=np.int64)  # node stamp the costs were made at
+
+
+class CostCache:
+    def __init__(self, shapes: int = 64) -> None:
+        self.shapes = shapes
+        self._entries: OrderedDict[tuple[int, Hashable], _Entry] = OrderedDict()
+        self._inventory: list[str] | None = None  # the state's GPU list (held: no id reuse)
+        self._seen: dict[str, np.ndarray] = {}
+        self._stamp = np.zeros(0, dtype=np.int64)  # per node, bumped when its GPUs change
+        self._clock = 0
+        self.computed_nodes = 0  # nodes the policy was asked about
+        self.reused_gpus = 0  # GPUs answered from the cache
+
+    def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """``policy.costs(state, demand, masks)``, from the cache where it still holds."""
+        key = shape_key(demand)
+        if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
+                or getattr(state, "host", None) is not None or not len(masks.gpus)):
+            return policy.costs(state, demand, masks)
+        self._track(state)
+        entry_key = (id(policy), key)
+        entry = self._entries.get(entry_key)
+        if entry is None:
+            entry = _Entry(len(state.gpu_uuid), len(state.node_names))
+            self._entries[entry_key] = entry
+            while len(self._entries) > self.shapes:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(entry_key)
+        owners = state.gpu_node[masks.gpus]
+        stale_gpus = entry.stamp[owners] != self._stamp[owners]
+        stale = np.unique(owners[stale_gpus]) if stale_gpus.any() else owners[:0]
+        if len(stale):
+            sub = gpu_masks(state, demand, stale)
+            share, whole = policy.costs(state, demand, sub)
+            entry.share[sub.gpus] = share
+            entry.whole[sub.gpus] = whole
+            entry.stamp[stale] = self._stamp[stale]
+        self.computed_nodes += len(stale)
+        self.reused_gpus += len(masks.gpus) - int(stale_gpus.sum())  # counted in GPUs
+        return entry.share[masks.gpus], entry.whole[masks.gpus]
+
+    def _track(self, state: ClusterState) -> None:
+        """Bump the stamp of every node whose GPUs differ from what was last seen."""
+        if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
+            self._inventory = state.gpu_uuid
+            self._entries.clear()
+            self._seen = {name: getattr(state, name).copy() for name in WATCHED}
+            self._clock += 1
+            self._stamp = np.full(len(state.node_names), self._clock, dtype=np.int64)
+            return
+        changed = np.zeros(len(state.gpu_uuid), dtype=bool)
+        for name in WATCHED:
+            now, seen = getattr(state, name), self._seen[name]
+            diff = now != seen
+            changed |= diff.any(axis=1) if diff.ndim > 1 else diff
+        if changed.any():
+            for name in WATCHED:
+                self._seen[name][changed] = getattr(state, name)[changed]
+            self._clock += 1
+            self._stamp[np.unique(state.gpu_node[changed])] = self._clock
+
+
+class CachedPolicy:
+    """A policy whose ``costs`` go through a CostCache; everything else is the policy's."""
+
+    def __init__(self, policy: Policy, cache: CostCache) -> None:
+        self._policy = policy
+        self._cache = cache
+
+    def costs(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+              ) -> tuple[np.ndarray, np.ndarray]:
+        return self._cache.costs(self._policy, state, demand, masks)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._policy, name)
