@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender import telemetry
@@ -73,6 +73,10 @@ class Metrics:
         )
         self.registry.register(_LedgerCollector(state))
 
+    def watch_cost_reuse(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
+        """``counts``: (cache, result) -> running total, read at scrape time."""
+        self.registry.register(_CostReuseCollector(counts))
+
     def observe_stages(self, verb: str, times: dict[str, float]) -> None:
         """One call's stages; compute is the verb's time less what it waited for."""
         times = dict(times)
@@ -87,6 +91,22 @@ class Metrics:
         self.decisions.labels(outcome.verb, "ok" if outcome.ok else "rejected").inc()
         if outcome.ok and outcome.interference is not None:
             self.interference.observe(outcome.interference)
+
+
+class _CostReuseCollector(Collector):
+    def __init__(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "sparse_extender_cost_reuse",
+            "Placement costs reused instead of recomputed: cycle = prioritize calls answered"
+            " with filter's costs (hit) or not (miss); shape = candidate GPUs whose costs came"
+            " from an earlier pod of the same shape (hit) or nodes recomputed (miss).",
+            labels=["cache", "result"])
+        for (cache, result), value in self._counts().items():
+            family.add_metric([cache, result], value)
+        yield family
 
 
 class _LedgerCollector(Collector):

@@ -59,6 +59,8 @@ class CycleCosts:
         self.size = size
         self.max_age_s = max_age_s
         self._by_uid: OrderedDict[str, tuple[float, list[str], np.ndarray]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
 
     def put(self, uid: str, now: float, passed: list[str], costs: np.ndarray) -> None:
         self._by_uid[uid] = (now, passed, costs)
@@ -69,7 +71,9 @@ class CycleCosts:
     def take(self, uid: str, now: float) -> tuple[list[str], np.ndarray] | None:
         cached = self._by_uid.pop(uid, None)
         if cached is None or now - cached[0] > self.max_age_s:
+            self.misses += 1
             return None
+        self.hits += 1
         return cached[1], cached[2]
 
 

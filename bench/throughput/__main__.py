@@ -221,7 +221,7 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
         click.echo(f"    {'verb':11} {'calls':>6} {'total':>7} " +
                    " ".join(f"{s:>9}" for s in STAGES))
         for verb, row in ext.items():
-            if verb == "event loop":
+            if verb in ("event loop", "reuse"):
                 continue
             click.echo(f"    {verb:11} {int(row['calls']):6d} {row['total_ms']:7.2f} " +
                        " ".join(f"{row.get(s, 0.0):9.3f}" for s in STAGES))
@@ -232,6 +232,13 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
                    f" algorithm took {alg - base_alg:.2f} ms more than stock's, so"
                    f" {max(alg - base_alg - server, 0):.2f} ms per pod are HTTP, JSON on the"
                    " scheduler's side and waiting")
+        reuse = ext.get("reuse", {})
+        if reuse:
+            cycle, shape = reuse.get("cycle", {}), reuse.get("shape", {})
+            asked = cycle.get("hit", 0) + cycle.get("miss", 0)
+            click.echo(f"    prioritize reused filter's costs in {cycle.get('hit', 0):.0f} of"
+                       f" {asked:.0f} calls; shape cache: {shape.get('hit', 0):.0f} candidate"
+                       f" GPUs reused, {shape.get('miss', 0):.0f} nodes recomputed")
         if lag:
             click.echo(f"    event-loop lag: mean {lag['total_ms']:.2f} ms, p99 <="
                        f" {lag['p99']:.1f} ms (a ready request waits as long)")

@@ -82,6 +82,11 @@ def extender_breakdown(before: Samples, after: Samples) -> dict[str, dict[str, f
             if n:
                 row[stage] = ms * n / calls  # per call, also when a stage is not in every call
         out[verb] = row
+    for cache in ("cycle", "shape"):
+        got = {r: after.total("sparse_extender_cost_reuse_total", cache=cache, result=r)
+               - before.total("sparse_extender_cost_reuse_total", cache=cache, result=r)
+               for r in ("hit", "miss")}
+        out.setdefault("reuse", {})[cache] = got
     lag_n, lag_mean = delta_mean_ms(before, after, "sparse_extender_event_loop_lag_seconds")
     if lag_n:
         out["event loop"] = {"calls": lag_n, "total_ms": lag_mean,

@@ -117,6 +117,12 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     scheduler = scheduler or build_scheduler(settings)
     metrics = Metrics(lambda: scheduler.state)
     scheduler.observers.append(metrics.observe)
+    metrics.watch_cost_reuse(lambda: {
+        ("cycle", "hit"): scheduler.cycle_costs.hits,
+        ("cycle", "miss"): scheduler.cycle_costs.misses,
+        ("shape", "hit"): scheduler.cost_cache.reused_gpus,
+        ("shape", "miss"): scheduler.cost_cache.computed_nodes,
+    })
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
         client_max_size=limit,

@@ -65,7 +65,7 @@ class CostCache:
         if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
                 or getattr(state, "host", None) is not None or not len(masks.gpus)):
             return policy.costs(state, demand, masks)
-        self._track(state)
+        self._track(state, masks.gpus)
         entry_key = (id(policy), key)
         entry = self._entries.get(entry_key)
         if entry is None:
@@ -87,8 +87,9 @@ class CostCache:
         self.reused_gpus += len(masks.gpus) - int(stale_gpus.sum())  # counted in GPUs
         return entry.share[masks.gpus], entry.whole[masks.gpus]
 
-    def _track(self, state: ClusterState) -> None:
-        """Bump the stamp of every node whose GPUs differ from what was last seen."""
+    def _track(self, state: ClusterState, gpus: np.ndarray) -> None:
+        """Bump the stamp of every node among ``gpus``' whose GPUs differ from what was last
+        seen of them (GPUs not asked about are compared when they are)."""
         if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
             self._inventory = state.gpu_uuid
             self._entries.clear()
@@ -96,16 +97,16 @@ class CostCache:
             self._clock += 1
             self._stamp = np.full(len(state.node_names), self._clock, dtype=np.int64)
             return
-        changed = np.zeros(len(state.gpu_uuid), dtype=bool)
+        changed = np.zeros(len(gpus), dtype=bool)
         for name in WATCHED:
-            now, seen = getattr(state, name), self._seen[name]
-            diff = now != seen
+            diff = getattr(state, name)[gpus] != self._seen[name][gpus]
             changed |= diff.any(axis=1) if diff.ndim > 1 else diff
         if changed.any():
+            moved = gpus[changed]
             for name in WATCHED:
-                self._seen[name][changed] = getattr(state, name)[changed]
+                self._seen[name][moved] = getattr(state, name)[moved]
             self._clock += 1
-            self._stamp[np.unique(state.gpu_node[changed])] = self._clock
+            self._stamp[np.unique(state.gpu_node[moved])] = self._clock
 
 
 class CachedPolicy:
