@@ -24,7 +24,6 @@ from extender.placement.fit import GpuMasks, gpu_masks
 # Policies whose costs for a node read only that node's GPUs in the ClusterState (and
 # inventory-wide constants): no randomness, no host view, no cross-node term.
 CACHED_POLICIES = frozenset({"sparse", "fgd"})
-WATCHED = ("mem_used", "milli_used", "residents", "class_frac")  # what a booking changes
 
 
 def shape_key(demand: PodDemand) -> Hashable | None:
@@ -44,7 +43,7 @@ class _Entry:
     def __init__(self, n_gpus: int, n_nodes: int) -> None:
         self.share = np.zeros(n_gpus)
         self.whole = np.zeros(n_gpus)
-        self.stamp = np.full(n_nodes, -1, dtype=np.int64)  # node stamp the costs were made at
+        self.stamp = np.zeros(n_nodes, dtype=np.int64)  # node stamps the costs were made at
 
 
 class CostCache:
@@ -52,11 +51,8 @@ class CostCache:
         self.shapes = shapes
         self._entries: OrderedDict[tuple[int, Hashable], _Entry] = OrderedDict()
         self._inventory: list[str] | None = None  # the state's GPU list (held: no id reuse)
-        self._seen: dict[str, np.ndarray] = {}
-        self._stamp = np.zeros(0, dtype=np.int64)  # per node, bumped when its GPUs change
-        self._clock = 0
         self.computed_nodes = 0  # nodes the policy was asked about
-        self.reused_gpus = 0  # GPUs answered from the cache
+        self.reused_gpus = 0  # candidate GPUs answered from the cache
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +61,9 @@ class CostCache:
         if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
                 or getattr(state, "host", None) is not None or not len(masks.gpus)):
             return policy.costs(state, demand, masks)
-        self._track(state, masks.gpus)
+        if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
+            self._inventory = state.gpu_uuid
+            self._entries.clear()
         entry_key = (id(policy), key)
         entry = self._entries.get(entry_key)
         if entry is None:
@@ -74,39 +72,19 @@ class CostCache:
             while len(self._entries) > self.shapes:
                 self._entries.popitem(last=False)
         self._entries.move_to_end(entry_key)
+        # A node's stamp changes with every booking on it (ClusterState.node_stamp).
         owners = state.gpu_node[masks.gpus]
-        stale_gpus = entry.stamp[owners] != self._stamp[owners]
+        stale_gpus = entry.stamp[owners] != state.node_stamp[owners]
         stale = np.unique(owners[stale_gpus]) if stale_gpus.any() else owners[:0]
         if len(stale):
             sub = gpu_masks(state, demand, stale)
             share, whole = policy.costs(state, demand, sub)
             entry.share[sub.gpus] = share
             entry.whole[sub.gpus] = whole
-            entry.stamp[stale] = self._stamp[stale]
+            entry.stamp[stale] = state.node_stamp[stale]
         self.computed_nodes += len(stale)
-        self.reused_gpus += len(masks.gpus) - int(stale_gpus.sum())  # counted in GPUs
+        self.reused_gpus += len(masks.gpus) - int(stale_gpus.sum())
         return entry.share[masks.gpus], entry.whole[masks.gpus]
-
-    def _track(self, state: ClusterState, gpus: np.ndarray) -> None:
-        """Bump the stamp of every node among ``gpus``' whose GPUs differ from what was last
-        seen of them (GPUs not asked about are compared when they are)."""
-        if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
-            self._inventory = state.gpu_uuid
-            self._entries.clear()
-            self._seen = {name: getattr(state, name).copy() for name in WATCHED}
-            self._clock += 1
-            self._stamp = np.full(len(state.node_names), self._clock, dtype=np.int64)
-            return
-        changed = np.zeros(len(gpus), dtype=bool)
-        for name in WATCHED:
-            diff = getattr(state, name)[gpus] != self._seen[name][gpus]
-            changed |= diff.any(axis=1) if diff.ndim > 1 else diff
-        if changed.any():
-            moved = gpus[changed]
-            for name in WATCHED:
-                self._seen[name][moved] = getattr(state, name)[moved]
-            self._clock += 1
-            self._stamp[np.unique(state.gpu_node[moved])] = self._clock
 
 
 class CachedPolicy:
