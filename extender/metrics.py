@@ -71,6 +71,7 @@ class Metrics:
             buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
+        self._stage_children: dict[tuple[str, str], Histogram] = {}
         self.registry.register(_LedgerCollector(state))
 
     def watch_cost_reuse(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
@@ -84,8 +85,12 @@ class Metrics:
         if inner is not None:
             waited = sum(times.get(k, 0.0) for k in ("ledger", "demand", "kube"))
             times["compute"] = max(inner - waited, 0.0)
+        children = self._stage_children
         for stage, seconds in times.items():
-            self.stages.labels(verb, stage).observe(seconds)
+            child = children.get((verb, stage))
+            if child is None:  # labels() costs a lock and a lookup: once per pair
+                child = children[(verb, stage)] = self.stages.labels(verb, stage)
+            child.observe(seconds)
 
     def observe(self, outcome: Outcome) -> None:
         self.decisions.labels(outcome.verb, "ok" if outcome.ok else "rejected").inc()
