@@ -6,12 +6,15 @@ for the prioritize call that follows in the same scheduling cycle.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from extender import protocol, stages
 from extender.demand import wants_gpu
+from extender.demandsource import NoPredictions
 from extender.errors import InvalidDemand
 from extender.outcome import Outcome
 from extender.placement import fit, node_costs
@@ -33,14 +36,23 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     slotted = await gang.filter_slot(s, pod, args)
     if slotted is not None:  # a gang worker goes to its slot's node
         return slotted
+    # With a networked demand source, the ledger is read while the prediction is fetched.
+    early = (None if isinstance(s.demand_source, NoPredictions)
+             else asyncio.ensure_future(s.view()))
     try:
         demand = await s.demand_of(pod)
-    except InvalidDemand as exc:
+    except BaseException as exc:
+        if early is not None:
+            early.cancel()
+            with contextlib.suppress(BaseException):
+                await early
+        if not isinstance(exc, InvalidDemand):
+            raise
         reason = f"invalid GPU request: {exc}"
         s.notify(Outcome("filter", *pod_ref(pod), False, reason))
         return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
-    with stages.stage("ledger"):
-        view = await s.view()
+    with stages.stage("ledger"):  # only what is left to wait for
+        view = await (early if early is not None else s.view())
     state = s.own_excluded(view, demand.uid)
     result = fit(state, demand, args.node_names)
     fitting = np.flatnonzero(result.fits)
