@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 
@@ -152,6 +153,11 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             await kube.start()  # watches Nodes and Pods; rebuilds the ledger before ready
         else:
             await scheduler.view()
+        # What start-up built (inventory, rebuilt ledger, clients) lives as long as the process:
+        # out of the cyclic collector's sight, a full collection no longer walks it (a 0.2 s
+        # pause of the event loop at 5,000 nodes). Reference counting still frees it.
+        gc.collect()  # garbage made so far is freed first, not frozen with the rest
+        gc.freeze()
         app[READY].set()
         expiry = asyncio.create_task(_expiry_loop(scheduler, settings.expire_interval_s))
         lag = asyncio.create_task(_lag_loop(metrics))
