@@ -58,12 +58,61 @@ class Metrics:
             buckets=(0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
             registry=self.registry,
         )
+        self.stages = Histogram(
+            "sparse_extender_stage_duration_seconds",
+            "Time of each verb call by stage: admission (waiting for a slot), read, decode,"
+            " compute (placement), ledger, demand (predictions), kube (API calls), encode.",
+            ["verb", "stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.loop_lag = Histogram(
+            "sparse_extender_event_loop_lag_seconds",
+            "How late the event loop runs a timer: time a ready request waits for the loop.",
+            buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
+        self._stage_children: dict[tuple[str, str], Histogram] = {}
         self.registry.register(_LedgerCollector(state))
+
+    def watch_cost_reuse(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
+        """``counts``: (cache, result) -> running total, read at scrape time."""
+        self.registry.register(_CostReuseCollector(counts))
+
+    def observe_stages(self, verb: str, times: dict[str, float]) -> None:
+        """One call's stages; compute is the verb's time less what it waited for."""
+        times = dict(times)
+        inner = times.pop("verb", None)
+        if inner is not None:
+            waited = sum(times.get(k, 0.0) for k in ("ledger", "demand", "kube"))
+            times["compute"] = max(inner - waited, 0.0)
+        children = self._stage_children
+        for stage, seconds in times.items():
+            child = children.get((verb, stage))
+            if child is None:  # labels() costs a lock and a lookup: once per pair
+                child = children[(verb, stage)] = self.stages.labels(verb, stage)
+            child.observe(seconds)
 
     def observe(self, outcome: Outcome) -> None:
         self.decisions.labels(outcome.verb, "ok" if outcome.ok else "rejected").inc()
         if outcome.ok and outcome.interference is not None:
             self.interference.observe(outcome.interference)
+
+
+class _CostReuseCollector(Collector):
+    def __init__(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "sparse_extender_cost_reuse",
+            "Placement costs reused instead of recomputed: cycle = prioritize calls answered"
+            " with filter's costs (hit) or not (miss); shape = candidate GPUs whose costs came"
+            " from an earlier pod of the same shape (hit) or nodes recomputed (miss).",
+            labels=["cache", "result"])
+        for (cache, result), value in self._counts().items():
+            family.add_metric([cache, result], value)
+        yield family
 
 
 class _LedgerCollector(Collector):

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import numpy as np
 
+from extender import stages
 from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
@@ -46,6 +47,7 @@ from extender.verbs import bind as bind_verb
 from extender.verbs import filter as filter_verb
 from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
+from extender.verbs.costcache import CachedPolicy, CostCache
 
 __all__ = ["Outcome", "Scheduler"]
 
@@ -64,6 +66,8 @@ class CycleCosts:
         self.size = size
         self.max_age_s = max_age_s
         self._by_uid: OrderedDict[str, tuple[float, list[str], np.ndarray]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
 
     def put(self, uid: str, now: float, passed: list[str], costs: np.ndarray) -> None:
         self._by_uid[uid] = (now, passed, costs)
@@ -74,7 +78,9 @@ class CycleCosts:
     def take(self, uid: str, now: float) -> tuple[list[str], np.ndarray] | None:
         cached = self._by_uid.pop(uid, None)
         if cached is None or now - cached[0] > self.max_age_s:
+            self.misses += 1
             return None
+        self.hits += 1
         return cached[1], cached[2]
 
 
@@ -108,6 +114,7 @@ class Scheduler:
         self.trust_request_inventory = trust_request_inventory
         self.cycle_costs = CycleCosts()
         self.locality = locality or LocalityIndex()  # node caches, racks, store shards
+        self.cost_cache = CostCache()
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
@@ -163,6 +170,11 @@ class Scheduler:
         except LedgerUnavailable as exc:  # no node: nothing is evicted for nothing
             self.health.failed(exc)
             return PreemptionResult()
+
+    @property
+    def costing_policy(self) -> Policy:
+        """The policy with its costs cached across pods of one shape (verbs.costcache)."""
+        return CachedPolicy(self.policy, self.cost_cache)
 
     # --- state ----------------------------------------------------------------------------
 
@@ -305,7 +317,8 @@ class Scheduler:
     # --- demand ---------------------------------------------------------------------------
 
     async def demand_of(self, pod: Pod) -> PodDemand:
-        prediction = await self.demand_source.get(pod.metadata.uid)
+        with stages.stage("demand"):
+            prediction = await self.demand_source.get(pod.metadata.uid)
         demand = pod_demand(pod, prediction)
         profile = (pod.metadata.annotations or {}).get(ANN_SOLO_PROFILE)
         if profile and self.profiles is not None:

@@ -1,13 +1,19 @@
 """python -m bench.throughput: pods bound per second, extender vs the stock scheduler.
 
 All pods are created first with the scheduler stopped; the clock runs from the moment the
-scheduler is ready until the last pod is bound, so pod creation does not count.
+scheduler is ready until the last pod is bound, so pod creation does not count. Each scale
+runs the stock scheduler (whole GPUs) first, then the extender with each workload and store,
+on the same fake nodes, and prints where a pod's time goes on both sides.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,12 +28,29 @@ sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests")]  # the e2e har
 import cluster as e2e_cluster  # noqa: E402
 from extender_proc import Extender  # noqa: E402
 
+from bench.throughput.breakdown import (  # noqa: E402
+    STAGES,
+    Samples,
+    extender_breakdown,
+    scheduler_breakdown,
+)
+
 # kube-scheduler's default client QPS (50) would cap the stock scheduler's own Binding calls;
 # both runs get the same generous limits so the comparison is about scheduling.
 CLIENT = {"qps": 500, "burst": 1000}
+# The bench reads kube-scheduler's /metrics without setting up delegated authentication.
+OPEN_PATHS = "/healthz,/readyz,/livez,/metrics"
+WORKLOADS = ("shares", "whole", "mixed")
 
 
-async def create_pods(kubeconfig: str, count: int, shared: bool) -> None:
+def pod_request(workload: str, i: int) -> dict[str, Any]:
+    """shares: 250 milli + 4 GiB; whole: one GPU; mixed: every third pod a whole GPU."""
+    if workload == "whole" or (workload == "mixed" and i % 3 == 0):
+        return {"gpus": 1}
+    return {"milli": 250, "mem_mib": 4000}
+
+
+async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
     from kubernetes_asyncio import client
 
     api = await e2e_cluster.api_client(kubeconfig)
@@ -36,9 +59,24 @@ async def create_pods(kubeconfig: str, count: int, shared: bool) -> None:
         sem = asyncio.Semaphore(16)
 
         async def one(i: int) -> None:
-            kw: dict[str, Any] = ({"milli": 250, "mem_mib": 4000} if shared else {"gpus": 1})
             async with sem:
-                await e2e_cluster.create_pod(core, f"tp-{i:05d}", **kw)
+                await e2e_cluster.create_pod(core, f"tp-{i:05d}", **pod_request(workload, i))
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+
+
+async def create_nodes(kubeconfig: str, count: int, gpus: int) -> None:
+    from kubernetes_asyncio import client
+
+    api = await e2e_cluster.api_client(kubeconfig)
+    async with api:
+        core = client.CoreV1Api(api)
+        sem = asyncio.Semaphore(16)
+
+        async def one(i: int) -> None:
+            async with sem:
+                await e2e_cluster.create_gpu_node(core, f"tp-node-{i:05d}", gpus=gpus,
+                                                  memory_mib=16384)
 
         await asyncio.gather(*(one(i) for i in range(count)))
 
@@ -49,94 +87,217 @@ def unbound_count(c: e2e_cluster.LocalCluster) -> int:
     return len(pods["items"])
 
 
-def verb_times(ext: Extender) -> dict[str, dict[str, float]]:
-    """Per verb: calls and mean seconds inside the extender, from its own /metrics."""
-    import re
+def delete_pods(c: e2e_cluster.LocalCluster) -> None:
+    c.request("DELETE", "/api/v1/namespaces/default/pods", {"gracePeriodSeconds": 0})
+    deadline = time.monotonic() + 120
+    while c.request("GET", "/api/v1/namespaces/default/pods?limit=1")["items"]:
+        if time.monotonic() > deadline:
+            raise RuntimeError("pods not deleted within 2 minutes")
+        time.sleep(0.5)
+
+
+def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
+    if c is not None:  # kube-scheduler's secure port, with the admin token
+        status, body = c._http_get(url, auth=True)
+        return Samples.parse(body.decode(errors="replace") if status == 200 else "")
     import urllib.request
 
-    base = ext.url.rsplit("/scheduler", 1)[0]
-    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, dict[str, float]] = {}
-    for kind in ("sum", "count"):
-        pattern = rf'^sparse_extender_request_duration_seconds_{kind}{{verb="(\w+)"}} (\S+)$'
-        for verb, value in re.findall(pattern, text, flags=re.M):
-            out.setdefault(verb, {})[kind] = float(value)
-    return {v: {"calls": d.get("count", 0.0),
-                "mean_ms": 1000 * d.get("sum", 0.0) / max(d.get("count", 0.0), 1.0)}
-            for v, d in out.items()}
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return Samples.parse(r.read().decode())
 
 
-def run_once(c: e2e_cluster.LocalCluster, nodes: int, gpus: int, pods: int, with_extender: bool,
-             workdir: Path) -> dict:
-    c.reset()
-    click.echo(f"  creating {nodes} nodes ...", err=True)
-    c.create_gpu_nodes(nodes, prefix="tp-node-", gpus=gpus, memory_mib=16384)
+class RedisServer:
+    """A throw-away redis-server on a free port (the Redis store's runs)."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise click.ClickException("redis-server is not installed")
+        (self.port,) = e2e_cluster.free_ports(1)
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise click.ClickException("redis-server did not start")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def flush(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port)) as conn:
+            conn.sendall(b"FLUSHALL\r\n")
+            conn.recv(16)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
+             store: str | None, workdir: Path, profile: Path | None = None) -> dict:
+    """One burst; ``store`` None = the stock scheduler alone."""
+    delete_pods(c)
     ext = None
-    if with_extender:
-        ext = Extender(workdir, c.kubeconfig, name="bench-extender",
-                       extra=("--log-level", "warning")).start()
-        deadline = time.monotonic() + 60
+    if store is not None:
+        ext = Extender(workdir, c.kubeconfig, name="bench-extender", store=store,
+                       extra=("--log-level", "warning")).start(timeout=120)
+        deadline = time.monotonic() + 120
         while len(ext.inspect()["nodes"]) < nodes and time.monotonic() < deadline:
             time.sleep(0.2)
     click.echo(f"  creating {pods} pods ...", err=True)
-    asyncio.run(create_pods(str(c.kubeconfig), pods, shared=with_extender))
+    asyncio.run(create_pods(str(c.kubeconfig), pods, workload))
     overrides = {"clientConnection": {"kubeconfig": str(c.kubeconfig), **CLIENT}}
     try:
-        c.start_scheduler(ext.url if ext else None, overrides=overrides, verbosity=0)
+        c.start_scheduler(ext.url if ext else None, overrides=overrides, verbosity=0,
+                          extra_args=[f"--authorization-always-allow-paths={OPEN_PATHS}"])
+        spy = None
+        if profile is not None and ext is not None and ext.proc is not None:
+            spy = subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
+                 "--rate", "200", "-o", str(profile), "--pid", str(ext.proc.pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sched_url = f"https://127.0.0.1:{c.scheduler_port}/metrics"
+        ext_url = f"{ext.base}/metrics" if ext else None
+        s_before = scrape(sched_url, c)
+        e_before = scrape(ext_url) if ext_url else None
         started = time.monotonic()
-        done, last_report = 0, started
+        done, last_report, half_at = 0, started, None
         while done < pods:
-            time.sleep(0.5)
+            time.sleep(0.25)
             done = pods - unbound_count(c)
+            if half_at is None and 2 * done >= pods:
+                half_at = time.monotonic() - started
             if time.monotonic() - last_report > 5:
                 click.echo(f"    {done}/{pods} bound", err=True)
                 last_report = time.monotonic()
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"only {done}/{pods} pods bound after 10 minutes")
         elapsed = time.monotonic() - started
-        verbs = verb_times(ext) if ext is not None else {}
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            spy.wait(30)
+        s_after = scrape(sched_url, c)
+        out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed,
+                     "median_to_bind_s": half_at,
+                     "scheduler": scheduler_breakdown(s_before, s_after, pods)}
+        if ext_url and e_before is not None:
+            out["extender"] = extender_breakdown(e_before, scrape(ext_url))
     finally:
         c.stop_scheduler()
         if ext is not None:
             ext.stop()
-    out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed}
-    if verbs:
-        out["extender_verbs"] = verbs
     return out
 
 
+def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> None:
+    stock = results["stock kube-scheduler"]
+    click.echo(f"\n{pods} pods on {nodes} nodes x {gpus} GPUs (one run each, same cluster)\n")
+    click.echo(f"  {'run':34} {'pods/s':>7} {'ratio':>6} {'ms/pod':>7} {'median':>7}"
+               f" {'sched alg':>9} {'attempt':>8} {'tries':>6}")
+    for label, r in results.items():
+        s, ratio = r["scheduler"], r["pods_per_s"] / stock["pods_per_s"]
+        click.echo(f"  {label:34} {r['pods_per_s']:7.1f} {ratio:6.2f}"
+                   f" {1000 / r['pods_per_s']:7.2f} {r['median_to_bind_s'] or 0:6.2f}s"
+                   f" {s.get('algorithm_ms', 0):8.2f}  {s.get('attempt_ms', 0):7.2f}"
+                   f" {s.get('attempts_per_pod', 0):6.2f}")
+    click.echo("\n  ms/pod: wall time per bound pod; median: time until half the burst was bound;"
+               "\n  sched alg: kube-scheduler's scheduling algorithm per attempt (in-tree filters"
+               " and\n  scores plus the extender's filter and prioritize round trips); attempt:"
+               " the whole\n  scheduling cycle; tries: attempts per bound pod.")
+    base_alg = stock["scheduler"].get("algorithm_ms", 0.0)
+    for label, r in results.items():
+        ext = r.get("extender")
+        if not ext:
+            continue
+        click.echo(f"\n  {label}: inside the extender, mean ms per call")
+        click.echo(f"    {'verb':11} {'calls':>6} {'total':>7} " +
+                   " ".join(f"{s:>9}" for s in STAGES))
+        for verb, row in ext.items():
+            if verb in ("event loop", "reuse"):
+                continue
+            click.echo(f"    {verb:11} {int(row['calls']):6d} {row['total_ms']:7.2f} " +
+                       " ".join(f"{row.get(s, 0.0):9.3f}" for s in STAGES))
+        server = sum(ext[v]["total_ms"] for v in ("filter", "prioritize") if v in ext)
+        alg = r["scheduler"].get("algorithm_ms", 0.0)
+        lag = ext.get("event loop", {})
+        click.echo(f"    filter+prioritize: {server:.2f} ms in the extender; the scheduling"
+                   f" algorithm took {alg - base_alg:.2f} ms more than stock's, so"
+                   f" {max(alg - base_alg - server, 0):.2f} ms per pod are HTTP, JSON on the"
+                   " scheduler's side and waiting")
+        reuse = ext.get("reuse", {})
+        if reuse:
+            cycle, shape = reuse.get("cycle", {}), reuse.get("shape", {})
+            asked = cycle.get("hit", 0) + cycle.get("miss", 0)
+            click.echo(f"    prioritize reused filter's costs in {cycle.get('hit', 0):.0f} of"
+                       f" {asked:.0f} calls; shape cache: {shape.get('hit', 0):.0f} candidate"
+                       f" GPUs reused, {shape.get('miss', 0):.0f} nodes recomputed")
+        if lag:
+            click.echo(f"    event-loop lag: mean {lag['total_ms']:.2f} ms, p99 <="
+                       f" {lag['p99']:.1f} ms (a ready request waits as long)")
+
+
 @click.command()
-@click.option("--nodes", default=500, show_default=True)
+@click.option("--nodes", "scales", multiple=True, type=int, default=(500,), show_default=True,
+              help="Fake nodes; repeat for several scales.")
 @click.option("--gpus", default=8, show_default=True, help="GPUs per node.")
 @click.option("--pods", default=2000, show_default=True)
+@click.option("--workload", "workloads", multiple=True, type=click.Choice(WORKLOADS),
+              default=("shares", "whole"), show_default=True,
+              help="Pods through the extender: GPU shares, whole GPUs, or mixed; repeatable.")
+@click.option("--store", "stores", multiple=True, type=click.Choice(("memory", "redis")),
+              default=("memory",), show_default=True, help="Extender ledger store; repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/throughput.json"),
               show_default=True)
-def main(nodes: int, gpus: int, pods: int, out: Path) -> None:
-    """Pods bound per second through kube-scheduler: with the sparse extender (GPU shares) and
-    the stock scheduler alone (whole GPUs), on the same fake cluster."""
-    missing = e2e_cluster.missing_binaries()
-    if missing:
+@click.option("--profile", is_flag=True,
+              help="Sample the extender with py-spy during each run (collapsed stacks next to"
+                   " --out).")
+def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ...],
+         stores: tuple[str, ...], out: Path, profile: bool) -> None:
+    """Pods bound per second through kube-scheduler: the stock scheduler alone (whole GPUs),
+    then the sparse extender with each workload and store, on the same fake cluster; with the
+    per-pod breakdown of both sides."""
+    if e2e_cluster.missing_binaries():
         raise click.ClickException("control plane not built: run hack/build-control-plane.sh")
-    results = {}
+    results: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory(prefix="sparse-tp-") as tmp, \
             e2e_cluster.LocalCluster(quiet=True) as c:
-        for label, with_ext in (("stock kube-scheduler, whole GPUs", False),
-                                ("kube-scheduler + sparse extender, GPU shares", True)):
-            click.echo(f"{label}:", err=True)
-            results[label] = run_once(c, nodes, gpus, pods, with_ext, Path(tmp))
-    click.echo(f"\n{pods} pods on {nodes} nodes x {gpus} GPUs\n")
-    for label, r in results.items():
-        click.echo(f"  {label:48} {r['seconds']:7.1f} s  {r['pods_per_s']:7.1f} pods/s")
-    for r in results.values():
-        for verb, v in sorted(r.get("extender_verbs", {}).items()):
-            click.echo(f"    {verb:10} {int(v['calls']):6d} calls  {v['mean_ms']:6.2f} ms mean "
-                       "inside the extender")
-    base, ours = results.values()
-    click.echo(f"\n  ratio extender / stock: {ours['pods_per_s'] / base['pods_per_s']:.2f}"
-               f"  (goal: >= 100 pods/s with the extender)")
+        redis = RedisServer(Path(tmp)) if "redis" in stores else None
+        try:
+            for nodes in scales:
+                c.reset()
+                click.echo(f"creating {nodes} nodes ...", err=True)
+                asyncio.run(create_nodes(str(c.kubeconfig), nodes, gpus))
+                runs: dict[str, dict] = {}
+                plan: list[tuple[str, str, str | None]] = [
+                    ("stock kube-scheduler", "whole", None)]
+                plan += [(f"extender, {w}, {s}", w, s) for s in stores for w in workloads]
+                for label, workload, store in plan:
+                    click.echo(f"{label} ({nodes} nodes):", err=True)
+                    store_url = (redis.url if store == "redis" and redis else store)
+                    if redis is not None:
+                        redis.flush()
+                    stacks = (out.with_name(f"{out.stem}-{nodes}-{workload}-{store}.txt")
+                              if profile and store else None)
+                    if stacks is not None:
+                        stacks.parent.mkdir(parents=True, exist_ok=True)
+                    runs[label] = run_once(c, nodes, pods, workload, store_url, Path(tmp),
+                                           stacks)
+                results[str(nodes)] = runs
+                print_scale(nodes, gpus, pods, runs)
+        finally:
+            if redis is not None:
+                redis.stop()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
+    click.echo(f"\nwritten {out}")
 
 
 if __name__ == "__main__":

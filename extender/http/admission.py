@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
+from extender import stages
 from extender.errors import Overloaded
 
 # The scheduler gives a call 5 s (httpTimeout) in all: waiting longer than this for a slot
@@ -64,7 +65,11 @@ class Admission:
     async def slot(self) -> AsyncIterator[None]:
         self.waiting += 1
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.queue_timeout_s)
+            with stages.stage("admission"):
+                if self._slots.locked():  # wait_for costs a task: only when there is a queue
+                    await asyncio.wait_for(self._slots.acquire(), self.queue_timeout_s)
+                else:
+                    await self._slots.acquire()  # a free slot: returns at once
         except TimeoutError as exc:
             raise Overloaded(
                 f"extender overloaded: {self.in_flight} requests in flight, none finished"

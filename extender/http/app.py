@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 
@@ -99,12 +100,30 @@ async def _expiry_loop(scheduler: Scheduler, interval_s: float) -> None:
             log.exception("reservation expiry failed")
 
 
+LAG_INTERVAL_S = 0.02
+
+
+async def _lag_loop(metrics: Metrics) -> None:
+    """Event-loop lag: how much later than asked a timer fires (work queued ahead of it)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(LAG_INTERVAL_S)
+        metrics.loop_lag.observe(max(loop.time() - started - LAG_INTERVAL_S, 0.0))
+
+
 def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Application:
     prefix = settings.prefix.rstrip("/")
     scheduler = scheduler or build_scheduler(settings)
     metrics = Metrics(lambda: scheduler.state)
     scheduler.observers.append(metrics.observe)
     metrics.registry.register(LedgerHealthCollector(scheduler))
+    metrics.watch_cost_reuse(lambda: {
+        ("cycle", "hit"): scheduler.cycle_costs.hits,
+        ("cycle", "miss"): scheduler.cycle_costs.misses,
+        ("shape", "hit"): scheduler.cost_cache.reused_gpus,
+        ("shape", "miss"): scheduler.cost_cache.computed_nodes,
+    })
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
         client_max_size=limit,
@@ -134,11 +153,17 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             await kube.start()  # watches Nodes and Pods; rebuilds the ledger before ready
         else:
             await scheduler.view()
+        # What start-up built (inventory, rebuilt ledger, clients) lives as long as the process:
+        # out of the cyclic collector's sight, a full collection no longer walks it (a 0.2 s
+        # pause of the event loop at 5,000 nodes). Reference counting still frees it.
+        gc.collect()  # garbage made so far is freed first, not frozen with the rest
+        gc.freeze()
         app[READY].set()
         expiry = asyncio.create_task(_expiry_loop(scheduler, settings.expire_interval_s))
         health = asyncio.create_task(scheduler.health.run(scheduler.ledger))
+        lag = asyncio.create_task(_lag_loop(metrics))
         yield
-        for task in (expiry, health):
+        for task in (expiry, health, lag):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

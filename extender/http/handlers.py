@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from extender import stages
 from extender.errors import InvalidRequest, Overloaded
 from extender.http.admission import BodyHold
 from extender.http.body import read_body
@@ -43,9 +44,13 @@ async def _verb(request: web.Request, verb: str, failed: Callable[[str], Any]) -
     metrics = app[METRICS]
     try:
         admission = app[ADMISSION]
-        async with admission.slot():
-            with admission.bodies.hold() as hold:
-                return await _serve(request, verb, failed, hold)
+        with stages.recording() as times:
+            try:
+                async with admission.slot():
+                    with admission.bodies.hold() as hold:
+                        return await _serve(request, verb, failed, hold)
+            finally:
+                metrics.observe_stages(verb, times)
     except Overloaded as exc:
         metrics.failures.labels(verb, "overloaded").inc()
         return _json(failed(str(exc)))
@@ -54,12 +59,17 @@ async def _verb(request: web.Request, verb: str, failed: Callable[[str], Any]) -
 async def _serve(request: web.Request, verb: str, failed: Callable[[str], Any],
                  hold: BodyHold) -> web.Response:
     app = request.app
-    body = await read_body(request, app[BODY_LIMIT], hold)
+    with stages.stage("read"):
+        body = await read_body(request, app[BODY_LIMIT], hold)
     try:
-        args = await app[DECODER].decode(verb, body)
+        with stages.stage("decode"):
+            args = await app[DECODER].decode(verb, body)
         deadline = None if verb == "bind" else READ_ONLY_DEADLINE_S
         async with asyncio.timeout(deadline):
-            return _json(await getattr(app[SCHEDULER], verb)(args))
+            with stages.stage("verb"):
+                answer = await getattr(app[SCHEDULER], verb)(args)
+        with stages.stage("encode"):
+            return _json(answer)
     except InvalidRequest:
         raise  # malformed: 4xx with the message (middleware)
     except Exception as exc:

@@ -8,6 +8,7 @@ applied again if that GPU comes back.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -16,6 +17,10 @@ from extender.demand import MILLI_PER_GPU
 from extender.interference import InterferenceMatrix
 from extender.inventory import Inventory, NodeGpus
 from extender.ledger.rules import GpuCapacity, Reservation
+
+# Stamps for node contents, unique over every state of the process: two states show the same
+# stamp for a node only when one was copied from the other and that node did not change since.
+_STAMPS = itertools.count(1)
 
 
 def gpu_fraction(milli: int | float) -> float:
@@ -54,6 +59,8 @@ class ClusterState:
         # Solo profiles of pods (extender.interference.profiles.ProfileBook), when an adapter
         # knows them; the sparse policy then scores pairs with the learned model.
         self.profiles = None
+        # Changes on a node's GPUs give it a fresh stamp (caches of per-node results key on it).
+        self.node_stamp = np.full(len(nodes), next(_STAMPS), dtype=np.int64)
         self.reservations: dict[str, Reservation] = {}
         self.orphans: dict[str, Reservation] = {}
         self.version = -1  # ledger version these bookings reflect
@@ -86,7 +93,7 @@ class ClusterState:
     def copy(self) -> ClusterState:
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
-        for name in ("mem_used", "milli_used", "class_frac", "residents"):
+        for name in ("mem_used", "milli_used", "class_frac", "residents", "node_stamp"):
             setattr(other, name, getattr(self, name).copy())
         other.resident_pods = {g: list(pods) for g, pods in self.resident_pods.items()}
         other.reservations = dict(self.reservations)
@@ -112,6 +119,7 @@ class ClusterState:
                     pods.remove(entry)
                 if not pods:
                     self.resident_pods.pop(i, None)
+            self.node_stamp[self.gpu_node[i]] = next(_STAMPS)
 
     def apply(self, reservation: Reservation) -> None:
         if reservation.pod_uid in self.reservations or reservation.pod_uid in self.orphans:

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from extender import stages
 from extender.binder import BindError
 from extender.demand import PodDemand
 from extender.errors import InvalidDemand, LedgerUnavailable, ReservationConflict
@@ -50,7 +51,8 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
         s.notify(Outcome("bind", *ref, True, reservation=reservation))
         return BindingResult()
     try:
-        await asyncio.wait_for(s.binder.bind(args, reservation), s.bind_timeout_s)
+        with stages.stage("kube"):
+            await asyncio.wait_for(s.binder.bind(args, reservation), s.bind_timeout_s)
     except (BindError, TimeoutError) as exc:
         why = str(exc) or f"no answer within {s.bind_timeout_s:g} s"
         await roll_back(s, reservation)
@@ -65,7 +67,8 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
         return BindingResult(Error=f"binding {key} to {args.node}: outcome unknown ({exc});"
                                    " the booking expires unless the pod is bound")
     try:
-        confirmed = await confirm(s, reservation)
+        with stages.stage("ledger"):
+            confirmed = await confirm(s, reservation)
     except LedgerUnavailable as exc:
         if getattr(s.binder, "binds_pods", True):  # pod bound: booking stays, confirmed later
             s.upkeep.confirm_later(args.pod_uid)
@@ -126,7 +129,8 @@ async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:
 
 async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float | None]:
     """Book the pod's GPUs on ``args.node``; returns the booking and its interference loss."""
-    existing = await s.ledger.get(args.pod_uid)
+    with stages.stage("ledger"):
+        existing = await s.ledger.get(args.pod_uid)
     if existing is not None:
         if existing.state == STATE_BOUND:
             if existing.node == args.node:
@@ -150,7 +154,8 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
         )
     last = ""
     for _ in range(BIND_ATTEMPTS):
-        state = await s.view()
+        with stages.stage("ledger"):
+            state = await s.view()
         choice = assign(state, demand, args.node, s.policy)
         if choice is None:
             why = fit(state, demand, [args.node])
@@ -160,7 +165,8 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
                                       s.reservation_ttl_s + s.bind_timeout_s)
         capacities = state.capacities(reservation.gpus)
         try:
-            version, _ = await s.ledger.reserve_change(reservation, capacities)
+            with stages.stage("ledger"):
+                version, _ = await s.ledger.reserve_change(reservation, capacities)
         except ReservationConflict as exc:
             last = str(exc)
             continue  # the next view() replays what the other replica booked

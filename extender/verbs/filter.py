@@ -6,12 +6,15 @@ for the prioritize call that follows in the same scheduling cycle.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from extender import protocol
+from extender import protocol, stages
 from extender.demand import wants_gpu
+from extender.demandsource import NoPredictions
 from extender.errors import InvalidDemand
 from extender.outcome import Outcome
 from extender.placement import fit, node_costs
@@ -34,25 +37,38 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     slotted = await gang.filter_slot(s, pod, args)
     if slotted is not None:  # a gang worker goes to its slot's node
         return slotted
+    # With a networked demand source, the ledger is read while the prediction is fetched.
+    early = (None if isinstance(s.demand_source, NoPredictions)
+             else asyncio.ensure_future(s.view()))
     try:
         demand = await s.demand_of(pod)
         embedding = parse_embedding(pod.metadata.annotations)
-    except InvalidDemand as exc:
+    except BaseException as exc:
+        if early is not None:
+            early.cancel()
+            with contextlib.suppress(BaseException):
+                await early
+        if not isinstance(exc, InvalidDemand):
+            raise
         reason = f"invalid GPU request: {exc}"
         s.notify(Outcome("filter", *pod_ref(pod), False, reason))
         return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
-    state = s.own_excluded(await s.view(), demand.uid)
+    with stages.stage("ledger"):  # only what is left to wait for
+        view = await (early if early is not None else s.view())
+    state = s.own_excluded(view, demand.uid)
     result = fit(state, demand, args.node_names)
     fitting = np.flatnonzero(result.fits)
+    names = result.names
     if embedding is not None and embedding.required:  # opt-in: only the store's racks
-        misses = s.locality.required_misses(embedding, [result.names[i] for i in fitting])
+        misses = s.locality.required_misses(embedding, [names[i] for i in fitting.tolist()])
         result.failed.update(misses)
-        fitting = np.array([i for i in fitting if result.names[i] not in misses], dtype=np.int64)
-    passed = [result.names[i] for i in fitting]
+        fitting = np.array([i for i in fitting.tolist() if names[i] not in misses],
+                           dtype=np.int64)
+    passed = [names[i] for i in fitting.tolist()]  # Python ints: indexing with NumPy's is slow
     if not passed:
         why = summarize(result.failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))
     elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
         s.cycle_costs.put(demand.uid, s.clock(), passed,
-                          node_costs(state, demand, result, s.policy)[fitting])
+                          node_costs(state, demand, result, s.costing_policy)[fitting])
     return protocol.filter_result(passed, result.failed, result.unresolvable, args)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from extender import stages
 from extender.demand import PodDemand, wants_gpu
 from extender.errors import InvalidDemand
 from extender.placement import fit, node_costs, scores_from_costs
@@ -65,10 +66,12 @@ async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
         demand = await s.demand_of(pod)
     except InvalidDemand:
         return zero_scores(args.node_names)
-    state = s.own_excluded(await s.view(), demand.uid)
+    with stages.stage("ledger"):
+        view = await s.view()
+    state = s.own_excluded(view, demand.uid)
     result = fit(state, demand, args.node_names)
     costs = with_locality(s, pod, demand, result.names,
-                          node_costs(state, demand, result, s.policy))
+                          node_costs(state, demand, result, s.costing_policy))
     scores = scores_from_costs(costs)
     if len(result.names) == len(args.node_names):  # every candidate known: same order
         return [HostPriority(Host=n, Score=sc) for n, sc in zip(result.names, scores,

@@ -168,6 +168,12 @@ class FGD:
     def set_workload(self, tasks: TypicalTasks) -> None:
         self.model = FragModel(tasks)
 
+    def cache_epoch(self, state: ClusterState, demand: PodDemand) -> tuple[object, ...]:
+        """What the costs read besides the nodes' own GPUs and the inventory: the typical
+        tasks (a new model with every ``set_workload``), compared by identity by a cost cache
+        (``extender.verbs.costcache``)."""
+        return (self.model,)
+
     def deltas(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:

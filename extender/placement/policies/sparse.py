@@ -91,11 +91,30 @@ class Sparse:
             tasks = self._mix.tasks()
         self._frag.set_workload(tasks)
 
+    def note(self, demand: PodDemand) -> None:
+        """Count the pod in the learned mix (once per pod in a row) and re-read the mix when
+        it is due. ``costs`` does this first; a cost cache that answers without asking the
+        policy calls it itself, so the mix sees every pod either way."""
+        if self.adaptive and self._mix.observe(demand):
+            self._frag.set_workload(self._mix.tasks())
+
+    def cache_epoch(self, state: ClusterState, demand: PodDemand) -> tuple[object, ...] | None:
+        """What this pod's costs read besides the nodes' own GPUs and the inventory, for a
+        cost cache (``extender.verbs.costcache``) to compare by identity: the fragmentation
+        model (replaced whenever the learned mix is re-read or ``set_workload`` is called) and
+        the interference matrix (live pair estimates replace ``state.matrix``). None when the
+        costs read more: with the pod's own solo profile known, the learned pair model reads
+        the residents' profiles, which change without any booking. Call after ``note``."""
+        profiles = state.profiles
+        if (self.interference_weight and profiles is not None
+                and profiles.id_of(demand.uid) >= 0):
+            return None
+        return (self._frag.model, state.matrix)
+
     def costs(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
-        if self.adaptive and self._mix.observe(demand):
-            self._frag.set_workload(self._mix.tasks())
+        self.note(demand)
         gpus = masks.gpus
         zeros = np.zeros(len(gpus))
         share = self.fit_weight * gpu_free_after(state, demand, gpus) if self.fit_weight else zeros

@@ -1,0 +1,131 @@
+"""The policy's per-GPU costs, kept per pod shape and recomputed only where bookings changed.
+
+Replicas of one job ask for the same thing, and between two of them only the node the last one
+was bound to changes; the policy's costs of a node depend only on that node's GPUs (their
+bookings and the classes on them) and on constants of the inventory. So the costs computed for
+one replica serve the next on every node whose GPUs did not change, and a filter over 500
+candidates costs one node's worth of policy work instead of 500. The answers are what the
+policy computes, up to the last bit of a dot product (the interference term's matrix product
+rounds by the length of the block it gets, as the policy's own answer already varies with the
+candidate list); only deterministic, node-local policies are cached (``CACHED_POLICIES``).
+
+Some inputs are global and change without any node's bookings changing: the policy says which
+(``cache_epoch(state, demand)``: objects compared by identity, e.g. sparse's fragmentation model,
+replaced whenever its learned pod mix is re-read or ``set_workload`` is called, and
+``state.matrix``, replaced by live pair estimates). A shape's costs are kept only while every
+one of them is the same object; ``cache_epoch`` answering None (sparse with the pod's own solo
+profile known: the learned pair model reads other pods' profiles) bypasses the cache. A policy
+that learns from the pods it scores (sparse's mix) is told of each pod through ``note`` before
+the epoch is read, also when nothing is recomputed. Memory: two floats per GPU per shape kept
+(32 shapes: 20 MB at 40,000 GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement import ClusterState, Policy
+from extender.placement.fit import GpuMasks, gpu_masks
+
+# Policies whose costs for a node read only that node's GPUs in the ClusterState (and
+# inventory-wide constants): no randomness, no host view, no cross-node term.
+CACHED_POLICIES = frozenset({"sparse", "fgd"})
+
+
+def shape_key(demand: PodDemand) -> Hashable | None:
+    """Everything the policy may read of a demand, without the pod's identity; None when
+    something in it cannot be hashed (then nothing is cached)."""
+    fields = {f.name: getattr(demand, f.name) for f in dataclasses.fields(demand)
+              if f.name not in ("uid", "namespace", "name")}
+    key = (tuple(sorted(fields.items())), getattr(demand, "cpu_milli", 0))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+class _Entry:
+    def __init__(self, n_gpus: int, n_nodes: int) -> None:
+        self.share = np.zeros(n_gpus)
+        self.whole = np.zeros(n_gpus)
+        self.stamp = np.zeros(n_nodes, dtype=np.int64)  # node stamps the costs were made at
+        self.epoch: tuple[object, ...] = ()  # the policy's global inputs they were made with
+
+    def holds(self, epoch: tuple[object, ...]) -> bool:
+        """Whether the costs were made with these very objects (held: no id reuse)."""
+        return len(epoch) == len(self.epoch) and all(
+            a is b for a, b in zip(epoch, self.epoch, strict=True))
+
+
+class CostCache:
+    def __init__(self, shapes: int = 32) -> None:
+        self.shapes = shapes
+        self._entries: OrderedDict[tuple[int, Hashable], _Entry] = OrderedDict()
+        self._inventory: list[str] | None = None  # the state's GPU list (held: no id reuse)
+        self.computed_nodes = 0  # nodes the policy was asked about
+        self.reused_gpus = 0  # candidate GPUs answered from the cache
+        self.bypassed = 0  # calls the policy's cache_epoch kept out of the cache
+
+    def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """``policy.costs(state, demand, masks)``, from the cache where it still holds."""
+        key = shape_key(demand)
+        if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
+                or getattr(state, "host", None) is not None or not len(masks.gpus)):
+            return policy.costs(state, demand, masks)
+        note = getattr(policy, "note", None)
+        if note is not None:  # first: feeding a learned mix may replace what the epoch reads
+            note(demand)
+        epoch_of = getattr(policy, "cache_epoch", None)
+        epoch = epoch_of(state, demand) if epoch_of is not None else None
+        if epoch is None:  # the costs read more than the nodes' own GPUs: not cacheable
+            self.bypassed += 1
+            return policy.costs(state, demand, masks)
+        if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
+            self._inventory = state.gpu_uuid
+            self._entries.clear()
+        entry_key = (id(policy), key)
+        entry = self._entries.get(entry_key)
+        if entry is None:
+            entry = _Entry(len(state.gpu_uuid), len(state.node_names))
+            self._entries[entry_key] = entry
+            while len(self._entries) > self.shapes:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(entry_key)
+        if not entry.holds(epoch):  # a global input changed: every node is stale
+            entry.stamp[:] = 0
+            entry.epoch = tuple(epoch)
+        # A node's stamp changes with every booking on it (ClusterState.node_stamp).
+        owners = state.gpu_node[masks.gpus]
+        stale_gpus = entry.stamp[owners] != state.node_stamp[owners]
+        stale = np.unique(owners[stale_gpus]) if stale_gpus.any() else owners[:0]
+        if len(stale):
+            sub = gpu_masks(state, demand, stale)
+            share, whole = policy.costs(state, demand, sub)
+            entry.share[sub.gpus] = share
+            entry.whole[sub.gpus] = whole
+            entry.stamp[stale] = state.node_stamp[stale]
+        self.computed_nodes += len(stale)
+        self.reused_gpus += len(masks.gpus) - int(stale_gpus.sum())
+        return entry.share[masks.gpus], entry.whole[masks.gpus]
+
+
+class CachedPolicy:
+    """A policy whose ``costs`` go through a CostCache; everything else is the policy's."""
+
+    def __init__(self, policy: Policy, cache: CostCache) -> None:
+        self._policy = policy
+        self._cache = cache
+
+    def costs(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+              ) -> tuple[np.ndarray, np.ndarray]:
+        return self._cache.costs(self._policy, state, demand, masks)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._policy, name)

@@ -1,0 +1,206 @@
+"""The cost cache answers exactly what the policy computes, as bookings come and go."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from builders import pod
+
+from bench.latency.cluster import half_occupancy, synthetic_inventory
+from extender.demand import pod_demand
+from extender.interference import InterferenceMatrix, default_matrix
+from extender.interference.pairmodel import default_pair_model
+from extender.interference.profiles import ProfileBook
+from extender.placement import ClusterState, assign, fit, make_policy, node_costs, reservation_for
+from extender.placement.policies.fgd import TypicalTasks
+from extender.placement.policies.sparse import Sparse
+from extender.placement.policies.sparse_mix import DemandMix
+from extender.protocol import pod_from_dict
+from extender.verbs.costcache import CachedPolicy, CostCache
+
+
+@pytest.mark.parametrize("policy_name", ["sparse", "fgd", "best-fit"])
+def test_cached_costs_equal_the_policy_through_bookings_and_releases(policy_name: str) -> None:
+    rng = random.Random(7)
+    inv = synthetic_inventory(40, 4)
+    state = ClusterState.build(inv, default_matrix(), half_occupancy(inv, 0.3))
+    policy = make_policy(policy_name)
+    cache = CostCache()
+    cached = CachedPolicy(policy, cache)
+    names = sorted(inv.nodes)
+    shapes = [dict(mem=2048, milli=200, job_class="cnn"), dict(mem=4096, milli=300),
+              dict(gpus=1), dict(gpus=2), dict(mem=1024, milli=100, job_class="recommendation")]
+    booked: list[str] = []
+    for step in range(120):
+        demand = pod_demand(pod_from_dict(pod(**rng.choice(shapes))))
+        candidates = rng.sample(names, rng.randint(1, len(names)))
+        view = state
+        if step % 7 == 0:  # own_excluded hands in copies without the pod's own booking
+            view = state.copy()
+            if booked:
+                view.unapply(booked[-1])
+        result = fit(view, demand, candidates)
+        expected = node_costs(view, demand, result, policy)
+        # Equal up to the last bit of a dot product: the interference term's matrix product
+        # rounds by the length of the block it is given (so does the policy's own answer,
+        # which varies with the candidate list in the same way).
+        np.testing.assert_allclose(node_costs(view, demand, result, cached), expected,
+                                   rtol=1e-12, atol=1e-12)
+        fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
+        if booked and rng.random() < 0.3:
+            state.unapply(booked.pop(rng.randrange(len(booked))))
+        elif fitting:
+            choice = assign(state, demand, rng.choice(fitting), policy)
+            assert choice is not None
+            r = reservation_for(demand, choice, state, 0.0, None)
+            state.apply(r)
+            booked.append(r.pod_uid)
+    if policy_name in ("sparse", "fgd"):
+        assert cache.reused_gpus > 4 * cache.computed_nodes  # it did save work
+
+
+def test_a_new_inventory_starts_afresh() -> None:
+    inv = synthetic_inventory(10, 2)
+    policy = make_policy("sparse")
+    cache = CostCache()
+    demand = pod_demand(pod_from_dict(pod(mem=2048, milli=200)))
+    for occupancy in (0.2, 0.6):
+        state = ClusterState.build(inv, default_matrix(), half_occupancy(inv, occupancy))
+        result = fit(state, demand, sorted(inv.nodes))
+        np.testing.assert_allclose(
+            node_costs(state, demand, result, CachedPolicy(policy, cache)),
+            node_costs(state, demand, result, policy), rtol=1e-12, atol=1e-12)
+
+
+# --- inputs that change without any node's bookings changing --------------------------------
+
+def _fresh(policy, state, demand, candidates):
+    """What the policy itself answers now (its own ``costs``, no cache)."""
+    return node_costs(state, demand, fit(state, demand, candidates), policy)
+
+
+def _cached(policy, cache, state, demand, candidates):
+    return node_costs(state, demand, fit(state, demand, candidates), CachedPolicy(policy, cache))
+
+
+def _share(uid: str, milli: int, job_class: str = "cnn"):
+    return pod_demand(pod_from_dict(pod(mem=2048, milli=milli, job_class=job_class, uid=uid)))
+
+
+def _cluster():
+    inv = synthetic_inventory(30, 4)
+    return inv, ClusterState.build(inv, default_matrix(), half_occupancy(inv, 0.4))
+
+
+def test_a_relearned_mix_invalidates_the_costs_of_every_shape() -> None:
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    # A mix that forgets fast and is re-read with every pod: the fragmentation term moves.
+    policy = Sparse(_mix=DemandMix(half_life=2.0, refresh=1))
+    cache = CostCache()
+    first = _cached(policy, cache, state, _share("a-0", 300), names)
+    for i in range(6):  # other shapes in between (own cache entries), no booking changes
+        _cached(policy, cache, state, _share(f"b-{i}", 900, "recommendation"), names)
+    again = _share("a-1", 300)  # the first shape again: its entry is still stamped current
+    got = _cached(policy, cache, state, again, names)
+    np.testing.assert_allclose(got, _fresh(policy, state, again, names), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(got, first)  # the mix did change the costs: a stale hit would show
+
+
+def test_set_workload_invalidates_the_cache() -> None:
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    for policy in (make_policy("sparse"), make_policy("fgd")):
+        cache = CostCache()
+        first = _cached(policy, cache, state, _share("c-0", 500), names)
+        policy.set_workload(TypicalTasks.of([(0, 1000, 2, None, 0.5),
+                                             (0, 700, 1, None, 0.5)]))
+        again = _share("c-1", 500)
+        got = _cached(policy, cache, state, again, names)
+        np.testing.assert_allclose(got, _fresh(policy, state, again, names),
+                                   rtol=1e-12, atol=1e-12)
+        assert not np.allclose(got, first)
+
+
+def test_a_new_interference_matrix_invalidates_the_cache() -> None:
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    policy = Sparse(adaptive=False)
+    cache = CostCache()
+    first = _cached(policy, cache, state, _share("d-0", 400), names)
+    prior = state.matrix  # live pair estimates replace the matrix object (LivePairs)
+    state.matrix = InterferenceMatrix(prior.classes, prior.norm ** 4)
+    again = _share("d-1", 400)
+    got = _cached(policy, cache, state, again, names)
+    np.testing.assert_allclose(got, _fresh(policy, state, again, names), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(got, first)
+
+
+def test_a_pod_with_a_known_profile_bypasses_the_cache() -> None:
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    book = state.profiles = ProfileBook(default_pair_model())
+    policy = Sparse(adaptive=False)
+    cache = CostCache()
+    _cached(policy, cache, state, _share("e-0", 400), names)  # no profile: cached
+    assert cache.bypassed == 0
+    # Residents gain profiles (no booking changes); a pod with its own profile is priced by the
+    # learned pair model, which reads them: never from the cache.
+    for uid in list(state.reservations)[:20]:
+        book.add(uid, (80.0, 30.0, 4000.0))
+    mine = _share("e-1", 400)
+    book.add(mine.uid, (60.0, 20.0, 3000.0))
+    got = _cached(policy, cache, state, mine, names)
+    np.testing.assert_allclose(got, _fresh(policy, state, mine, names), rtol=1e-12, atol=1e-12)
+    assert cache.bypassed == 1
+
+
+def test_the_mix_sees_every_pod_when_the_cache_answers() -> None:
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    plain, through_cache = Sparse(), Sparse()
+    cache = CostCache()
+    for i in range(40):
+        d = _share(f"f-{i}", 300 if i % 3 else 700)
+        _fresh(plain, state, d, names)
+        _cached(through_cache, cache, state, d, names)
+    assert cache.reused_gpus > 0
+    assert plain._mix.popularity() == through_cache._mix.popularity()
+
+
+async def test_scheduler_filters_price_with_the_current_mix_and_matrix() -> None:
+    """Two filters of one shape, the mix and then the matrix changed in between: the costs
+    filter keeps for prioritize are what the policy computes now."""
+    from builders import gpu_node, inventory
+
+    from extender.ledger.memory import MemoryLedger
+    from extender.protocol import decode_extender_args, encode
+    from extender.service import Scheduler
+
+    policy = Sparse()
+    s = Scheduler(inventory=inventory(*(gpu_node(f"gpu-{i}", 4) for i in range(6))),
+                  ledger=MemoryLedger(), matrix=default_matrix(), policy=policy)
+    names = [f"gpu-{i}" for i in range(6)]
+
+    async def filtered(uid: str) -> np.ndarray:
+        body = pod(mem=2048, milli=300, job_class="cnn", uid=uid)
+        args = decode_extender_args(encode({"Pod": body, "NodeNames": names}))
+        await s.filter(args)
+        passed, costs = s.cycle_costs.take(uid, s.clock())
+        state = s.own_excluded(await s.view(), uid)
+        demand = s.pending_demand(uid)
+        expected = _fresh(policy, state, demand, passed)
+        np.testing.assert_allclose(costs, expected, rtol=1e-12, atol=1e-12)
+        return costs
+
+    await filtered("g-0")
+    policy.set_workload(TypicalTasks.of([(0, 1000, 4, None, 1.0)]))
+    await filtered("g-1")
+    prior = s.matrix
+    s.matrix = s.state.matrix = InterferenceMatrix(prior.classes, prior.norm ** 4)
+    await filtered("g-2")
+    assert s.cost_cache.reused_gpus == 0  # every filter above had to recompute
+    await filtered("g-3")
+    assert s.cost_cache.reused_gpus > 0  # nothing changed since: reused
