@@ -77,10 +77,12 @@ async def test_ledger_follows_a_failover_with_a_password_file(sentinels, tmp_pat
         assert all(error == "" for _, error in before)
         sentinels.wait_replicas_synced()
         sentinels.failover()
-        assert await s.health.check(ledger)  # the periodic ping: it notices the new master
-        assert ledger.disruptions > 0
+        # The periodic ping heals without a restart; whether it or the first write is what
+        # meets the new master depends on when the old one drops its clients.
+        assert await s.health.check(ledger)
         after = [await place(s, mem=1000, milli=100) for _ in range(3)]
         assert all(error == "" for _, error in after)
+        assert ledger.disruptions > 0  # the move was seen, so the view was re-read
         state = await s.view()
         _, held = await ledger.snapshot()
         assert set(held) == {uid for uid, _ in before + after} == set(state.reservations)
