@@ -82,7 +82,8 @@ async def test_ledger_follows_a_failover_with_a_password_file(sentinels, tmp_pat
         assert await s.health.check(ledger)
         after = [await place(s, mem=1000, milli=100) for _ in range(3)]
         assert all(error == "" for _, error in after)
-        assert ledger.disruptions > 0  # the move was seen, so the view was re-read
+        # Replicas were in sync, so whether the client noticed the move (a re-read) or simply
+        # reconnected to the new master, the view must equal what the new master holds.
         state = await s.view()
         _, held = await ledger.snapshot()
         assert set(held) == {uid for uid, _ in before + after} == set(state.reservations)
