@@ -2,10 +2,8 @@
 every reservation, or changes nothing. Same keys, amounts and change log as a single reserve
 (``extender.ledger.redis``), so replicas following the log see a gang as N ordinary changes.
 
-Self-contained (its own ``changed`` and ``drop``, all keys in KEYS order res, mem, milli, exp,
-ver, log) so it does not depend on how the single-booking scripts are assembled. ARGV[1] is
-an optional epoch base: when non-empty and ``ver`` does not exist yet, numbering starts there
-('' keeps the counter's plain start at 0). Then: the number of released UIDs and the UIDs; the
+It shares ``changed`` and ``drop`` with the single-booking scripts (``extender.ledger.scripts``:
+the same six KEYS, ARGV[1] the epoch base). Then: the number of released UIDs and the UIDs; the
 number of reservations, then per reservation ``uid, doc, deadline, n`` and ``n`` times
 ``gpu, mem, milli, cap_mem, cap_milli``.
 -> {'ok', version} | {'exists', uid} | {'conflict', gpu, unit, free}
@@ -16,39 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from extender.ledger.rules import GpuCapacity, Reservation, to_json
+from extender.ledger.scripts import CHANGED, DROP
 
-LOG_MAX = 10_000
-
-RESERVE_MANY = f"""
-local res, mem, milli, exp, ver, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local function changed(uid, doc)
-  if ARGV[1] ~= '' and redis.call('EXISTS', ver) == 0 then redis.call('SET', ver, ARGV[1]) end
-  local v = redis.call('INCR', ver)
-  pcall(redis.call, 'XADD', log, 'MAXLEN', '~', {LOG_MAX}, string.format('%d-0', v),
-        'uid', uid, 'doc', doc)
-  return v
-end
-local function drop(uid)
-  local doc = redis.call('HGET', res, uid)
-  if not doc then return nil end
-  for _, a in ipairs(cjson.decode(doc)['allocations']) do
-    local m = redis.call('HINCRBY', mem, a['gpu'], string.format('%d', -a['mem_mib']))
-    local c = redis.call('HINCRBY', milli, a['gpu'], string.format('%d', -a['milli']))
-    if m == 0 and c == 0 then
-      redis.call('HDEL', mem, a['gpu'])
-      redis.call('HDEL', milli, a['gpu'])
-    end
-  end
-  redis.call('HDEL', res, uid)
-  redis.call('ZREM', exp, uid)
-  return doc
-end
+RESERVE_MANY = CHANGED + DROP + """
+local res, mem, milli, exp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local p = 2
-local released = {{}}
+local released = {}
 for i = 1, tonumber(ARGV[p]) do released[i] = ARGV[p + i] end
 p = p + #released + 1
 -- pending amounts per GPU: minus what the released bookings hold, plus what is booked here
-local d_mem, d_milli = {{}}, {{}}
+local d_mem, d_milli = {}, {}
 for _, uid in ipairs(released) do
   local doc = redis.call('HGET', res, uid)
   if doc then
@@ -62,7 +37,7 @@ local nres = tonumber(ARGV[p])
 p = p + 1
 local first = p
 for i = 1, nres do
-  if redis.call('HEXISTS', res, ARGV[p]) == 1 then return {{'exists', ARGV[p]}} end
+  if redis.call('HEXISTS', res, ARGV[p]) == 1 then return {'exists', ARGV[p]} end
   local n = tonumber(ARGV[p + 3])
   for j = 0, n - 1 do
     local b = p + 4 + j * 5
@@ -70,10 +45,10 @@ for i = 1, nres do
     local used_mem = tonumber(redis.call('HGET', mem, gpu) or '0') + (d_mem[gpu] or 0)
     local used_milli = tonumber(redis.call('HGET', milli, gpu) or '0') + (d_milli[gpu] or 0)
     if used_mem + tonumber(ARGV[b + 1]) > tonumber(ARGV[b + 3]) then
-      return {{'conflict', gpu, 'MiB', tostring(tonumber(ARGV[b + 3]) - used_mem)}}
+      return {'conflict', gpu, 'MiB', tostring(tonumber(ARGV[b + 3]) - used_mem)}
     end
     if used_milli + tonumber(ARGV[b + 2]) > tonumber(ARGV[b + 4]) then
-      return {{'conflict', gpu, 'milli', tostring(tonumber(ARGV[b + 4]) - used_milli)}}
+      return {'conflict', gpu, 'milli', tostring(tonumber(ARGV[b + 4]) - used_milli)}
     end
     d_mem[gpu] = (d_mem[gpu] or 0) + tonumber(ARGV[b + 1])
     d_milli[gpu] = (d_milli[gpu] or 0) + tonumber(ARGV[b + 2])
@@ -97,7 +72,7 @@ for i = 1, nres do
   v = changed(uid, doc)
   p = p + 4 + n * 5
 end
-return {{'ok', v}}  -- a number: tostring would print 1.7e+15 past an epoch base
+return {'ok', v}  -- a number: tostring would print 1.7e+15 past an epoch base
 """
 
 
