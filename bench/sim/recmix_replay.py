@@ -62,10 +62,6 @@ from extender.protocol import Pod
 OOM_AFTER_S = 120.0
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
 NODE_MEM_MIB = 2 * 1024 * 1024
-ANCHORS = {  # the original system's published makespan ratios to an exclusive scheduler
-    ("high-load", "sparse"): 0.78, ("continuous", "sparse"): 0.85,
-    ("high-load", "kube-shared"): 0.92, ("continuous", "kube-shared"): 0.89,
-}
 
 
 @dataclass

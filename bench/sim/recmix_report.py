@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.sim.recmix_replay import ANCHORS
+from bench.sim.replay import ANCHORS
 from bench.sim.report import _plt, md_table
 
 METRICS = ["makespan", "jct_mean", "jct_p95", "queue_mean", "alloc_mean", "sm_util_mean",
