@@ -18,8 +18,8 @@ from collections.abc import Callable
 import numpy as np
 
 from bench.embed.belady import belady_hits, next_use
-from bench.embed.servers import RedisProc
 from bench.embed.zipf import ZipfIds
+from bench.redis_server import RedisServer
 from embed.store import connect
 
 VALUE = b"\x00" * 16
@@ -55,7 +55,7 @@ def memory_for(c, capacity: int, rows: int) -> int:
 def replay(trace: np.ndarray, bounds: np.ndarray, capacity: int, policy: str,
            rows: int, samples: int = 10) -> dict:
     """Replay through a fresh redis-server bounded to the memory of ``capacity`` keys."""
-    srv = RedisProc("--maxmemory-samples", str(samples))
+    srv = RedisServer(extra=("--maxmemory-samples", str(samples)))
     try:
         c = connect(srv.url)
         c.config_set("maxmemory", str(memory_for(c, capacity, rows)))

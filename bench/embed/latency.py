@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bench.embed.servers import RedisProc, Toxiproxy
+from bench.embed.servers import Toxiproxy
 from bench.embed.zipf import ZipfIds
+from bench.redis_server import RedisServer
 from embed.cache import ReadThrough
 from embed.client import EmbeddingClient
 from embed.hot import HotRows
@@ -52,7 +53,7 @@ def run_latency(rows: int = 200_000, dim: int = 64, batch: int = 4096, batches: 
     work = [ids.sample(batch, rng) for _ in range(batches)]
     servers: list = []
     try:
-        store_srv, hit_srv, miss_srv = RedisProc(), RedisProc(), RedisProc()
+        store_srv, hit_srv, miss_srv = (RedisServer(unixsocket=True) for _ in range(3))
         servers += [store_srv, hit_srv, miss_srv]
         proxy = Toxiproxy()
         servers.append(proxy)
