@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,9 @@ def pod_request(workload: str, i: int) -> dict[str, Any]:
     return {"milli": 250, "mem_mib": 4000}
 
 
-async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
+async def _create_many(kubeconfig: str, count: int, create: Callable[[Any, int], Awaitable]
+                       ) -> None:
+    """``create(core_api, i)`` for every i below ``count``, 16 requests in flight."""
     from kubernetes_asyncio import client
 
     api = await e2e_cluster.api_client(kubeconfig)
@@ -59,25 +62,19 @@ async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
 
         async def one(i: int) -> None:
             async with sem:
-                await e2e_cluster.create_pod(core, f"tp-{i:05d}", **pod_request(workload, i))
+                await create(core, i)
 
         await asyncio.gather(*(one(i) for i in range(count)))
+
+
+async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
+    await _create_many(kubeconfig, count, lambda core, i: e2e_cluster.create_pod(
+        core, f"tp-{i:05d}", **pod_request(workload, i)))
 
 
 async def create_nodes(kubeconfig: str, count: int, gpus: int) -> None:
-    from kubernetes_asyncio import client
-
-    api = await e2e_cluster.api_client(kubeconfig)
-    async with api:
-        core = client.CoreV1Api(api)
-        sem = asyncio.Semaphore(16)
-
-        async def one(i: int) -> None:
-            async with sem:
-                await e2e_cluster.create_gpu_node(core, f"tp-node-{i:05d}", gpus=gpus,
-                                                  memory_mib=16384)
-
-        await asyncio.gather(*(one(i) for i in range(count)))
+    await _create_many(kubeconfig, count, lambda core, i: e2e_cluster.create_gpu_node(
+        core, f"tp-node-{i:05d}", gpus=gpus, memory_mib=16384))
 
 
 def unbound_count(c: e2e_cluster.LocalCluster) -> int:
