@@ -375,10 +375,12 @@ def interference_train(out, install, seed, no_cv) -> None:
 
 
 @interference.command("evaluate")
-@click.option("--pairs", "pairs_path", required=True, type=click.Path(exists=True),
+@click.option("--pairs", "pairs_path", required=True,
+              type=click.Path(exists=True, dir_okay=False),
               help="CSV with a_gpu_util, a_mem_util, a_mem_mib, b_gpu_util, b_mem_util, "
               "b_mem_mib, a_speed (utilisations in %, measured solo)")
-@click.option("--model", "model_path", default=None, type=click.Path(exists=True),
+@click.option("--model", "model_path", default=None,
+              type=click.Path(exists=True, dir_okay=False),
               help="model JSON (default: the shipped extender/interference/data/pair_model.json)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def interference_evaluate(pairs_path, model_path, as_json) -> None:
@@ -386,7 +388,10 @@ def interference_evaluate(pairs_path, model_path, as_json) -> None:
     from bench.interference.training import evaluate, read_pairs
     from extender.interference.pairmodel import PairModel, default_pair_model
 
-    model = PairModel.load(model_path) if model_path else default_pair_model()
+    try:
+        model = PairModel.load(model_path) if model_path else default_pair_model()
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise click.ClickException(f"{model_path}: not a pair model ({exc})") from None
     if model is None:
         raise click.ClickException("no shipped pair model; run `sparse-bench interference "
                                    "train --install` or pass --model")
