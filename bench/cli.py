@@ -230,10 +230,14 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               type=click.Choice(["learned", "matrix"]),
               help="rec-mix: what sparse's interference term knows: the learned pair model on "
               "the jobs' solo profiles, or the class matrix alone")
+@click.option("--explain", is_flag=True,
+              help="rec-mix: also print what bounds each run's makespan (bounds, what the GPUs "
+              "held while jobs waited, why placements failed, the last jobs to finish); the "
+              "report has it either way")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--out", default=None, help="results folder (default results/replay-<time>)")
 def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, mix, pad,
-           pad_spread, oom_bump, holdout_rows, interference, workers, out) -> None:
+           pad_spread, oom_bump, holdout_rows, interference, explain, workers, out) -> None:
     """Time replay: queueing, retries, durations, interference slowdowns."""
     from bench.sim.report import write_replay
 
@@ -257,6 +261,10 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
                 for s in parse_seeds(seeds)]
         runs = _run_all(jobs, _recmix_job, workers,
                         lambda j: f"{j[3]['mode']} {j[1]} seed {j[2]}", folder / "runs.jsonl")
+        if explain:
+            from bench.sim.recmix_explain import explain_markdown
+
+            click.echo("\n".join(explain_markdown(runs)))
         click.echo(f"report: {write_recmix(runs, folder, command)}")
         return
     kw = {"nodes_path": nodes, "rec_share": rec_share, "n_jobs": n_jobs, "overload": overload,

@@ -50,6 +50,7 @@ from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs
+from bench.sim.recmix_explain import summarize
 from bench.sim.replay import sample_nodes
 from bench.sim.trace import TraceDemand, load_nodes
 from extender.annotations import RES_GPU_MEM
@@ -85,12 +86,13 @@ class RecMixRun:
     seconds: float
     work_bound: float = float("nan")
     jct: list = field(default_factory=list)
+    explain: dict = field(default_factory=dict)  # bench/sim/recmix_explain.py
 
     def row(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "jct"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("jct", "explain")}
 
     def to_json(self) -> dict:
-        return {**self.row(), "jct": self.jct}
+        return {**self.row(), "jct": self.jct, "explain": self.explain}
 
 
 def split_policy(name: str) -> tuple[str, str | None]:
@@ -184,7 +186,10 @@ def run_recmix(
     load: float = 1.0, oom_bump: float = 1.5, holdout_only: bool = False,
     nodes_path: str | None = None, node_cpu: int = NODE_CPU_MILLI,
     node_mem: int = NODE_MEM_MIB, interference: str = "learned", policy_setup=None,
+    detail: dict | None = None,
 ) -> RecMixRun:
+    """One run. ``detail``, when given, is filled with what the run did per job and why jobs
+    waited (``bench/sim/recmix_explain.py`` reads it); the run is the same either way."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     jobs = build_jobs(n_jobs, rng, mix=mix, pad=pad, pad_spread=pad_spread,
@@ -251,6 +256,7 @@ def run_recmix(
     sm_now = 0.0
     gpu_sm: dict[int, float] = {}
     t_prev = now = 0.0
+    trace = _Trace(len(jobs), n_gpus)
 
     def set_speed(j: int, value: float) -> None:
         remaining[j] -= (now - last[j]) * speed[j]
@@ -281,6 +287,7 @@ def run_recmix(
             book.add(uid, (100.0 * util[j], 100.0 * dram[j], float(real_mem[j])))
         placed = sim.schedule(d, now)
         if placed is None:
+            trace.blocked(sim, d)
             if book is not None:
                 book.remove(uid)
             return False
@@ -292,6 +299,7 @@ def run_recmix(
         g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
         gpu_jobs.setdefault(g, []).append(j)
         job_gpu[j] = g
+        trace.started(j, g, gpu_jobs[g])
         refresh(g)
         if milli[j] > 0 and real_mem[j] > mem[j]:  # runs out of memory at its peak
             fail_at = now + min(OOM_AFTER_S, 0.1 * work[j])
@@ -309,14 +317,17 @@ def run_recmix(
         refresh(g)
 
     def retry() -> None:
-        failed: list[tuple[int, int, int, int]] = []
+        # a job whose shape dominates one that already failed this round cannot fit either
+        failed = np.empty((len(pending), 4), dtype=np.int64)
+        n_failed = 0
         keep = []
         for j in pending:
-            shape = (int(milli[j]), int(mem[j]), int(cpu[j]), int(host[j]))
-            if any(all(a >= b for a, b in zip(shape, f, strict=True)) for f in failed):
+            shape = np.array((milli[j], mem[j], cpu[j], host[j]), dtype=np.int64)
+            if n_failed and (failed[:n_failed] <= shape).all(axis=1).any():
                 keep.append(j)
             elif not try_start(j):
-                failed.append(shape)
+                failed[n_failed] = shape
+                n_failed += 1
                 keep.append(j)
         pending[:] = keep
 
@@ -332,6 +343,7 @@ def run_recmix(
         if pending:  # jobs were waiting: the cluster had more work than it placed
             backlog_area += sm_now * dt
             backlog_time += dt
+        trace.advance(dt, gpu_jobs, bool(pending), sim)
         t_prev = now = t
         if kind == 1:
             if not try_start(j):
@@ -354,6 +366,12 @@ def run_recmix(
     makespan = float(np.nanmax(done) - arrive.min())
     jct = done - arrive
     stretch = ((done - run_start) / work)[shared]
+    info = dict(trace.result(), jobs=jobs, arrive=arrive, first_start=started,
+                run_start=run_start, done=done, work=work, milli=milli, mem=mem,
+                gpus=n_gpus, node_cpu=sim.host.cpu_cap.copy(),
+                node_mem=sim.host.mem_cap.copy(), sm_area=sm_area, ooms=ooms)
+    if detail is not None:
+        detail.update(info)
     return RecMixRun(
         workload="rec-mix", policy=policy, seed=seed, mode=mode, jobs=len(jobs), gpus=n_gpus,
         makespan=makespan, jct_mean=float(np.nanmean(jct)),
@@ -368,4 +386,76 @@ def run_recmix(
         oom_events=ooms, seconds=time.perf_counter() - t0,
         work_bound=work_bound,
         jct=[round(float(x), 1) for x in np.sort(jct)],
+        explain=summarize(info),
     )
+
+
+class _Trace:
+    """What ``run_recmix(detail=...)`` records: each job's co-runners and GPU, how many jobs
+    shared busy GPUs over time, and for every failed placement which resource was short."""
+
+    def __init__(self, n_jobs: int, n_gpus: int) -> None:
+        self.corunners: list[set[int]] = [set() for _ in range(n_jobs)]
+        self.gpu = np.full(n_jobs, -1, dtype=np.int64)
+        self.busy_area = 0.0  # GPU-seconds with at least one job
+        self.jobs_area = 0.0  # job-seconds on those GPUs
+        self.backlog_busy = self.backlog_jobs = self.backlog_time = 0.0
+        self.reasons: dict[str, int] = {}
+        self.backlog_used: dict[str, float] = {}  # booked fraction x seconds, while jobs wait
+
+    def started(self, j: int, g: int, members: list[int]) -> None:
+        self.gpu[j] = g
+        for k in members:
+            if k != j:
+                self.corunners[j].add(k)
+                self.corunners[k].add(j)
+
+    def advance(self, dt: float, gpu_jobs: dict[int, list[int]], backlog: bool,
+                sim: SimCluster) -> None:
+        counts = [len(m) for m in gpu_jobs.values() if m]
+        busy, total = len(counts), sum(counts)
+        self.busy_area += busy * dt
+        self.jobs_area += total * dt
+        if backlog:
+            self.backlog_busy += busy * dt
+            self.backlog_jobs += total * dt
+            self.backlog_time += dt
+            st, h = sim.state, sim.host
+            used = {"compute share": st.milli_used.sum() / st.milli_cap.sum(),
+                    "GPU memory": st.mem_used.sum() / st.mem_cap.sum(),
+                    "host CPU": 1.0 - h.cpu_left.sum() / h.cpu_cap.sum(),
+                    "host memory": 1.0 - h.mem_left.sum() / h.mem_cap.sum()}
+            for k, v in used.items():
+                self.backlog_used[k] = self.backlog_used.get(k, 0.0) + float(v) * dt
+
+    def blocked(self, sim: SimCluster, d: TraceDemand) -> None:
+        """Why a pod found no GPU: the first resource short on every GPU of a node with room
+        on the host (compute share, memory, both but on different GPUs) or the host itself."""
+        st, h = sim.state, sim.host
+        host_ok = (h.cpu_left >= d.cpu_milli) & (h.mem_left >= d.host_mem_mib)
+        gpu_host = host_ok[st.gpu_node]
+        if d.whole_gpus:
+            milli_ok = st.milli_used == 0
+            mem_ok = st.mem_used == 0
+        else:
+            milli_ok = st.milli_free >= d.share_milli
+            mem_ok = st.mem_free >= d.share_mem_mib
+        if not gpu_host.any():
+            why = "host CPU/memory"
+        elif not (milli_ok & gpu_host).any() and not (mem_ok & gpu_host).any():
+            why = "compute share and memory"
+        elif not (milli_ok & gpu_host).any():
+            why = "compute share (sum of booked milli)"
+        elif not (mem_ok & gpu_host).any():
+            why = "GPU memory"
+        elif not (milli_ok & mem_ok & gpu_host).any():
+            why = "compute and memory free on different GPUs"
+        else:
+            why = "policy declined a fitting GPU"
+        self.reasons[why] = self.reasons.get(why, 0) + 1
+
+    def result(self) -> dict:
+        return {"corunners": self.corunners, "gpu": self.gpu, "busy_area": self.busy_area,
+                "jobs_area": self.jobs_area, "backlog_busy": self.backlog_busy,
+                "backlog_jobs": self.backlog_jobs, "blocked": dict(self.reasons),
+                "backlog_used": dict(self.backlog_used), "backlog_time": self.backlog_time}

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.sim.recmix_explain import explain_markdown
 from bench.sim.replay import ANCHORS
 from bench.sim.report import _plt, md_table
 
@@ -76,6 +77,7 @@ def write_recmix(runs: list, out: Path, command: str = "") -> Path:
         f"system's published figure; it also claims SM utilisation x{ORIGINAL_UTIL_GAIN} and "
         f"mean JCT x{ORIGINAL_JCT_RATIO} against the default scheduler.", "",
         md_table(table, "{:.3f}"), "",
+        *explain_markdown(runs),
     ]
     plt = _plt()
     modes = sorted({r.mode for r in runs})

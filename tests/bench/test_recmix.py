@@ -86,6 +86,7 @@ def test_cli_rec_mix_report(tmp_path):
     assert res.exit_code == 0, res.output
     text = (out / "report.md").read_text()
     assert "sm_util_vs_exclusive" in text and "oom_events" in text
+    assert "What bounds the makespan" in text
     assert (out / "jct-cdf-high-load.png").exists()
     again = CliRunner().invoke(main, ["report", str(out), "--out", str(tmp_path / "again")])
     assert again.exit_code == 0, again.output
@@ -93,3 +94,29 @@ def test_cli_rec_mix_report(tmp_path):
     bad = CliRunner().invoke(main, ["replay", "-w", "rec-mix", "-p", "nope", "--out",
                                     str(tmp_path / "x")])
     assert bad.exit_code != 0 and "unknown policy" in bad.output
+
+
+def test_explain_bounds_hold_and_tail_is_the_last_to_finish():
+    """Every order-free bound is below the makespan; the run's own bound (latest start plus
+    solo time) too; the tail lists the job that finished last; SM-seconds delivered are the
+    same for a sharing and an exclusive policy when nothing runs out of memory."""
+    from bench.sim.recmix_explain import explain_markdown
+
+    runs = [run_recmix(p, 5, n_jobs=60) for p in ("kube-exclusive", "sparse")]
+    for run in runs:
+        e = run.explain
+        assert e["bounds"]["order_free"] == max(v for k, v in e["bounds"].items()
+                                                if k != "order_free")
+        assert e["bounds"]["order_free"] <= run.makespan + 1e-6
+        assert e["last_start_plus_solo"] <= run.makespan + 1e-6
+        assert e["tail"][0]["done_s"] == pytest.approx(run.makespan)
+        assert e["backlog_end"] <= run.makespan
+        assert sum(e["blocked"].values()) == pytest.approx(1.0) or not e["blocked"]
+    exclusive, sparse = runs
+    assert exclusive.explain["jobs_per_busy_gpu"] == pytest.approx(1.0)
+    assert sparse.explain["jobs_per_busy_gpu"] > 1.0
+    if exclusive.oom_events == sparse.oom_events == 0:
+        assert sparse.explain["sm_seconds"] == pytest.approx(exclusive.explain["sm_seconds"],
+                                                             rel=1e-6)
+    text = "\n".join(explain_markdown(runs))
+    assert "What bounds the makespan" in text and "order_free" in text
