@@ -8,6 +8,8 @@ under bench/sim/physics.py, whatever the queue order, as every job runs at least
 time and holds what it booked meanwhile):
 
 * ``longest``: the longest job's solo time;
+* ``arrival``: the latest any job arrives plus its solo time (continuous mode: the arrivals
+  alone span the exclusive scheduler's ideal makespan at offered load 1);
 * ``sm_work``: the jobs' SM-seconds (solo time x SM activity) over the GPUs: a GPU delivers at
   most one SM-second per second;
 * ``booked_compute``: booked milli-GPU-seconds (a whole GPU = 1000) over 1000 x GPUs: the
@@ -34,7 +36,8 @@ import pandas as pd
 from bench.sim.recmix import GPU_MEM_MIB
 
 TAIL = 3  # last jobs to finish listed per run
-BOUNDS = ("longest", "sm_work", "booked_compute", "booked_memory", "host_cpu", "host_memory")
+BOUNDS = ("longest", "arrival", "sm_work", "booked_compute", "booked_memory", "host_cpu",
+          "host_memory")
 
 
 def summarize(d: dict) -> dict:
@@ -45,8 +48,11 @@ def summarize(d: dict) -> dict:
     milli = np.asarray(d["milli"], dtype=np.float64)
     compute = np.where(milli > 0, milli, 1000.0)  # 0 = a whole GPU
     sm = jobs["sm"].to_numpy(dtype=np.float64)
+    arrive = np.asarray(d["arrive"], dtype=np.float64)
+    t0 = float(arrive.min())
     bounds = {
         "longest": float(work.max()),
+        "arrival": float((arrive + work).max() - t0),
         "sm_work": float(sm @ work / g),
         "booked_compute": float(compute @ work / (1000.0 * g)),
         "booked_memory": float(np.asarray(d["mem"], dtype=np.float64) @ work
@@ -56,11 +62,9 @@ def summarize(d: dict) -> dict:
                              / d["node_mem"].sum()),
     }
     bounds["order_free"] = max(bounds.values())
-    arrive = np.asarray(d["arrive"], dtype=np.float64)
     done = np.asarray(d["done"], dtype=np.float64)
     run_start = np.asarray(d["run_start"], dtype=np.float64)
     first = np.asarray(d["first_start"], dtype=np.float64)
-    t0 = float(arrive.min())
     stretch = (done - run_start) / work
     tail = []
     for j in np.argsort(-done, kind="stable")[:TAIL]:
@@ -102,6 +106,7 @@ def explain_markdown(runs: list) -> list[str]:
         return []
     lines = ["## What bounds the makespan", "",
              "Per run (seconds). Bounds (bench/sim/recmix_explain.py): `longest` solo job, "
+             "`arrival` (latest arrival plus its solo time), "
              "`sm_work` (SM-seconds / GPUs), `booked_compute` (booked milli-GPU-seconds / "
              "GPUs), `booked_memory`, `host_cpu`, `host_memory`; `order_free` is the largest. "
              "`last+solo`: latest start of any job plus its solo time. `backlog_end`: when the "

@@ -27,6 +27,10 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   Other policies use no interference knowledge either way.
 * Modes: ``high-load`` (all jobs at t = 0) and ``continuous`` (trace creation order, times
   compressed to offered load ``load``); FIFO queue retried after each departure.
+  ``queue_order="longest-first"`` (an oracle: no scheduler knows solo times) keeps the same jobs
+  but queues them by solo time, longest first; its runs are reported as mode
+  ``<mode>-longest-first``, to show how much of a makespan is the queue order rather than
+  the placement.
 
 Metrics: makespan, mean / p95 JCT, mean queueing, booked allocation (% of cluster milli-GPU,
 time-averaged), **SM-activity-weighted utilisation** (SM-time the running jobs actually
@@ -37,6 +41,7 @@ work of jobs that shared a GPU), OOM events.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -61,6 +66,7 @@ from extender.placement.policies import REGISTRY
 from extender.protocol import Pod
 
 OOM_AFTER_S = 120.0
+QUEUE_ORDERS = ("fifo", "longest-first")
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
 NODE_MEM_MIB = 2 * 1024 * 1024
 
@@ -186,14 +192,20 @@ def run_recmix(
     load: float = 1.0, oom_bump: float = 1.5, holdout_only: bool = False,
     nodes_path: str | None = None, node_cpu: int = NODE_CPU_MILLI,
     node_mem: int = NODE_MEM_MIB, interference: str = "learned", policy_setup=None,
-    detail: dict | None = None,
+    detail: dict | None = None, queue_order: str = "fifo",
 ) -> RecMixRun:
     """One run. ``detail``, when given, is filled with what the run did per job and why jobs
     waited (``bench/sim/recmix_explain.py`` reads it); the run is the same either way."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
+    if queue_order not in QUEUE_ORDERS:
+        raise ValueError(f"queue order {queue_order!r}: one of {', '.join(QUEUE_ORDERS)}")
     jobs = build_jobs(n_jobs, rng, mix=mix, pad=pad, pad_spread=pad_spread,
                       holdout_only=holdout_only).jobs
+    longest_first = queue_order == "longest-first"
+    if longest_first:  # same jobs, queue by solo time (an oracle no scheduler has)
+        jobs = jobs.sort_values("duration", ascending=False, kind="stable").reset_index(
+            drop=True)
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
@@ -250,6 +262,12 @@ def run_recmix(
     for j in range(len(jobs)):
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     pending: list[int] = []
+
+    def wait(j: int) -> None:
+        if longest_first:
+            bisect.insort(pending, j, key=lambda k: -work[k])
+        else:
+            pending.append(j)
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0
@@ -347,7 +365,7 @@ def run_recmix(
         t_prev = now = t
         if kind == 1:
             if not try_start(j):
-                pending.append(j)
+                wait(j)
         elif kind == 2:
             ooms += 1
             stop(j)
@@ -356,7 +374,7 @@ def run_recmix(
             # the user raises the figure they declare; the booking follows the policy's rule
             declared[j] = min(GPU_MEM_MIB, int(math.ceil(max(declared[j], mem[j]) * oom_bump)))
             milli[j], mem[j] = book_of(j, int(declared[j]))
-            pending.append(j)
+            wait(j)
             retry()
         else:
             done[j] = now
@@ -373,7 +391,8 @@ def run_recmix(
     if detail is not None:
         detail.update(info)
     return RecMixRun(
-        workload="rec-mix", policy=policy, seed=seed, mode=mode, jobs=len(jobs), gpus=n_gpus,
+        workload="rec-mix", policy=policy, seed=seed,
+        mode=mode if not longest_first else f"{mode}-longest-first", jobs=len(jobs), gpus=n_gpus,
         makespan=makespan, jct_mean=float(np.nanmean(jct)),
         jct_p95=float(np.nanpercentile(jct, 95)),
         queue_mean=float(np.nanmean(started - arrive)),

@@ -120,3 +120,13 @@ def test_explain_bounds_hold_and_tail_is_the_last_to_finish():
                                                              rel=1e-6)
     text = "\n".join(explain_markdown(runs))
     assert "What bounds the makespan" in text and "order_free" in text
+
+
+def test_longest_first_queue_is_the_same_jobs_reported_as_its_own_mode():
+    fifo = run_recmix("kube-exclusive", 5, n_jobs=60)
+    lpt = run_recmix("kube-exclusive", 5, n_jobs=60, queue_order="longest-first")
+    assert lpt.mode == "high-load-longest-first" and fifo.mode == "high-load"
+    assert lpt.explain["bounds"] == pytest.approx(fifo.explain["bounds"])  # same work
+    assert lpt.explain["sm_seconds"] == pytest.approx(fifo.explain["sm_seconds"])
+    with pytest.raises(ValueError, match="queue order"):
+        run_recmix("sparse", 5, n_jobs=10, queue_order="random")
