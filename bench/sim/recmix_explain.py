@@ -111,7 +111,12 @@ def explain_markdown(runs: list) -> list[str]:
              "GPUs), `booked_memory`, `host_cpu`, `host_memory`; `order_free` is the largest. "
              "`last+solo`: latest start of any job plus its solo time. `backlog_end`: when the "
              "last waiting job got a place. `target`: half kube-exclusive's makespan of the "
-             "same seed (2x its SM-weighted utilisation).", ""]
+             "same seed. SM-weighted utilisation / kube-exclusive's = kube-exclusive's makespan "
+             "/ the run's x the ratio of `SM-s delivered` (equal when no job ran out of "
+             "memory), so 2x the utilisation needs `makespan <= target`; a bound above "
+             "`target` rules it out for that run. Modes `*-longest-first` queue the same jobs "
+             "longest first (an oracle): what is left when the queue order no longer puts a "
+             "long job last.", ""]
     head = ["mode", "seed", "policy", "makespan", "target", *BOUNDS, "order_free", "last+solo",
             "backlog_end", "jobs/GPU", "jobs/GPU waiting", "SM-s delivered"]
     rows = []
