@@ -130,3 +130,15 @@ def test_longest_first_queue_is_the_same_jobs_reported_as_its_own_mode():
     assert lpt.explain["sm_seconds"] == pytest.approx(fifo.explain["sm_seconds"])
     with pytest.raises(ValueError, match="queue order"):
         run_recmix("sparse", 5, n_jobs=10, queue_order="random")
+
+
+def test_physics_dram_contention_only_above_the_bandwidth():
+    """DRAM bandwidth slows the GPU parts only once the jobs together ask for more than the
+    GPU has; a job alone is never slowed; the host part of a step never stretches."""
+    below = shared_speeds([0.5, 0.5], [0.2, 0.2], [0.4, 0.5])
+    assert below[0] == pytest.approx(1 / (0.5 + 0.5 * 1.2))
+    above = shared_speeds([0.5, 0.5], [0.2, 0.2], [0.8, 0.7])
+    assert above[0] == pytest.approx(1 / (0.5 + 0.5 * 1.2 * 1.5))
+    assert shared_speeds([1.0], [1.0], [1.0]) == pytest.approx([1.0])
+    host_bound = shared_speeds([0.05, 1.0], [0.05, 1.0], [0, 0])
+    assert host_bound[0] > 1 / 1.06  # 95 % of its step is on the host
