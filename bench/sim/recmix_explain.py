@@ -69,7 +69,10 @@ def summarize(d: dict) -> dict:
     tail = []
     for j in np.argsort(-done, kind="stable")[:TAIL]:
         co = sorted(d["corunners"][j])
+        ahead = first[:j]  # jobs queued before it (index = queue order)
         tail.append({
+            "head_s": float(np.nanmax(ahead) - t0) if j else float(first[j] - t0),
+            "overtaken": int((first[j + 1:] < first[j]).sum()),
             "job": int(j), "family": str(jobs["family"].iat[j]), "solo_s": float(work[j]),
             "arrive_s": float(arrive[j] - t0), "start_s": float(first[j] - t0),
             "done_s": float(done[j] - t0), "stretch": float(stretch[j]),
@@ -143,18 +146,24 @@ def explain_markdown(runs: list) -> list[str]:
     lines += _table(["mode", "seed", "policy", "booked while waiting", "failed placements"],
                     rows)
     lines += ["", f"The {TAIL} jobs that finished last (times from the first arrival; "
-              "`co`: jobs that shared its GPU at some point, their mean SM activity, and how "
-              "many of them ran at least half as long).", ""]
+              "`ahead started`: when every job queued before it had started, so a start near "
+              "it means the job waited for its turn rather than for room; `overtaken`: jobs "
+              "queued after it that started first; `co`: jobs that shared its GPU at some "
+              "point, their mean SM activity, and how many of them ran at least half as "
+              "long).", ""]
     rows = []
     for r in sorted(have, key=lambda r: (r.mode, r.seed, r.policy)):
         for t in r.explain["tail"]:
+            head = t.get("head_s", float("nan"))
             rows.append([r.mode, str(r.seed), r.policy, str(t["job"]), t["family"],
                          _fmt(t["solo_s"]), _fmt(t["arrive_s"]), _fmt(t["start_s"]),
+                         _fmt(head), str(t.get("overtaken", "")),
                          _fmt(t["done_s"]), f"{t['stretch']:.2f}", str(t["milli"]),
                          f"{t['sm']:.2f}", f"{t['co_runners']} / {t['co_sm_mean']:.2f} / "
                          f"{t['co_long']}"])
     lines += _table(["mode", "seed", "policy", "job (queue pos.)", "family", "solo", "arrive",
-                     "start", "done", "stretch", "milli", "SM", "co: n / SM / long"], rows)
+                     "start", "ahead started", "overtaken", "done", "stretch", "milli", "SM",
+                     "co: n / SM / long"], rows)
     return lines + [""]
 
 

@@ -142,3 +142,10 @@ def test_physics_dram_contention_only_above_the_bandwidth():
     assert shared_speeds([1.0], [1.0], [1.0]) == pytest.approx([1.0])
     host_bound = shared_speeds([0.05, 1.0], [0.05, 1.0], [0, 0])
     assert host_bound[0] > 1 / 1.06  # 95 % of its step is on the host
+
+
+def test_explain_tail_says_when_the_jobs_ahead_had_started():
+    run = run_recmix("kube-exclusive", 5, n_jobs=60)
+    for t in run.explain["tail"]:
+        # exclusive FIFO on identical GPUs: a job starts only after every job ahead of it
+        assert t["head_s"] <= t["start_s"] + 1e-6 and t["overtaken"] >= 0
