@@ -82,8 +82,9 @@ def test_cli_rec_mix_report(tmp_path):
     out = tmp_path / "r"
     res = CliRunner().invoke(main, ["replay", "-w", "rec-mix", "--jobs", "60", "-j", "1",
                                     "-p", "kube-exclusive", "-p", "sparse", "--mode",
-                                    "high-load", "--out", str(out)])
+                                    "high-load", "--explain", "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert "What bounds the makespan" in res.output and "ahead started" in res.output
     text = (out / "report.md").read_text()
     assert "sm_util_vs_exclusive" in text and "oom_events" in text
     assert "What bounds the makespan" in text
