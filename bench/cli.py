@@ -230,10 +230,19 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               type=click.Choice(["learned", "matrix"]),
               help="rec-mix: what sparse's interference term knows: the learned pair model on "
               "the jobs' solo profiles, or the class matrix alone")
+@click.option("--queue-order", "queue_orders", multiple=True, default=("fifo",),
+              show_default=True, type=click.Choice(["fifo", "longest-first"]),
+              help="rec-mix: queue order; longest-first (an oracle that knows solo times) is "
+              "reported as mode <mode>-longest-first, to separate queue order from placement")
+@click.option("--explain", is_flag=True,
+              help="rec-mix: also print what bounds each run's makespan (bounds, what the GPUs "
+              "held while jobs waited, why placements failed, the last jobs to finish); the "
+              "report has it either way")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--out", default=None, help="results folder (default results/replay-<time>)")
 def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, mix, pad,
-           pad_spread, oom_bump, holdout_rows, interference, workers, out) -> None:
+           pad_spread, oom_bump, holdout_rows, interference, queue_orders, explain, workers,
+           out) -> None:
     """Time replay: queueing, retries, durations, interference slowdowns."""
     from bench.sim.report import write_replay
 
@@ -253,10 +262,15 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
               "load": load, "mix": mix or DEFAULT_MIX, "pad": pad, "pad_spread": pad_spread,
               "oom_bump": oom_bump, "holdout_only": holdout_rows,
               "interference": interference}
-        jobs = [(workload, p, s, {**kw, "mode": m}) for m in mode for p in policies
-                for s in parse_seeds(seeds)]
+        jobs = [(workload, p, s, {**kw, "mode": m, "queue_order": q}) for q in queue_orders
+                for m in mode for p in policies for s in parse_seeds(seeds)]
         runs = _run_all(jobs, _recmix_job, workers,
-                        lambda j: f"{j[3]['mode']} {j[1]} seed {j[2]}", folder / "runs.jsonl")
+                        lambda j: f"{j[3]['mode']} {j[3]['queue_order']} {j[1]} seed {j[2]}",
+                        folder / "runs.jsonl")
+        if explain:
+            from bench.sim.recmix_explain import explain_markdown
+
+            click.echo("\n".join(explain_markdown(runs)))
         click.echo(f"report: {write_recmix(runs, folder, command)}")
         return
     kw = {"nodes_path": nodes, "rec_share": rec_share, "n_jobs": n_jobs, "overload": overload,
@@ -375,10 +389,12 @@ def interference_train(out, install, seed, no_cv) -> None:
 
 
 @interference.command("evaluate")
-@click.option("--pairs", "pairs_path", required=True, type=click.Path(exists=True),
+@click.option("--pairs", "pairs_path", required=True,
+              type=click.Path(exists=True, dir_okay=False),
               help="CSV with a_gpu_util, a_mem_util, a_mem_mib, b_gpu_util, b_mem_util, "
               "b_mem_mib, a_speed (utilisations in %, measured solo)")
-@click.option("--model", "model_path", default=None, type=click.Path(exists=True),
+@click.option("--model", "model_path", default=None,
+              type=click.Path(exists=True, dir_okay=False),
               help="model JSON (default: the shipped extender/interference/data/pair_model.json)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def interference_evaluate(pairs_path, model_path, as_json) -> None:
@@ -386,7 +402,10 @@ def interference_evaluate(pairs_path, model_path, as_json) -> None:
     from bench.interference.training import evaluate, read_pairs
     from extender.interference.pairmodel import PairModel, default_pair_model
 
-    model = PairModel.load(model_path) if model_path else default_pair_model()
+    try:
+        model = PairModel.load(model_path) if model_path else default_pair_model()
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise click.ClickException(f"{model_path}: not a pair model ({exc})") from None
     if model is None:
         raise click.ClickException("no shipped pair model; run `sparse-bench interference "
                                    "train --install` or pass --model")

@@ -37,20 +37,63 @@ NUM_ROUNDS = 300
 REQUIRED = gavel.COLUMNS
 
 
+UTIL_COLUMNS = ("a_gpu_util", "a_mem_util", "b_gpu_util", "b_mem_util")
+MIB_COLUMNS = ("a_mem_mib", "b_mem_mib")
+NEEDED = ("a_gpu_util", "b_gpu_util", "a_speed")  # may not be empty; the others may (unknown)
+MAX_SPEED = 2.0  # a co-runner never doubles a job's throughput: above this it is not a ratio
+
+
+def _rows(mask: pd.Series) -> str:
+    lines = [str(i + 2) for i in np.flatnonzero(mask.to_numpy())]  # header is line 1
+    return ", ".join(lines[:5]) + (f" (+{len(lines) - 5} more)" if len(lines) > 5 else "")
+
+
 def read_pairs(path: str | Path) -> pd.DataFrame:
-    """A pair CSV with the model's columns; clear errors for anything else."""
-    df = pd.read_csv(path)
-    df.columns = [c.strip() for c in df.columns]
+    """A pair CSV with the columns ``REQUIRED`` (others are ignored): utilisations in % as
+    nvidia-smi / DCGM report them measured solo, memory in MiB (either may be empty =
+    unknown), ``a_speed`` = A's throughput next to B / A's solo throughput. Anything else
+    raises ValueError naming the file, the column and the CSV lines."""
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (need "
                          f"{', '.join(REQUIRED)})")
+    out = pd.DataFrame(index=df.index)
     for c in REQUIRED:
-        df[c] = pd.to_numeric(df[c], errors="coerce")
-    bad = df[["a_gpu_util", "b_gpu_util", "a_speed"]].isna().any(axis=1)
-    if bad.all():
-        raise ValueError(f"{path}: no row has numeric a_gpu_util, b_gpu_util and a_speed")
-    return df[~bad].reset_index(drop=True)
+        text = df[c].astype(str).str.strip()
+        empty = text.isin(["", "nan", "NaN", "NA"])
+        value = pd.to_numeric(text.where(~empty), errors="coerce")
+        bad = value.isna() & ~empty
+        if bad.any():
+            raise ValueError(f"{path}: column {c} is not a number on line(s) {_rows(bad)}")
+        if c in NEEDED and empty.any():
+            raise ValueError(f"{path}: column {c} is empty on line(s) {_rows(empty)}")
+        out[c] = value.astype(float)
+    for c in UTIL_COLUMNS:
+        bad = ~out[c].between(0, 100) & out[c].notna()
+        if bad.any():
+            raise ValueError(f"{path}: {c} must be a percentage in 0..100, not on line(s) "
+                             f"{_rows(bad)}")
+    for c in MIB_COLUMNS:
+        bad = out[c] < 0
+        if bad.any():
+            raise ValueError(f"{path}: {c} must be >= 0 MiB, not on line(s) {_rows(bad)}")
+    bad = ~((out["a_speed"] > 0) & (out["a_speed"] <= MAX_SPEED))
+    if bad.any():
+        raise ValueError(f"{path}: a_speed (A's throughput next to B / alone) must be in "
+                         f"(0, {MAX_SPEED:g}], not on line(s) {_rows(bad)}")
+    utils = out[["a_gpu_util", "b_gpu_util"]].to_numpy()
+    if len(out) and np.nanmax(utils) <= 1.0:
+        raise ValueError(f"{path}: every GPU utilisation is <= 1: give them in % (0..100), "
+                         "as nvidia-smi reports them, not as fractions")
+    if len(out) < 2 or out["a_speed"].nunique() < 2:
+        raise ValueError(f"{path}: R2 needs at least 2 rows with different a_speed "
+                         f"({len(out)} row(s))")
+    return out.reset_index(drop=True)
 
 
 def profiles_of(df: pd.DataFrame, side: str) -> np.ndarray:

@@ -43,15 +43,19 @@ def retry_pending(pending: list[int], shape: Callable[[int], tuple[Hashable, Seq
                   try_start: Callable[[int], bool]) -> None:
     """Try the queue in order, in place; a job whose shape ``(kind, sizes)`` is of a kind that
     already failed this round with every size no larger is skipped: it cannot fit either."""
-    failed: list[tuple[Hashable, Sequence[int]]] = []
+    failed: dict[Hashable, tuple[np.ndarray, list[int]]] = {}  # kind -> (shapes, [count])
     keep = []
     for j in pending:
         kind, sizes = shape(j)
-        if any(kind == k and all(a >= b for a, b in zip(sizes, s, strict=True))
-               for k, s in failed):
+        row = np.asarray(sizes, dtype=np.int64)
+        seen = failed.get(kind)
+        if seen is not None and (seen[0][:seen[1][0]] <= row).all(axis=1).any():
             keep.append(j)
         elif not try_start(j):
-            failed.append((kind, sizes))
+            if seen is None:
+                seen = failed[kind] = (np.empty((len(pending), row.size), np.int64), [0])
+            seen[0][seen[1][0]] = row
+            seen[1][0] += 1
             keep.append(j)
     pending[:] = keep
 

@@ -27,6 +27,10 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   Other policies use no interference knowledge either way.
 * Modes: ``high-load`` (all jobs at t = 0) and ``continuous`` (trace creation order, times
   compressed to offered load ``load``); FIFO queue retried after each departure.
+  ``queue_order="longest-first"`` (an oracle: no scheduler knows solo times) keeps the same jobs
+  but queues them by solo time, longest first; its runs are reported as mode
+  ``<mode>-longest-first``, to show how much of a makespan is the queue order rather than
+  the placement.
 
 Metrics: makespan, mean / p95 JCT, mean queueing, booked allocation (% of cluster milli-GPU,
 time-averaged), **SM-activity-weighted utilisation** (SM-time the running jobs actually
@@ -37,6 +41,7 @@ work of jobs that shared a GPU), OOM events.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -51,6 +56,7 @@ from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import JctRun, arrival_times, placement_policy, retry_pending
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs
+from bench.sim.recmix_explain import summarize
 from bench.sim.replay import sample_nodes
 from bench.sim.trace import TraceDemand, load_nodes
 from extender.annotations import RES_GPU_MEM
@@ -61,6 +67,7 @@ from extender.placement.policies import REGISTRY
 from extender.protocol import Pod
 
 OOM_AFTER_S = 120.0
+QUEUE_ORDERS = ("fifo", "longest-first")
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
 NODE_MEM_MIB = 2 * 1024 * 1024
 
@@ -86,9 +93,13 @@ class RecMixRun(JctRun):
     seconds: float
     work_bound: float = float("nan")
     jct: list = field(default_factory=list)
+    explain: dict = field(default_factory=dict)  # bench/sim/recmix_explain.py
 
     def row(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "jct"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("jct", "explain")}
+
+    def to_json(self) -> dict:
+        return {**self.row(), "jct": self.jct, "explain": self.explain}
 
 
 def split_policy(name: str) -> tuple[str, str | None]:
@@ -182,11 +193,20 @@ def run_recmix(
     load: float = 1.0, oom_bump: float = 1.5, holdout_only: bool = False,
     nodes_path: str | None = None, node_cpu: int = NODE_CPU_MILLI,
     node_mem: int = NODE_MEM_MIB, interference: str = "learned", policy_setup=None,
+    detail: dict | None = None, queue_order: str = "fifo",
 ) -> RecMixRun:
+    """One run. ``detail``, when given, is filled with what the run did per job and why jobs
+    waited (``bench/sim/recmix_explain.py`` reads it); the run is the same either way."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
+    if queue_order not in QUEUE_ORDERS:
+        raise ValueError(f"queue order {queue_order!r}: one of {', '.join(QUEUE_ORDERS)}")
     jobs = build_jobs(n_jobs, rng, mix=mix, pad=pad, pad_spread=pad_spread,
                       holdout_only=holdout_only).jobs
+    longest_first = queue_order == "longest-first"
+    if longest_first:  # same jobs, queue by solo time (an oracle no scheduler has)
+        jobs = jobs.sort_values("duration", ascending=False, kind="stable").reset_index(
+            drop=True)
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
@@ -234,12 +254,19 @@ def run_recmix(
     for j in range(len(jobs)):
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     pending: list[int] = []
+
+    def wait(j: int) -> None:
+        if longest_first:
+            bisect.insort(pending, j, key=lambda k: -work[k])
+        else:
+            pending.append(j)
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0
     sm_now = 0.0
     gpu_sm: dict[int, float] = {}
     t_prev = now = 0.0
+    trace = _Trace(len(jobs), n_gpus)
 
     def set_speed(j: int, value: float) -> None:
         remaining[j] -= (now - last[j]) * speed[j]
@@ -270,6 +297,7 @@ def run_recmix(
             book.add(uid, (100.0 * util[j], 100.0 * dram[j], float(real_mem[j])))
         placed = sim.schedule(d, now)
         if placed is None:
+            trace.blocked(sim, d)
             if book is not None:
                 book.remove(uid)
             return False
@@ -281,6 +309,7 @@ def run_recmix(
         g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
         gpu_jobs.setdefault(g, []).append(j)
         job_gpu[j] = g
+        trace.started(j, g, gpu_jobs[g])
         refresh(g)
         if milli[j] > 0 and real_mem[j] > mem[j]:  # runs out of memory at its peak
             fail_at = now + min(OOM_AFTER_S, 0.1 * work[j])
@@ -313,10 +342,11 @@ def run_recmix(
         if pending:  # jobs were waiting: the cluster had more work than it placed
             backlog_area += sm_now * dt
             backlog_time += dt
+        trace.advance(dt, gpu_jobs, bool(pending), sim)
         t_prev = now = t
         if kind == 1:
             if not try_start(j):
-                pending.append(j)
+                wait(j)
         elif kind == 2:
             ooms += 1
             stop(j)
@@ -325,7 +355,7 @@ def run_recmix(
             # the user raises the figure they declare; the booking follows the policy's rule
             declared[j] = min(GPU_MEM_MIB, int(math.ceil(max(declared[j], mem[j]) * oom_bump)))
             milli[j], mem[j] = book_of(j, int(declared[j]))
-            pending.append(j)
+            wait(j)
             retry()
         else:
             done[j] = now
@@ -335,8 +365,15 @@ def run_recmix(
     makespan = float(np.nanmax(done) - arrive.min())
     jct = done - arrive
     stretch = ((done - run_start) / work)[shared]
+    info = dict(trace.result(), jobs=jobs, arrive=arrive, first_start=started,
+                run_start=run_start, done=done, work=work, milli=milli, mem=mem,
+                gpus=n_gpus, node_cpu=sim.host.cpu_cap.copy(),
+                node_mem=sim.host.mem_cap.copy(), sm_area=sm_area, ooms=ooms)
+    if detail is not None:
+        detail.update(info)
     return RecMixRun(
-        workload="rec-mix", policy=policy, seed=seed, mode=mode, jobs=len(jobs), gpus=n_gpus,
+        workload="rec-mix", policy=policy, seed=seed,
+        mode=mode if not longest_first else f"{mode}-longest-first", jobs=len(jobs), gpus=n_gpus,
         makespan=makespan, jct_mean=float(np.nanmean(jct)),
         jct_p95=float(np.nanpercentile(jct, 95)),
         queue_mean=float(np.nanmean(started - arrive)),
@@ -349,4 +386,76 @@ def run_recmix(
         oom_events=ooms, seconds=time.perf_counter() - t0,
         work_bound=work_bound,
         jct=[round(float(x), 1) for x in np.sort(jct)],
+        explain=summarize(info),
     )
+
+
+class _Trace:
+    """What ``run_recmix(detail=...)`` records: each job's co-runners and GPU, how many jobs
+    shared busy GPUs over time, and for every failed placement which resource was short."""
+
+    def __init__(self, n_jobs: int, n_gpus: int) -> None:
+        self.corunners: list[set[int]] = [set() for _ in range(n_jobs)]
+        self.gpu = np.full(n_jobs, -1, dtype=np.int64)
+        self.busy_area = 0.0  # GPU-seconds with at least one job
+        self.jobs_area = 0.0  # job-seconds on those GPUs
+        self.backlog_busy = self.backlog_jobs = self.backlog_time = 0.0
+        self.reasons: dict[str, int] = {}
+        self.backlog_used: dict[str, float] = {}  # booked fraction x seconds, while jobs wait
+
+    def started(self, j: int, g: int, members: list[int]) -> None:
+        self.gpu[j] = g
+        for k in members:
+            if k != j:
+                self.corunners[j].add(k)
+                self.corunners[k].add(j)
+
+    def advance(self, dt: float, gpu_jobs: dict[int, list[int]], backlog: bool,
+                sim: SimCluster) -> None:
+        counts = [len(m) for m in gpu_jobs.values() if m]
+        busy, total = len(counts), sum(counts)
+        self.busy_area += busy * dt
+        self.jobs_area += total * dt
+        if backlog:
+            self.backlog_busy += busy * dt
+            self.backlog_jobs += total * dt
+            self.backlog_time += dt
+            st, h = sim.state, sim.host
+            used = {"compute share": st.milli_used.sum() / st.milli_cap.sum(),
+                    "GPU memory": st.mem_used.sum() / st.mem_cap.sum(),
+                    "host CPU": 1.0 - h.cpu_left.sum() / h.cpu_cap.sum(),
+                    "host memory": 1.0 - h.mem_left.sum() / h.mem_cap.sum()}
+            for k, v in used.items():
+                self.backlog_used[k] = self.backlog_used.get(k, 0.0) + float(v) * dt
+
+    def blocked(self, sim: SimCluster, d: TraceDemand) -> None:
+        """Why a pod found no GPU: the first resource short on every GPU of a node with room
+        on the host (compute share, memory, both but on different GPUs) or the host itself."""
+        st, h = sim.state, sim.host
+        host_ok = (h.cpu_left >= d.cpu_milli) & (h.mem_left >= d.host_mem_mib)
+        gpu_host = host_ok[st.gpu_node]
+        if d.whole_gpus:
+            milli_ok = st.milli_used == 0
+            mem_ok = st.mem_used == 0
+        else:
+            milli_ok = st.milli_free >= d.share_milli
+            mem_ok = st.mem_free >= d.share_mem_mib
+        if not gpu_host.any():
+            why = "host CPU/memory"
+        elif not (milli_ok & gpu_host).any() and not (mem_ok & gpu_host).any():
+            why = "compute share and memory"
+        elif not (milli_ok & gpu_host).any():
+            why = "compute share (sum of booked milli)"
+        elif not (mem_ok & gpu_host).any():
+            why = "GPU memory"
+        elif not (milli_ok & mem_ok & gpu_host).any():
+            why = "compute and memory free on different GPUs"
+        else:
+            why = "policy declined a fitting GPU"
+        self.reasons[why] = self.reasons.get(why, 0) + 1
+
+    def result(self) -> dict:
+        return {"corunners": self.corunners, "gpu": self.gpu, "busy_area": self.busy_area,
+                "jobs_area": self.jobs_area, "backlog_busy": self.backlog_busy,
+                "backlog_jobs": self.backlog_jobs, "blocked": dict(self.reasons),
+                "backlog_used": dict(self.backlog_used), "backlog_time": self.backlog_time}

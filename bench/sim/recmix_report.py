@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.sim.recmix_explain import explain_markdown
 from bench.sim.replay import ANCHORS
 from bench.sim.report import _plt, md_table, plot_jct_cdfs, report_header, write_runs_and_summary
 
@@ -71,6 +72,7 @@ def write_recmix(runs: list, out: Path, command: str = "") -> Path:
         f"system's published figure; it also claims SM utilisation x{ORIGINAL_UTIL_GAIN} and "
         f"mean JCT x{ORIGINAL_JCT_RATIO} against the default scheduler.", "",
         md_table(table, "{:.3f}"), "",
+        *explain_markdown(runs),
     ]
     lines += plot_jct_cdfs(runs, out, "rec-mix JCT")
     plt = _plt()

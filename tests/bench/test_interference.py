@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -80,6 +81,61 @@ def test_evaluate_rejects_a_file_without_the_columns(tmp_path):
         read_pairs(path)
     res = CliRunner().invoke(main, ["interference", "evaluate", "--pairs", str(path)])
     assert res.exit_code != 0 and "missing column" in res.output
+
+
+HEADER = "a_gpu_util,a_mem_util,a_mem_mib,b_gpu_util,b_mem_util,b_mem_mib,a_speed\n"
+
+
+def test_evaluate_reads_exactly_the_seven_columns_and_prints_r2_and_mae(tmp_path):
+    """Extra columns and column order do not matter; memory may be unknown (empty); the
+    figures equal the model's predictions scored by hand."""
+    rows = [(80, 30, 9000, 70, 20, "", 0.62), (20, 5, "", 15, 3, 1200, 0.97),
+            (55, 40, 30000, 60, 35, 20000, 0.71), (35, 10, 4000, 90, 50, "", 0.55)]
+    path = tmp_path / "p.csv"
+    path.write_text("note,a_speed,b_mem_mib,b_mem_util,b_gpu_util,a_mem_mib,a_mem_util,a_gpu_util\n"
+                    + "".join(f"x,{s},{bm},{bu2},{bu},{am},{au2},{au}\n"
+                              for au, au2, am, bu, bu2, bm, s in rows))
+    res = CliRunner().invoke(main, ["interference", "evaluate", "--json", "--pairs", str(path)])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    model = default_pair_model()
+    num = lambda v: float("nan") if v == "" else float(v)  # noqa: E731
+    a = np.array([[num(r[0]), num(r[1]), num(r[2])] for r in rows])
+    b = np.array([[num(r[3]), num(r[4]), num(r[5])] for r in rows])
+    y = np.array([r[6] for r in rows])
+    pred = model.predict(a, b)
+    assert out["n"] == 4
+    assert out["mae"] == pytest.approx(float(np.abs(pred - y).mean()))
+    assert out["r2"] == pytest.approx(1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum())
+    text = CliRunner().invoke(main, ["interference", "evaluate", "--pairs", str(path)])
+    assert text.exit_code == 0 and "R2=" in text.output and "MAE=" in text.output
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("", "not a readable CSV"),
+    (HEADER + "50,10,,60,busy,,0.5\n40,10,,60,5,,0.7\n", "b_mem_util is not a number on line(s) 2"),
+    (HEADER + "50,10,,60,5,,\n40,10,,60,5,,0.7\n", "a_speed is empty on line(s) 2"),
+    (HEADER + "50,10,,60,5,,0.5\n140,10,,60,5,,0.7\n", "a_gpu_util must be a percentage"),
+    (HEADER + "50,10,-3,60,5,,0.5\n40,10,,60,5,,0.7\n", "a_mem_mib must be >= 0"),
+    (HEADER + "50,10,,60,5,,0\n40,10,,60,5,,0.7\n", "a_speed"),
+    (HEADER + "0.5,0.1,,0.6,0.05,,0.5\n0.4,0.1,,0.6,0.05,,0.7\n", "in % (0..100)"),
+    (HEADER + "50,10,,60,5,,0.5\n", "at least 2 rows"),
+])
+def test_evaluate_rejects_bad_pair_files_with_a_clear_error(tmp_path, body, message):
+    path = tmp_path / "p.csv"
+    path.write_text(body)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        read_pairs(path)
+    res = CliRunner().invoke(main, ["interference", "evaluate", "--pairs", str(path)])
+    assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
+
+
+def test_evaluate_rejects_a_bad_model_file(tmp_path):
+    model = tmp_path / "m.json"
+    model.write_text("{not json")
+    res = CliRunner().invoke(main, ["interference", "evaluate", "--model", str(model),
+                                    "--pairs", "bench/data/gavel/gavel_pairs_heldout.csv"])
+    assert res.exit_code == 1 and "not a pair model" in res.output
 
 
 def test_sparse_steers_a_known_profile_away_from_a_harmful_co_runner():

@@ -82,10 +82,12 @@ def test_cli_rec_mix_report(tmp_path):
     out = tmp_path / "r"
     res = CliRunner().invoke(main, ["replay", "-w", "rec-mix", "--jobs", "60", "-j", "1",
                                     "-p", "kube-exclusive", "-p", "sparse", "--mode",
-                                    "high-load", "--out", str(out)])
+                                    "high-load", "--explain", "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert "What bounds the makespan" in res.output and "ahead started" in res.output
     text = (out / "report.md").read_text()
     assert "sm_util_vs_exclusive" in text and "oom_events" in text
+    assert "What bounds the makespan" in text
     assert (out / "jct-cdf-high-load.png").exists()
     again = CliRunner().invoke(main, ["report", str(out), "--out", str(tmp_path / "again")])
     assert again.exit_code == 0, again.output
@@ -93,3 +95,58 @@ def test_cli_rec_mix_report(tmp_path):
     bad = CliRunner().invoke(main, ["replay", "-w", "rec-mix", "-p", "nope", "--out",
                                     str(tmp_path / "x")])
     assert bad.exit_code != 0 and "unknown policy" in bad.output
+
+
+def test_explain_bounds_hold_and_tail_is_the_last_to_finish():
+    """Every order-free bound is below the makespan; the run's own bound (latest start plus
+    solo time) too; the tail lists the job that finished last; SM-seconds delivered are the
+    same for a sharing and an exclusive policy when nothing runs out of memory."""
+    from bench.sim.recmix_explain import explain_markdown
+
+    runs = [run_recmix(p, 5, n_jobs=60) for p in ("kube-exclusive", "sparse")]
+    for run in runs:
+        e = run.explain
+        assert e["bounds"]["order_free"] == max(v for k, v in e["bounds"].items()
+                                                if k != "order_free")
+        assert e["bounds"]["order_free"] <= run.makespan + 1e-6
+        assert e["last_start_plus_solo"] <= run.makespan + 1e-6
+        assert e["tail"][0]["done_s"] == pytest.approx(run.makespan)
+        assert e["backlog_end"] <= run.makespan
+        assert sum(e["blocked"].values()) == pytest.approx(1.0) or not e["blocked"]
+    exclusive, sparse = runs
+    assert exclusive.explain["jobs_per_busy_gpu"] == pytest.approx(1.0)
+    assert sparse.explain["jobs_per_busy_gpu"] > 1.0
+    if exclusive.oom_events == sparse.oom_events == 0:
+        assert sparse.explain["sm_seconds"] == pytest.approx(exclusive.explain["sm_seconds"],
+                                                             rel=1e-6)
+    text = "\n".join(explain_markdown(runs))
+    assert "What bounds the makespan" in text and "order_free" in text
+
+
+def test_longest_first_queue_is_the_same_jobs_reported_as_its_own_mode():
+    fifo = run_recmix("kube-exclusive", 5, n_jobs=60)
+    lpt = run_recmix("kube-exclusive", 5, n_jobs=60, queue_order="longest-first")
+    assert lpt.mode == "high-load-longest-first" and fifo.mode == "high-load"
+    assert lpt.explain["bounds"] == pytest.approx(fifo.explain["bounds"])  # same work
+    assert lpt.explain["sm_seconds"] == pytest.approx(fifo.explain["sm_seconds"])
+    with pytest.raises(ValueError, match="queue order"):
+        run_recmix("sparse", 5, n_jobs=10, queue_order="random")
+
+
+def test_physics_dram_contention_only_above_the_bandwidth():
+    """DRAM bandwidth slows the GPU parts only once the jobs together ask for more than the
+    GPU has; a job alone is never slowed; the host part of a step never stretches."""
+    below = shared_speeds([0.5, 0.5], [0.2, 0.2], [0.4, 0.5])
+    assert below[0] == pytest.approx(1 / (0.5 + 0.5 * 1.2))
+    above = shared_speeds([0.5, 0.5], [0.2, 0.2], [0.8, 0.7])
+    assert above[0] == pytest.approx(1 / (0.5 + 0.5 * 1.2 * 1.5))
+    assert shared_speeds([1.0], [1.0], [1.0]) == pytest.approx([1.0])
+    host_bound = shared_speeds([0.05, 1.0], [0.05, 1.0], [0, 0])
+    assert host_bound[0] > 1 / 1.06  # 95 % of its step is on the host
+
+
+def test_explain_tail_says_when_the_jobs_ahead_had_started():
+    run = run_recmix("kube-exclusive", 5, n_jobs=60)
+    for t in run.explain["tail"]:
+        # exclusive FIFO on identical GPUs: a job starts only after every job ahead of it
+        assert t["head_s"] <= t["start_s"] + 1e-6 and t["overtaken"] >= 0
