@@ -26,6 +26,11 @@ log = logging.getLogger("sparse.embed")
 
 CACHE_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
+# The node cache's eviction settings (the chart's embedCache values mirror them; bench/embed
+# measures the hit ratio they give against Belady's optimum).
+LFU_SETTINGS = {"maxmemory-policy": "allkeys-lfu", "maxmemory-samples": "10",
+                "lfu-log-factor": "10", "lfu-decay-time": "1"}
+
 
 class ReadThrough:
     def __init__(self, cache: Any | None, store: EmbeddingStore, *, retry_s: float = 5.0,

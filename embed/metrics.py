@@ -32,6 +32,7 @@ class ClientMetrics:
                                  registry=self.registry)
         self.hits = 0
         self.misses = 0
+        self.tier_hits = 0
 
     def record(self, source: str, hits: int, misses: int, seconds: float) -> None:
         self.hits += hits
@@ -39,6 +40,13 @@ class ClientMetrics:
         self.latency.labels(source).observe(seconds)
         self.rows.labels("hit").inc(hits)
         self.rows.labels("miss").inc(misses)
+
+    def record_tier(self, rows: int, seconds: float | None = None) -> None:
+        """Rows served from the shared-memory tier (``seconds`` when it served the batch)."""
+        self.tier_hits += rows
+        self.rows.labels("tier").inc(rows)
+        if seconds is not None:
+            self.latency.labels("tier").observe(seconds)
 
     @property
     def hit_ratio(self) -> float:

@@ -20,6 +20,7 @@ import numpy as np
 from bench.embed.belady import belady_hits, next_use
 from bench.embed.servers import RedisProc
 from bench.embed.zipf import ZipfIds
+from embed.cache import LFU_SETTINGS
 from embed.store import connect
 
 VALUE = b"\x00" * 16
@@ -53,11 +54,14 @@ def memory_for(c, capacity: int, rows: int) -> int:
 
 
 def replay(trace: np.ndarray, bounds: np.ndarray, capacity: int, policy: str,
-           rows: int, samples: int = 10) -> dict:
-    """Replay through a fresh redis-server bounded to the memory of ``capacity`` keys."""
-    srv = RedisProc("--maxmemory-samples", str(samples))
+           rows: int, settings: dict[str, str] | None = None) -> dict:
+    """Replay through a fresh redis-server bounded to the memory of ``capacity`` keys, with
+    the node cache's settings (``embed.cache.LFU_SETTINGS``) unless ``settings`` are given."""
+    srv = RedisProc()
     try:
         c = connect(srv.url)
+        for name, value in (LFU_SETTINGS if settings is None else settings).items():
+            c.config_set(name, value)
         c.config_set("maxmemory", str(memory_for(c, capacity, rows)))
         c.config_set("maxmemory-policy", policy)
         hits = 0
@@ -83,13 +87,16 @@ def run_hitratio(rows: int = 10_000_000, batches: int = 600, batch: int = 4096,
     progress(f"trace: {len(trace)} lookups ({batches} batches of {batch} Zipf({alpha}) ids over "
              f"{rows} rows), {len(np.unique(trace))} distinct")
     nxt = next_use(trace)
+    ranks = zipf.ranks_of(trace)
     out = []
     for share in shares:
         capacity = int(rows * share)
         opt = int(belady_hits(trace, capacity, nxt).sum())
         row = {"rows": rows, "share": share, "capacity": capacity, "lookups": len(trace),
                "batches": batches, "batch": batch, "alpha": alpha,
-               "belady": opt / len(trace), "static_top_k": zipf.top_share(capacity)}
+               "belady": opt / len(trace),
+               # an oracle that knows the popularity and holds the top ids from the start
+               "static_top_k": float((ranks < capacity).mean())}
         for policy in policies:
             got = replay(trace, bounds, capacity, policy, rows)
             name = policy.removeprefix("allkeys-")

@@ -240,3 +240,58 @@ def test_cli_loads_a_pytorch_state_dict(tmp_path, redis_url, store):
     assert out.exit_code == 0, out.output
     np.testing.assert_allclose(store.lookup("user", np.arange(30)),
                                model["user"].weight.detach().numpy())
+
+
+@pytest.fixture
+def lfu_server():
+    server = RedisServer()
+    connect(server.url).config_set("maxmemory-policy", "allkeys-lfu")  # OBJECT FREQ needs LFU
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("block_rows,dtype", [(1, "float32"), (4, "float16")])
+def test_shared_memory_tier_serves_the_hottest_blocks_and_swaps_atomically(
+        redis_url, store, lfu_server, tmp_path, block_rows, dtype):
+    from embed.tier import TierBuilder, TierReader, path_of
+
+    data = table(1001)
+    meta = TableMeta("t", 1001, 8, dtype, block_rows)
+    store.write_table(meta, [data])
+    cache_srv = lfu_server
+    cache = connect(cache_srv.url)
+    reader = ReadThrough(cache, store)
+    hot = np.arange(0, 1001, 7)
+    for _ in range(30):  # hot ids looked up often, the rest once
+        reader.lookup("t", hot)
+    reader.lookup("t", np.arange(1001))
+    budget = len(np.unique(hot // block_rows)) * block_rows * meta.row_bytes
+    builder = TierBuilder(cache, store.meta, tmp_path, budget, scan_keys=10_000)
+    held = builder.refresh()
+    assert held == {"t": len(np.unique(hot // block_rows))}
+    tier = TierReader(tmp_path, check_s=0.0)
+    snap = tier.get(meta)
+    ids = np.array([7, 3, 1000, 14, 14, 2])
+    mask, rows = snap.split(ids)
+    held_blocks = set(np.unique(hot // block_rows).tolist())
+    assert mask.tolist() == [i // block_rows in held_blocks for i in ids.tolist()]
+    tol = 0 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(rows, data[ids[mask]], atol=tol, rtol=tol)
+    # the client serves held rows from the map, the rest through the cache, same values
+    client = EmbeddingClient("t", cache_url=cache_srv.url, store_url=redis_url,
+                             prefetch=False, as_tensor=False, tier_dir=str(tmp_path))
+    np.testing.assert_allclose(client.lookup(ids), data[ids], atol=tol, rtol=tol)
+    np.testing.assert_allclose(client.lookup(hot), data[hot], atol=tol, rtol=tol)
+    assert client.metrics.tier_hits >= len(hot)
+    # a new snapshot replaces the old one atomically; the old mapping stays readable
+    old = snap
+    builder.budget_bytes = 0
+    assert builder.refresh() == {}
+    assert not path_of(tmp_path, "t").exists()
+    assert tier.get(meta) is None
+    np.testing.assert_allclose(old.split(ids)[1], data[ids[mask]], atol=tol, rtol=tol)
+    # a snapshot of another shape is ignored, not misread
+    builder.budget_bytes = budget
+    builder.refresh()
+    other = TableMeta("t", 1001, 4, dtype, block_rows)
+    assert TierReader(tmp_path).get(other) is None
