@@ -43,6 +43,8 @@ def summary(runs: list) -> pd.DataFrame:
             "on_cache_on": mean(on, "placed_cache_hit"),
             "store_rack_off": mean(off, "placed_store_rack"),
             "store_rack_on": mean(on, "placed_store_rack"),
+            "link_stretch_off": mean(off, "link_stretch"),
+            "link_stretch_on": mean(on, "link_stretch"),
         })
     return pd.DataFrame(rows)
 
