@@ -20,6 +20,7 @@ import numpy as np
 from bench.embed.belady import belady_hits, next_use
 from bench.embed.servers import RedisProc
 from bench.embed.zipf import ZipfIds
+from embed.admission import Admission
 from embed.cache import LFU_SETTINGS
 from embed.store import connect
 
@@ -54,7 +55,7 @@ def memory_for(c, capacity: int, rows: int) -> int:
 
 
 def replay(trace: np.ndarray, bounds: np.ndarray, capacity: int, policy: str,
-           rows: int, settings: dict[str, str] | None = None) -> dict:
+           rows: int, settings: dict[str, str] | None = None, admission: bool = True) -> dict:
     """Replay through a fresh redis-server bounded to the memory of ``capacity`` keys, with
     the node cache's settings (``embed.cache.LFU_SETTINGS``) unless ``settings`` are given."""
     srv = RedisProc()
@@ -65,13 +66,16 @@ def replay(trace: np.ndarray, bounds: np.ndarray, capacity: int, policy: str,
         c.config_set("maxmemory", str(memory_for(c, capacity, rows)))
         c.config_set("maxmemory-policy", policy)
         hits = 0
+        admit = Admission(c, check_s=0.5) if admission else None
         for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             keys = _keys(trace[lo:hi])
             values = c.mget(keys)
-            missing = [k for k, v in zip(keys, values, strict=True) if v is None]
-            hits += len(keys) - len(missing)
-            if missing:
-                c.mset(dict.fromkeys(missing, VALUE))
+            missing = np.array([v is None for v in values])
+            hits += len(keys) - int(missing.sum())
+            if admit is not None:  # as the client does (embed.cache.ReadThrough)
+                missing = admit.fill_mask("t", trace[lo:hi], len(VALUE), missing)
+            if missing.any():
+                c.mset(dict.fromkeys([keys[i] for i in np.flatnonzero(missing)], VALUE))
         held = int(c.dbsize())
         evicted = int(c.info("stats")["evicted_keys"])
     finally:

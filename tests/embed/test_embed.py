@@ -295,3 +295,35 @@ def test_shared_memory_tier_serves_the_hottest_blocks_and_swaps_atomically(
     builder.refresh()
     other = TableMeta("t", 1001, 4, dtype, block_rows)
     assert TierReader(tmp_path).get(other) is None
+
+
+def test_doorkeeper_admits_blocks_seen_within_its_window():
+    from embed.admission import Doorkeeper
+
+    door = Doorkeeper(window=1000)
+    first = np.arange(50)
+    assert not door.observe("t", first).any()
+    assert door.observe("t", first).all()  # seen before: admit
+    assert not door.observe("other", first[:5]).any()  # another table's ids are other blocks
+    for i in range(3):  # two windows of other ids: forgotten
+        door.observe("t", np.arange(10_000 + 1000 * i, 11_000 + 1000 * i))
+    assert door.observe("t", first).mean() < 0.3  # (hash collisions may remember a few)
+
+
+def test_full_cache_takes_only_misses_seen_before(store, lfu_server):
+    data = table(20_000, 64)
+    store.write_table(TableMeta("big", 20_000, 64), [data])
+    cache = connect(lfu_server.url)
+    cache.config_set("maxmemory", str(int(cache.info("memory")["used_memory"]) + 2**21))
+    reader = ReadThrough(cache, store)
+    reader.admission.check_s = 0.0
+    rng = np.random.default_rng(2)
+    while not reader.admission.full:  # fill the cache
+        reader.lookup("big", rng.integers(0, 20_000, 500))
+    once = np.arange(19_000, 19_400)
+    got = reader.lookup("big", once)
+    np.testing.assert_array_equal(got, data[once])  # served either way
+    assert reader.admission.refused >= 300  # first sight: not written
+    reader.lookup("big", once)  # second sight: written back
+    assert sum(v is not None for v in cache.mget([layout.block_key(store.meta("big"), b)
+                                                   for b in once.tolist()])) >= 300
