@@ -11,8 +11,10 @@ whose fastest tier is a memory-resident copy of the hottest rows in front of its
 What is held is chosen by the engine that already ranks the rows: the node Redis'
 ``allkeys-lfu`` counters (``OBJECT FREQ``). The agent scans the cache incrementally (a bounded
 number of keys per refresh, so Redis is never blocked), keeps the best candidates, and writes the
-top blocks that fit ``budget_bytes``. Reading their values with ``MGET`` also counts as an access
-in Redis, so rows served from the tier (whose hits Redis no longer sees) keep their LFU standing.
+top blocks that fit ``budget_bytes``. Redis does not see the hits the tier serves, so a held
+row's counter decays (``lfu-decay-time``) until, hours later, it falls out of the tier; a row
+still hot climbs back within a refresh or two (its next reads go to Redis), a row no one reads
+any more does not: the tier forgets dead rows without code of its own.
 
 Snapshot file ``<dir>/<table>.tier`` (little-endian), immutable once written:
 
@@ -167,7 +169,10 @@ def _block_of(key: bytes) -> int:
 
 class TierBuilder:
     """The agent's side: choose the hottest blocks by the node Redis' LFU counters and write
-    them as snapshots. ``refresh()`` is one bounded step (call it every few seconds)."""
+    them as snapshots. ``refresh()`` is one bounded step (call it every few seconds): it scans
+    at most ``scan_keys`` new keys and asks ``OBJECT FREQ`` of those and of as many held ones
+    (in turn), so a large cache or tier is covered over several refreshes, never in one; rows
+    kept from the last snapshot are copied from it, only newcomers are read (``MGET``)."""
 
     def __init__(self, cache: Any, meta_of: Callable[[str], TableMeta], folder: str | Path,
                  budget_bytes: int, scan_keys: int = 200_000, batch: int = 2000) -> None:
@@ -178,8 +183,18 @@ class TierBuilder:
         self.scan_keys = scan_keys
         self.batch = batch
         self._cursor = 0
-        self._candidates: set[bytes] = set()
+        self._known: dict[bytes, tuple[int, str]] = {}  # key -> (LFU counter, table)
+        self._turn = 0  # where the next re-read of held keys' counters starts
+        self._metas: dict[str, TableMeta | None] = {}
         self.held: dict[str, int] = {}  # table -> blocks in its snapshot
+
+    def _meta(self, table: str) -> TableMeta | None:
+        if table not in self._metas:
+            try:
+                self._metas[table] = self.meta_of(table)
+            except (KeyError, ValueError):
+                self._metas[table] = None
+        return self._metas[table]
 
     def _freqs(self, keys: list[bytes]) -> list[int]:
         out: list[int] = []
@@ -191,55 +206,81 @@ class TierBuilder:
                        for f in pipe.execute(raise_on_error=False))
         return out
 
-    def _scan(self) -> None:
+    def _scan(self) -> list[bytes]:
+        fresh: list[bytes] = []
         seen = 0
         while seen < self.scan_keys:
             self._cursor, keys = self.cache.scan(self._cursor, match=f"{layout.PREFIX}{{*",
                                                  count=self.batch)
-            self._candidates.update(k for k in keys if not k.endswith(b":meta"))
+            fresh.extend(k for k in keys if k not in self._known and not k.endswith(b":meta"))
             seen += max(len(keys), 1)
             if self._cursor == 0:
                 break
+        return fresh
+
+    def _probe(self) -> None:
+        """Update the LFU counters of newly scanned keys and of a turn of known ones."""
+        fresh = self._scan()
+        known = list(self._known)
+        if known:
+            self._turn %= len(known)
+            turn = known[self._turn:self._turn + self.scan_keys]
+            self._turn += len(turn)
+        else:
+            turn = []
+        probe = fresh + turn
+        for key, freq in zip(probe, self._freqs(probe), strict=True):
+            if freq >= 0:
+                table = self._known[key][1] if key in self._known else layout.table_of_key(key)
+                if table is not None and self._meta(table) is not None:
+                    self._known[key] = (freq, table)
+            elif key in self._known:  # evicted from Redis: its counter is not known any more
+                self._known[key] = (0, self._known[key][1])
+
+    def _read(self, meta: TableMeta, keys: list[bytes]) -> tuple[np.ndarray, list[bytes]]:
+        """Blocks and raw values: from the current snapshot where it holds them, else MGET."""
+        blocks = np.array([_block_of(k) for k in keys], dtype=np.int64)
+        values: list[bytes | None] = [None] * len(keys)
+        old = None
+        with contextlib.suppress(OSError, ValueError):
+            old = Snapshot(path_of(self.folder, meta.name))
+        if old is not None and old.fits(meta) and len(old):
+            pos = np.minimum(np.searchsorted(old.blocks, blocks), len(old) - 1)
+            have = old.blocks[pos] == blocks
+            rows = old.values.reshape(len(old), -1)
+            for i in np.flatnonzero(have).tolist():
+                values[i] = rows[pos[i]].tobytes()
+        need = [i for i, v in enumerate(values) if v is None]
+        for lo in range(0, len(need), 8 * self.batch):
+            part = need[lo:lo + 8 * self.batch]
+            for i, v in zip(part, self.cache.mget([keys[i] for i in part]), strict=True):
+                values[i] = v
+        got = [i for i, v in enumerate(values) if v is not None]
+        return blocks[got], [values[i] for i in got]
 
     def refresh(self) -> dict[str, int]:
-        """Scan on, rank the candidates by LFU counter, write what fits; blocks per table."""
+        """Scan on, rank by LFU counter, write what fits the budget; blocks per table."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._scan()
-        keys = sorted(self._candidates)
-        freqs = self._freqs(keys)
-        metas: dict[str, TableMeta | None] = {}
-        ranked = []
-        for key, freq in zip(keys, freqs, strict=True):
-            table = layout.table_of_key(key)
-            if freq < 0 or table is None:
-                continue  # evicted since the scan, or a foreign key
-            if table not in metas:
-                try:
-                    metas[table] = self.meta_of(table)
-                except (KeyError, ValueError):
-                    metas[table] = None
-            meta = metas[table]
-            if meta is not None:
-                ranked.append((freq, key, table, meta.block_rows * meta.row_bytes))
-        ranked.sort(key=lambda r: -r[0])
+        self._probe()
+        keys = list(self._known)
+        freq = np.fromiter((v[0] for v in self._known.values()), dtype=np.int64,
+                           count=len(keys))
+        size = np.fromiter((self._meta(v[1]).block_rows * self._meta(v[1]).row_bytes
+                            for v in self._known.values()), dtype=np.int64, count=len(keys))
+        order = np.argsort(-freq, kind="stable")
+        fits = np.cumsum(size[order]) <= self.budget_bytes
+        chosen_idx = order[fits]
         chosen: dict[str, list[bytes]] = {}
-        used = 0
-        for _, key, table, size in ranked:
-            if used + size > self.budget_bytes:
-                continue
-            used += size
-            chosen.setdefault(table, []).append(key)
-        self._candidates = {k for ks in chosen.values() for k in ks}  # the rest re-earn a place
+        for i in chosen_idx.tolist():
+            chosen.setdefault(self._known[keys[i]][1], []).append(keys[i])
+        # Forget what did not make it (it re-earns a place when the scan meets it again).
+        self._known = {k: self._known[k] for ks in chosen.values() for k in ks}
         held = {}
         for table, tkeys in chosen.items():
-            meta = metas[table]
-            values = []
-            for i in range(0, len(tkeys), 8 * self.batch):
-                values.extend(self.cache.mget(tkeys[i:i + 8 * self.batch]))
-            got = [(k, v) for k, v in zip(tkeys, values, strict=True) if v is not None]
-            write_snapshot(self.folder, meta, np.array([_block_of(k) for k, _ in got],
-                                                       dtype=np.int64), [v for _, v in got])
-            held[table] = len(got)
+            meta = self._meta(table)
+            blocks, values = self._read(meta, tkeys)
+            write_snapshot(self.folder, meta, blocks, values)
+            held[table] = len(blocks)
         for table in set(self.held) - set(held):
             with contextlib.suppress(OSError):
                 path_of(self.folder, table).unlink()
