@@ -172,7 +172,8 @@ class TierBuilder:
     them as snapshots. ``refresh()`` is one bounded step (call it every few seconds): it scans
     at most ``scan_keys`` new keys and asks ``OBJECT FREQ`` of those and of as many held ones
     (in turn), so a large cache or tier is covered over several refreshes, never in one; rows
-    kept from the last snapshot are copied from it, only newcomers are read (``MGET``)."""
+    kept from the last snapshot are copied from it, only newcomers are read (``MGET``; Redis
+    counts that as one access, a little hysteresis that keeps the tier from flapping)."""
 
     def __init__(self, cache: Any, meta_of: Callable[[str], TableMeta], folder: str | Path,
                  budget_bytes: int, scan_keys: int = 200_000, batch: int = 2000) -> None:

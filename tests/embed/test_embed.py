@@ -244,8 +244,11 @@ def test_cli_loads_a_pytorch_state_dict(tmp_path, redis_url, store):
 
 @pytest.fixture
 def lfu_server():
+    from embed.cache import LFU_SETTINGS
+
     server = RedisServer()
-    connect(server.url).config_set("maxmemory-policy", "allkeys-lfu")  # OBJECT FREQ needs LFU
+    for name, value in LFU_SETTINGS.items():  # the node cache's (OBJECT FREQ needs LFU)
+        connect(server.url).config_set(name, value)
     yield server
     server.stop()
 
@@ -327,3 +330,26 @@ def test_full_cache_takes_only_misses_seen_before(store, lfu_server):
     reader.lookup("big", once)  # second sight: written back
     assert sum(v is not None for v in cache.mget([layout.block_key(store.meta("big"), b)
                                                    for b in once.tolist()])) >= 300
+
+
+def test_tier_builder_covers_a_large_cache_over_several_bounded_refreshes(
+        redis_url, store, lfu_server, tmp_path):
+    from embed.tier import TierBuilder, TierReader
+
+    data = table(2000)
+    meta = TableMeta("t", 2000, 8)
+    store.write_table(meta, [data])
+    cache = connect(lfu_server.url)
+    reader = ReadThrough(cache, store)
+    hot = np.arange(0, 2000, 20)  # 100 hot rows among 2,000 cached ones
+    reader.lookup("t", np.arange(2000))
+    for _ in range(30):
+        reader.lookup("t", hot)
+    builder = TierBuilder(cache, store.meta, tmp_path, 100 * meta.row_bytes, scan_keys=300,
+                          batch=100)
+    counts = [builder.refresh().get("t", 0) for _ in range(12)]
+    assert counts[0] < 100 or counts[-1] == 100  # one refresh reads at most ~300 keys
+    snap = TierReader(tmp_path, check_s=0.0).get(meta)
+    mask, rows = snap.split(hot)
+    assert mask.all()  # after the scan went round, exactly the hot rows are held
+    np.testing.assert_array_equal(rows, data[hot])
