@@ -130,7 +130,8 @@ def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval,
                                min_interval_s=publish_interval)
     registry = new_registry("embed")
     registry.register(CacheCollector(local, lambda: dict(publisher.last.rows)
-                                     if publisher.last else {}))
+                                     if publisher.last else {},
+                                     (lambda: dict(tier.held)) if tier is not None else None))
     start_http_server(metrics_port, registry=registry)
     asyncio.run(_agent(publisher, tier, tier_interval, kubeconfig, in_cluster))
 
