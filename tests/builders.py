@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import socket
 from typing import Any
 
+from bench.redis_server import free_port as free_port  # where every test takes it from
 from extender.inventory import Gpu, Inventory, NodeGpus, annotation_value
 
 _uid = itertools.count(1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gpu_node(name: str, count: int = 4, model: str = "V100M32", memory_mib: int = 32768,

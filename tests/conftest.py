@@ -6,12 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_server import RedisServer
+
+from bench.redis_server import RedisNotInstalled, RedisServer
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
+    try:
+        server = RedisServer()
+    except RedisNotInstalled as e:
+        pytest.fail(f"{e} (run `make setup`, which installs it)")
     yield server
     server.stop()
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import numpy as np
 
 from bench.embed.belady import belady_hits, next_use
-from bench.embed.servers import RedisProc
 from bench.embed.zipf import ZipfIds
+from bench.redis_server import RedisServer
 from embed.admission import Admission
 from embed.cache import LFU_SETTINGS
 from embed.store import connect
@@ -58,7 +58,7 @@ def replay(trace: np.ndarray, bounds: np.ndarray, capacity: int, policy: str,
            rows: int, settings: dict[str, str] | None = None, admission: bool = True) -> dict:
     """Replay through a fresh redis-server bounded to the memory of ``capacity`` keys, with
     the node cache's settings (``embed.cache.LFU_SETTINGS``) unless ``settings`` are given."""
-    srv = RedisProc()
+    srv = RedisServer()
     try:
         c = connect(srv.url)
         for name, value in (LFU_SETTINGS if settings is None else settings).items():

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.embed.servers import RedisProc, Toxiproxy
+from bench.embed.servers import Toxiproxy
 from bench.embed.zipf import ZipfIds
+from bench.redis_server import RedisServer
 from embed.cache import ReadThrough
 from embed.client import EmbeddingClient
 from embed.hot import HotRows
@@ -55,8 +56,8 @@ def run_latency(rows: int = 200_000, dim: int = 64, batch: int = 4096, batches: 
     work = [ids.sample(batch, rng) for _ in range(batches)]
     servers: list = []
     try:
-        store_srv, miss_srv = RedisProc(), RedisProc()
-        hit_srv = RedisProc("--maxmemory-policy", "allkeys-lfu")
+        store_srv, miss_srv = (RedisServer(unixsocket=True) for _ in range(2))
+        hit_srv = RedisServer(unixsocket=True, maxmemory_policy="allkeys-lfu")
         servers += [store_srv, hit_srv, miss_srv]
         proxy = Toxiproxy()
         servers.append(proxy)

@@ -1,30 +1,23 @@
-"""Real servers for the cache benchmarks: redis-server processes and a toxiproxy in front of the
-store (built from the Go module proxy by ``hack/build-toxiproxy.sh`` into
-``~/.cache/sparse/toxiproxy``). Loopback addresses only."""
+"""A real toxiproxy for the cache benchmarks, in front of the store (built from the Go module
+proxy by ``hack/build-toxiproxy.sh`` into ``~/.cache/sparse/toxiproxy``); the redis-servers come
+from ``bench.redis_server``. Loopback addresses only."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from bench.redis_server import free_port
+
 TOXIPROXY = Path(os.environ.get("SPARSE_TOXIPROXY",
                                 Path.home() / ".cache" / "sparse" / "toxiproxy" / "server"))
 TOXIPROXY_INSTALL = "hack/build-toxiproxy.sh (go install .../toxiproxy/v2/cmd/server)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(check, what: str, timeout_s: float = 15.0) -> None:
@@ -37,45 +30,6 @@ def _wait(check, what: str, timeout_s: float = 15.0) -> None:
             pass
         time.sleep(0.05)
     raise RuntimeError(f"{what} did not start")
-
-
-class RedisProc:
-    """A redis-server on a loopback port and a Unix socket."""
-
-    def __init__(self, *extra: str) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server not found (apt-get install redis-server)")
-        self.dir = tempfile.mkdtemp(prefix="sparse-embed-bench-")
-        self.port = free_port()
-        self.socket = os.path.join(self.dir, "redis.sock")
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--unixsocket",
-             self.socket, "--save", "", "--appendonly", "no", "--dir", self.dir, *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-
-        def ping() -> bool:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
-                conn.sendall(b"PING\r\n")
-                return conn.recv(16).startswith(b"+PONG")
-
-        _wait(ping, "redis-server")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    @property
-    def unix_url(self) -> str:
-        return f"unix://{self.socket}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Toxiproxy:

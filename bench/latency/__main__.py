@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -16,12 +15,7 @@ import numpy as np
 
 from bench.latency.cluster import request_bodies, synthetic_inventory
 from bench.latency.servers import wait_ready
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from bench.redis_server import free_port
 
 
 async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str, float]:
@@ -69,7 +63,7 @@ def main(nodes: int, gpus: int, candidates: int, count: int, out: Path) -> None:
     procs = {}
     try:
         for kind in ("extender", "null"):
-            port = _free_port()
+            port = free_port()
             procs[kind] = (port, subprocess.Popen(
                 [sys.executable, "-m", "bench.latency.servers", kind, str(port), str(nodes),
                  str(gpus)]))

@@ -25,6 +25,7 @@ import pandas as pd
 from bench.sim import losses
 from bench.sim.bounds import sliver_bound
 from bench.sim.cluster import SimCluster
+from bench.sim.queueing import placement_policy
 from bench.sim.trace import (
     NODE_LIST,
     load_nodes,
@@ -34,7 +35,6 @@ from bench.sim.trace import (
     workload_name,
     workload_path,
 )
-from extender.placement.policies import REGISTRY
 from extender.placement.policies.fgd import FragModel, TypicalTasks
 
 BUCKETS = 131  # arrived workload 0..130 %
@@ -164,11 +164,7 @@ def run_fgd(
     nodes = load_nodes(nodes_path or NODE_LIST)
     pods = load_pods(workload_path(workload))
     tasks = typical_tasks(pods)
-    pol = REGISTRY[policy](**(policy_kwargs or {}))
-    if hasattr(pol, "reseed"):
-        pol.reseed(seed)
-    if hasattr(pol, "set_workload"):
-        pol.set_workload(tasks)
+    pol = placement_policy(policy, seed, tasks, **(policy_kwargs or {}))
     sim = SimCluster(nodes, node_names(nodes, seed), pol)
     capacity = sim.total_milli
     order = prepare(pods, seed, tune, capacity)

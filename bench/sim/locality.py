@@ -42,6 +42,7 @@ import yaml
 from bench.sim.cluster import SimCluster
 from bench.sim.embed_net import GBPS, StoreNetwork
 from bench.sim.fgd import typical_tasks
+from bench.sim.queueing import JctRun, arrival_times, placement_policy
 from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
 from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
@@ -52,7 +53,6 @@ from extender.placement.locality import (
     LocalityWeights,
     encode_cache,
 )
-from extender.placement.policies import REGISTRY
 
 TOPOLOGY = Path(__file__).resolve().parent.parent / "data" / "locality" / "topology.yaml"
 KEY_OVERHEAD_BYTES = 64  # Redis per-key overhead in the cache
@@ -175,7 +175,7 @@ class NodeCaches:
 
 
 @dataclass
-class LocalityRun:
+class LocalityRun(JctRun):
     workload: str
     scenario: str
     mode: str
@@ -197,9 +197,6 @@ class LocalityRun:
 
     def row(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "jct"}
-
-    def to_json(self) -> dict:
-        return {**self.row(), "jct": self.jct}
 
 
 def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, hi: int
@@ -240,9 +237,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                            {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts})
              if ts else None for ts in tables]
 
-    pol = REGISTRY[policy]()
-    if hasattr(pol, "set_workload"):
-        pol.set_workload(typical_tasks(jobs))
+    pol = placement_policy(policy, None, typical_tasks(jobs))
     sim = SimCluster(topo.frame(), topo.names, pol, matrix)
     caches = NodeCaches(topo, rows, row_bytes)
     index = LocalityIndex(weights)
@@ -263,14 +258,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     steps = np.maximum(work / step, 1.0)
     request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
     n_gpus = sim.total_milli // 1000
-    created = jobs["creation_time"].to_numpy(dtype=np.float64)
-    created = created - created.min()
-    span = float((work * request).sum()) / (n_gpus * load)
-    arrive = created / max(created.max(), 1.0) * span
-    if mode == "high-load":
-        arrive = np.zeros(len(jobs))
-    elif mode != "continuous":
-        raise ValueError(f"mode must be continuous or high-load, got {mode!r}")
+    arrive = arrival_times(mode, jobs["creation_time"].to_numpy(dtype=np.float64),
+                           float((work * request).sum()), n_gpus, load)
     shapes = [(int(a), int(b), int(c), int(d), e) for a, b, c, d, e in zip(
         jobs["num_gpu"], jobs["gpu_milli"], jobs["cpu_milli"], jobs["memory_mib"],
         jobs["gpu_spec"], strict=True)]

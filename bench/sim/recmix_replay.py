@@ -49,6 +49,7 @@ import pandas as pd
 from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
+from bench.sim.queueing import JctRun, arrival_times, placement_policy, retry_pending
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs
 from bench.sim.replay import sample_nodes
 from bench.sim.trace import TraceDemand, load_nodes
@@ -65,7 +66,7 @@ NODE_MEM_MIB = 2 * 1024 * 1024
 
 
 @dataclass
-class RecMixRun:
+class RecMixRun(JctRun):
     workload: str
     policy: str
     seed: int
@@ -88,9 +89,6 @@ class RecMixRun:
 
     def row(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "jct"}
-
-    def to_json(self) -> dict:
-        return {**self.row(), "jct": self.jct}
 
 
 def split_policy(name: str) -> tuple[str, str | None]:
@@ -195,13 +193,9 @@ def run_recmix(
     book_of = booking_rule(jobs, base, source)
     declared = jobs["declared_mem_mib"].to_numpy(dtype=np.int64).copy()
     milli, mem = booked(jobs, base, source)
-    pol = REGISTRY[base]()
-    if hasattr(pol, "reseed"):
-        pol.reseed(seed)
-    if hasattr(pol, "set_workload"):
-        pol.set_workload(typical_tasks(pd.DataFrame({
-            "cpu_milli": jobs["cpu_milli"], "gpu_milli": np.where(milli > 0, milli, 1000),
-            "num_gpu": 1, "gpu_spec": ""})))
+    pol = placement_policy(base, seed, typical_tasks(pd.DataFrame({
+        "cpu_milli": jobs["cpu_milli"], "gpu_milli": np.where(milli > 0, milli, 1000),
+        "num_gpu": 1, "gpu_spec": ""})))
     sim = SimCluster(nodes, list(nodes["sn"]), pol)
     book = None
     if interference == "learned":
@@ -213,13 +207,8 @@ def run_recmix(
     if policy_setup is not None:
         policy_setup(sim, jobs)
     n_gpus = sim.total_milli // 1000
-    if mode == "high-load":
-        arrive = np.zeros(len(jobs))
-    else:
-        created = jobs["created"].to_numpy(dtype=np.float64)
-        created = created - created.min()
-        span = work.sum() / (n_gpus * load)
-        arrive = created / max(created.max(), 1.0) * span
+    arrive = arrival_times(mode, jobs["created"].to_numpy(dtype=np.float64), work.sum(),
+                           n_gpus, load)
     util = jobs["util"].to_numpy()
     sm = jobs["sm"].to_numpy()
     dram = jobs["dram"].to_numpy()
@@ -309,16 +298,8 @@ def run_recmix(
         refresh(g)
 
     def retry() -> None:
-        failed: list[tuple[int, int, int, int]] = []
-        keep = []
-        for j in pending:
-            shape = (int(milli[j]), int(mem[j]), int(cpu[j]), int(host[j]))
-            if any(all(a >= b for a, b in zip(shape, f, strict=True)) for f in failed):
-                keep.append(j)
-            elif not try_start(j):
-                failed.append(shape)
-                keep.append(j)
-        pending[:] = keep
+        retry_pending(pending, lambda j: (None, (int(milli[j]), int(mem[j]), int(cpu[j]),
+                                                 int(host[j]))), try_start)
 
     while events:
         t, kind, j, ver = heapq.heappop(events)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bench.sim.replay import ANCHORS
-from bench.sim.report import _plt, md_table
+from bench.sim.report import _plt, md_table, plot_jct_cdfs, report_header, write_runs_and_summary
 
 METRICS = ["makespan", "jct_mean", "jct_p95", "queue_mean", "alloc_mean", "sm_util_mean",
            "sm_util_backlog", "share_stretch", "oom_events", "work_bound"]
@@ -49,17 +49,12 @@ def recmix_table(runs: list) -> pd.DataFrame:
 
 
 def write_recmix(runs: list, out: Path, command: str = "") -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([r.row() for r in runs]).to_csv(out / "runs.csv", index=False)
     table = recmix_table(runs)
-    table.to_csv(out / "summary.csv", index=False)
-    (out / "summary.json").write_text(table.to_json(orient="records", indent=1))
+    write_runs_and_summary(runs, table, out)
     seeds = sorted({r.seed for r in runs})
     n_jobs = sorted({r.jobs for r in runs})
     gpus = sorted({r.gpus for r in runs})
-    lines = ["# sparse-bench: replay, workload rec-mix", ""]
-    if command:
-        lines += [f"Command: `{command}`", ""]
+    lines = report_header("sparse-bench: replay, workload rec-mix", command)
     lines += [
         f"Seeds {seeds}, {n_jobs} jobs per run, clusters of {gpus} H200 GPUs. Rules: "
         "bench/sim/recmix.py (jobs), bench/sim/recmix_replay.py (booking, OOM, replay), "
@@ -77,25 +72,8 @@ def write_recmix(runs: list, out: Path, command: str = "") -> Path:
         f"mean JCT x{ORIGINAL_JCT_RATIO} against the default scheduler.", "",
         md_table(table, "{:.3f}"), "",
     ]
+    lines += plot_jct_cdfs(runs, out, "rec-mix JCT")
     plt = _plt()
-    modes = sorted({r.mode for r in runs})
-    for mode in modes:
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for policy in sorted({r.policy for r in runs if r.mode == mode}):
-            jct = np.sort(np.concatenate([r.jct for r in runs
-                                          if r.mode == mode and r.policy == policy]))
-            jct = jct[np.isfinite(jct)]
-            ax.plot(jct / 3600.0, np.arange(1, len(jct) + 1) / max(len(jct), 1), label=policy)
-        ax.set_xscale("log")
-        ax.set_xlabel("job completion time (h)")
-        ax.set_ylabel("CDF")
-        ax.set_title(f"rec-mix JCT, {mode}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / f"jct-cdf-{mode}.png", dpi=120)
-        plt.close(fig)
-        lines += [f"![JCT CDF {mode}](jct-cdf-{mode}.png)", ""]
     if "makespan_vs_exclusive" in table:
         fig, axes = plt.subplots(1, 3, figsize=(14, 4))
         for ax, col, label in ((axes[0], "makespan_vs_exclusive", "makespan / kube-exclusive"),

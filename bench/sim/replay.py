@@ -41,9 +41,9 @@ import numpy as np
 from bench.sim.bounds import work_bound
 from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
+from bench.sim.queueing import JctRun, arrival_times, placement_policy, retry_pending
 from bench.sim.trace import NODE_LIST, load_nodes, load_pods, workload_name, workload_path
 from extender.interference.matrix import default_matrix
-from extender.placement.policies import REGISTRY
 
 ANCHORS = {  # makespan vs kube-exclusive in the original system
     ("high-load", "sparse"): 0.78, ("continuous", "sparse"): 0.85,
@@ -52,7 +52,7 @@ ANCHORS = {  # makespan vs kube-exclusive in the original system
 
 
 @dataclass
-class ReplayRun:
+class ReplayRun(JctRun):
     workload: str
     policy: str
     seed: int
@@ -77,9 +77,6 @@ class ReplayRun:
             "workload", "policy", "seed", "mode", "jobs", "gpus", "makespan", "jct_mean",
             "jct_p95", "queue_mean", "alloc_mean", "work_per_gpu_hour", "seconds",
             "work_bound", "share_stretch")}
-
-    def to_json(self) -> dict:
-        return {**self.row(), "jct": self.jct}
 
 
 def sample_jobs(pods, n_jobs: int, rng: np.random.Generator):
@@ -117,11 +114,7 @@ def run_replay(
     gpu_seconds = float((work * np.ceil(request)).sum())
     nodes = sample_nodes(load_nodes(nodes_path or NODE_LIST),
                          gpu_seconds / (overload * work.max()), rng)
-    pol = REGISTRY[policy]()
-    if hasattr(pol, "reseed"):
-        pol.reseed(seed)
-    if hasattr(pol, "set_workload"):
-        pol.set_workload(typical_tasks(jobs))
+    pol = placement_policy(policy, seed, typical_tasks(jobs))
     sim = SimCluster(nodes, list(nodes["sn"]), pol, matrix)
     n_gpus = sim.total_milli // 1000
     cols = {c: jobs[c].to_numpy() for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")}
@@ -129,13 +122,8 @@ def run_replay(
     shapes = [(int(a), int(b), int(c), int(d), e) for a, b, c, d, e in zip(
         cols["num_gpu"], cols["gpu_milli"], cols["cpu_milli"], cols["memory_mib"], specs,
         strict=True)]
-    if mode == "high-load":
-        arrive = np.zeros(len(jobs))
-    else:
-        created = jobs["creation_time"].to_numpy(dtype=np.float64)
-        created = created - created.min()
-        span = (work * request).sum() / (n_gpus * load)
-        arrive = created / max(created.max(), 1.0) * span
+    arrive = arrival_times(mode, jobs["creation_time"].to_numpy(dtype=np.float64),
+                           (work * request).sum(), n_gpus, load)
     norm = matrix.norm
     cls_idx = np.array([matrix.index(c) for c in classes])
 
@@ -192,17 +180,7 @@ def run_replay(
         return True
 
     def retry() -> None:
-        failed: list[tuple] = []
-        keep = []
-        for j in pending:
-            s = shapes[j]
-            if any(f[4] == s[4] and all(a >= b for a, b in zip(s[:4], f[:4], strict=True))
-                   for f in failed):
-                keep.append(j)
-            elif not try_start(j):
-                failed.append(s)
-                keep.append(j)
-        pending[:] = keep
+        retry_pending(pending, lambda j: (shapes[j][4], shapes[j][:4]), try_start)
 
     while events:
         t, kind, j, ver = heapq.heappop(events)

@@ -35,6 +35,47 @@ def md_table(df: pd.DataFrame, floatfmt: str = "{:.2f}") -> str:
     return "\n".join(lines)
 
 
+def report_header(title: str, command: str = "") -> list[str]:
+    """A report's first lines: its title and, when given, the command that made it."""
+    lines = [f"# {title}", ""]
+    if command:
+        lines += [f"Command: `{command}`", ""]
+    return lines
+
+
+def write_runs_and_summary(runs: list, table: pd.DataFrame, out: Path) -> None:
+    """``runs.csv`` (one row per run) and the table as ``summary.csv`` / ``summary.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([r.row() for r in runs]).to_csv(out / "runs.csv", index=False)
+    table.to_csv(out / "summary.csv", index=False)
+    (out / "summary.json").write_text(table.to_json(orient="records", indent=1))
+
+
+def plot_jct_cdfs(runs: list, out: Path, title: str = "JCT") -> list[str]:
+    """One JCT CDF per mode (every policy a line, all seeds pooled) as ``jct-cdf-<mode>.png``;
+    the report lines that show them."""
+    plt = _plt()
+    lines: list[str] = []
+    for mode in sorted({r.mode for r in runs}):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for policy in sorted({r.policy for r in runs if r.mode == mode}):
+            jct = np.sort(np.concatenate([r.jct for r in runs
+                                          if r.mode == mode and r.policy == policy]))
+            jct = jct[np.isfinite(jct)]
+            ax.plot(jct / 3600.0, np.arange(1, len(jct) + 1) / max(len(jct), 1), label=policy)
+        ax.set_xscale("log")
+        ax.set_xlabel("job completion time (h)")
+        ax.set_ylabel("CDF")
+        ax.set_title(f"{title}, {mode}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / f"jct-cdf-{mode}.png", dpi=120)
+        plt.close(fig)
+        lines += [f"![JCT CDF {mode}](jct-cdf-{mode}.png)", ""]
+    return lines
+
+
 def validation(runs: list) -> pd.DataFrame:
     """Ours vs the authors at arrived = 100 %: our mean over the seeds we ran, theirs over
     their ten seeds 42..51 (random streams differ, so seed-by-seed pairs mean nothing)."""
@@ -140,9 +181,7 @@ def write_fgd(runs: list, out: Path, command: str = "") -> Path:
     (out / "curves.json").write_text(json.dumps(curves))
     val = validation(runs)
     val.to_csv(out / "validation.csv", index=False)
-    lines = ["# sparse-bench: FGD protocol", ""]
-    if command:
-        lines += [f"Command: `{command}`", ""]
+    lines = report_header("sparse-bench: FGD protocol", command)
     lines += [
         "Protocol: pods shuffled per seed, resampled to 1.3x GPU capacity, one attempt per pod,",
         "no departures, ties to the smallest seed-permuted node name (bench/README.md).",
@@ -223,14 +262,9 @@ def replay_table(runs: list) -> pd.DataFrame:
 
 
 def write_replay(runs: list, out: Path, command: str = "") -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([r.row() for r in runs]).to_csv(out / "runs.csv", index=False)
     table = replay_table(runs)
-    table.to_csv(out / "summary.csv", index=False)
-    (out / "summary.json").write_text(table.to_json(orient="records", indent=1))
-    lines = ["# sparse-bench: replay", ""]
-    if command:
-        lines += [f"Command: `{command}`", ""]
+    write_runs_and_summary(runs, table, out)
+    lines = report_header("sparse-bench: replay", command)
     lines += ["Rules: bench/sim/replay.py (job classes, durations, cluster sizing, time "
               "compression, interference model).", "",
               "Times in seconds; ratios are to kube-exclusive (mean over seeds); the last column"
@@ -239,24 +273,7 @@ def write_replay(runs: list, out: Path, command: str = "") -> Path:
               "that sharing without any slowdown and without idle GPUs would reach against a "
               "perfectly packed exclusive scheduler (bench/sim/bounds.py).", "",
               md_table(table, "{:.3f}"), ""]
-    plt = _plt()
-    for mode in sorted({r.mode for r in runs}):
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for policy in sorted({r.policy for r in runs if r.mode == mode}):
-            jct = np.sort(np.concatenate([r.jct for r in runs
-                                          if r.mode == mode and r.policy == policy]))
-            jct = jct[np.isfinite(jct)]
-            ax.plot(jct / 3600.0, np.arange(1, len(jct) + 1) / max(len(jct), 1), label=policy)
-        ax.set_xscale("log")
-        ax.set_xlabel("job completion time (h)")
-        ax.set_ylabel("CDF")
-        ax.set_title(f"JCT, {mode}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / f"jct-cdf-{mode}.png", dpi=120)
-        plt.close(fig)
-        lines += [f"![JCT CDF {mode}](jct-cdf-{mode}.png)", ""]
+    lines += plot_jct_cdfs(runs, out)
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests")]  # the e2e har
 import cluster as e2e_cluster  # noqa: E402
 from extender_proc import Extender  # noqa: E402
 
+from bench.redis_server import RedisServer  # noqa: E402
 from bench.throughput.breakdown import (  # noqa: E402
     STAGES,
     Samples,
@@ -50,7 +50,9 @@ def pod_request(workload: str, i: int) -> dict[str, Any]:
     return {"milli": 250, "mem_mib": 4000}
 
 
-async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
+async def _create_many(kubeconfig: str, count: int, create: Callable[[Any, int], Awaitable]
+                       ) -> None:
+    """``create(core_api, i)`` for every i below ``count``, 16 requests in flight."""
     from kubernetes_asyncio import client
 
     api = await e2e_cluster.api_client(kubeconfig)
@@ -60,25 +62,19 @@ async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
 
         async def one(i: int) -> None:
             async with sem:
-                await e2e_cluster.create_pod(core, f"tp-{i:05d}", **pod_request(workload, i))
+                await create(core, i)
 
         await asyncio.gather(*(one(i) for i in range(count)))
+
+
+async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
+    await _create_many(kubeconfig, count, lambda core, i: e2e_cluster.create_pod(
+        core, f"tp-{i:05d}", **pod_request(workload, i)))
 
 
 async def create_nodes(kubeconfig: str, count: int, gpus: int) -> None:
-    from kubernetes_asyncio import client
-
-    api = await e2e_cluster.api_client(kubeconfig)
-    async with api:
-        core = client.CoreV1Api(api)
-        sem = asyncio.Semaphore(16)
-
-        async def one(i: int) -> None:
-            async with sem:
-                await e2e_cluster.create_gpu_node(core, f"tp-node-{i:05d}", gpus=gpus,
-                                                  memory_mib=16384)
-
-        await asyncio.gather(*(one(i) for i in range(count)))
+    await _create_many(kubeconfig, count, lambda core, i: e2e_cluster.create_gpu_node(
+        core, f"tp-node-{i:05d}", gpus=gpus, memory_mib=16384))
 
 
 def unbound_count(c: e2e_cluster.LocalCluster) -> int:
@@ -104,41 +100,6 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
 
     with urllib.request.urlopen(url, timeout=10) as r:
         return Samples.parse(r.read().decode())
-
-
-class RedisServer:
-    """A throw-away redis-server on a free port (the Redis store's runs)."""
-
-    def __init__(self, workdir: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise click.ClickException("redis-server is not installed")
-        (self.port,) = e2e_cluster.free_ports(1)
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise click.ClickException("redis-server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def flush(self) -> None:
-        with socket.create_connection(("127.0.0.1", self.port)) as conn:
-            conn.sendall(b"FLUSHALL\r\n")
-            conn.recv(16)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
@@ -269,7 +230,10 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
     results: dict[str, dict[str, dict]] = {}
     with tempfile.TemporaryDirectory(prefix="sparse-tp-") as tmp, \
             e2e_cluster.LocalCluster(quiet=True) as c:
-        redis = RedisServer(Path(tmp)) if "redis" in stores else None
+        try:
+            redis = RedisServer() if "redis" in stores else None
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from e
         try:
             for nodes in scales:
                 c.reset()

@@ -24,7 +24,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+from bench.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "/scheduler"
@@ -54,12 +55,6 @@ NODE_CONF = {
 
 
 # --- the extender under test -------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ExtenderProcess:

@@ -37,8 +37,8 @@ if str(_TESTS.parent) not in sys.path:
     sys.path.insert(0, str(_TESTS.parent))
 
 from builders import free_port, pod  # noqa: E402
-from redis_procs import SentinelGroup  # noqa: E402
 
+from bench.redis_server import SentinelGroup  # noqa: E402
 from extender.ledger.connect import RedisOptions  # noqa: E402
 from extender.ledger.redis import NotReplicated, RedisLedger  # noqa: E402
 from extender.ledger.rules import from_json  # noqa: E402

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_scheduling import wait_nodes
 
-from bench.embed.servers import RedisProc
+from bench.redis_server import RedisServer
 from embed.cache import ReadThrough
 from embed.layout import TableMeta
 from embed.publisher import CachePublisher, count_rows
@@ -32,7 +32,7 @@ def rack(name: str) -> dict[str, str]:
     return {ZONE: "zone-a", RACK: name}
 
 
-async def publish_fake_cache(core, node: str, server: RedisProc, table: str) -> None:
+async def publish_fake_cache(core, node: str, server: RedisServer, table: str) -> None:
     """A node cache that served lookups of ``table`` publishes what it holds."""
     store = EmbeddingStore(connect(server.url))
     rows = np.random.default_rng(0).standard_normal((5000, 16)).astype(np.float32)
@@ -72,7 +72,7 @@ async def test_jobs_land_on_their_cache_then_the_store_rack(cluster, core, exten
     await core.create_namespaced_pod("default", shard)
     places = await store_topology(core, STORE, "default")  # what `sparse-embed where` prints
     assert [(p.node, p.zone, p.rack) for p in places] == [("loc-b", "zone-a", "rack-0")]
-    server = RedisProc()
+    server = RedisServer()
     try:
         await publish_fake_cache(core, "loc-a", server, "clicks")
     finally:
@@ -118,7 +118,7 @@ async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, t
 
     cluster.reset()
     cluster.create_gpu_node("agent-node", gpus=1)
-    server = RedisProc()
+    server = RedisServer()
     (port,) = e2e_cluster.free_ports(1)
     log = open(tmp_path / "agent.log", "wb")  # noqa: SIM115 - owned by the process
     agent = None

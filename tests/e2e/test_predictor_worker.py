@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import cluster as e2e_cluster
 import pytest
 
+from bench.redis_server import free_port
 from predictor import MODEL_VERSION
 
 pytestmark = pytest.mark.e2e
@@ -36,12 +36,6 @@ GOOD_SPEC = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def worker(cluster: e2e_cluster.LocalCluster, redis_url: str,
            tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
@@ -49,7 +43,7 @@ def worker(cluster: e2e_cluster.LocalCluster, redis_url: str,
     log = (tmp_path / "worker.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "predictor.cli", "worker", "--kubeconfig", str(cluster.kubeconfig),
-         "--redis", redis_url, "--metrics-port", str(_free_port()), "--namespace", "default"],
+         "--redis", redis_url, "--metrics-port", str(free_port()), "--namespace", "default"],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

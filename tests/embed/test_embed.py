@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from builders import free_port
 from click.testing import CliRunner
-from redis_server import RedisServer
 
+from bench.redis_server import RedisServer
 from embed import layout
 from embed.cache import ReadThrough
 from embed.cli import main as embed_cli

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -14,8 +13,8 @@ from builders import gpu_node, inventory, pod
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from redis_procs import RestartableRedis
 
+from bench.redis_server import RedisServer
 from extender import protocol
 from extender.errors import ReservationConflict
 from extender.interference import default_matrix
@@ -31,10 +30,9 @@ TTL = 30.0
 
 @pytest.fixture(scope="module")
 def views_redis():
-    server = RestartableRedis()
+    server = RedisServer(appendonly=True)  # restarted with or without its data
     yield server
     server.stop()
-    shutil.rmtree(server.dir, ignore_errors=True)
 
 
 class Clock:
@@ -52,7 +50,7 @@ def bookings(reservations: dict[str, Reservation]) -> dict[str, tuple]:
 
 
 class ReplicaViews(RuleBasedStateMachine):
-    server: RestartableRedis
+    server: RedisServer
 
     def __init__(self) -> None:
         super().__init__()
@@ -141,7 +139,7 @@ class ReplicaViews(RuleBasedStateMachine):
     @precondition(lambda self: self.replicas)
     @rule(keep=st.booleans(), data=st.data())
     def restart_redis(self, keep: bool, data: st.DataObject) -> None:
-        self.server.restart(keep)
+        self.server.restart(keep_data=keep)
         self.run(self._reconnect())
         if not keep:
             # Wiped: the API server still says which pods are bound; a replica re-adopts

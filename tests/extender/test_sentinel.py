@@ -11,8 +11,8 @@ import signal
 
 import pytest
 from builders import gpu_node, inventory, pod
-from redis_procs import SentinelGroup
 
+from bench.redis_server import SentinelGroup
 from extender import protocol
 from extender.config import Settings
 from extender.interference import default_matrix

@@ -15,9 +15,9 @@ import time
 import aiohttp
 import pytest
 from builders import free_port, pod
-from redis_procs import RestartableRedis
 
 from bench.latency.servers import wait_ready
+from bench.redis_server import RedisServer
 
 NODE_CONF = """
 nodes:
@@ -28,7 +28,7 @@ SCHEDULER_HTTP_TIMEOUT_S = 5.0  # httpTimeout of the shipped scheduler config
 
 @pytest.fixture
 def outage_redis():
-    server = RestartableRedis()
+    server = RedisServer(appendonly=True)  # restarted with its data
     yield server
     server.thaw()
     server.stop()
@@ -69,13 +69,13 @@ async def test_stopped_and_frozen_redis_answer_the_protocol(tmp_path, outage_red
             _, bound = await place(pod(mem=1000, milli=100))
             assert bound["Error"] == "" and await ready() == 200
 
-            outage_redis.stop()
+            outage_redis.halt()
             p = pod(mem=1000, milli=100)
             filtered, bound = await place(p)
             assert "unavailable" in filtered["Error"] and "unavailable" in bound["Error"]
             assert await ready() == 503
 
-            outage_redis.start(keep=True)
+            outage_redis.start()
             for _ in range(300):
                 if await ready() == 200:
                     break
