@@ -188,6 +188,9 @@ class TierBuilder:
         self._turn = 0  # where the next re-read of held keys' counters starts
         self._metas: dict[str, TableMeta | None] = {}
         self.held: dict[str, int] = {}  # table -> blocks in its snapshot
+        for stale in self.folder.glob(f".*{SUFFIX}.*.tmp"):  # a write cut short by a crash
+            with contextlib.suppress(OSError):
+                stale.unlink()
 
     def _meta(self, table: str) -> TableMeta | None:
         if table not in self._metas:

@@ -345,8 +345,11 @@ def test_tier_builder_covers_a_large_cache_over_several_bounded_refreshes(
     reader.lookup("t", np.arange(2000))
     for _ in range(30):
         reader.lookup("t", hot)
+    stale = tmp_path / ".t.tier.999.tmp"  # left by an agent killed while writing
+    stale.write_bytes(b"half")
     builder = TierBuilder(cache, store.meta, tmp_path, 100 * meta.row_bytes, scan_keys=300,
                           batch=100)
+    assert not stale.exists()
     counts = [builder.refresh().get("t", 0) for _ in range(12)]
     assert counts[0] < 100 or counts[-1] == 100  # one refresh reads at most ~300 keys
     snap = TierReader(tmp_path, check_s=0.0).get(meta)
