@@ -57,10 +57,11 @@ def _table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
 @click.option("--rows", default=200_000, show_default=True, help="latency: table rows")
 @click.option("--batches", default=40, show_default=True, help="latency: batches per path")
 @click.option("--hit-rows", default=10_000_000, show_default=True, help="hit ratio: table rows")
-@click.option("--hit-batches", default=400, show_default=True, help="hit ratio: batches")
-@click.option("--small-rows", default=1_000_000, show_default=True,
+@click.option("--hit-batches", default=6000, show_default=True,
+              help="hit ratio: batches (6,000 fill a 5 % cache of 10^7 rows many times over)")
+@click.option("--small-rows", default=0, show_default=True,
               help="hit ratio: a second, smaller table whose caches fill (0 = skip)")
-@click.option("--policies", default="allkeys-lfu,allkeys-lru", show_default=True,
+@click.option("--policies", default="allkeys-lfu", show_default=True,
               help="hit ratio: Redis eviction policies to replay")
 @click.option("--skip-latency", is_flag=True)
 @click.option("--skip-hitratio", is_flag=True)
