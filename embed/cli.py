@@ -2,7 +2,8 @@
 
     sparse-embed load --store redis://store:6379/0 model.pt --dtype float16
     sparse-embed cache --cache unix:///var/run/sparse-embed/redis.sock --store redis://... \
-        --node "$NODE_NAME" --in-cluster --metrics-port 9475
+        --node "$NODE_NAME" --in-cluster --metrics-port 9475 \
+        --tier-dir /var/run/sparse-embed/tier --tier-mib 1024
     sparse-embed where --store embedding-store --namespace ml --kubeconfig ~/.kube/config
     sparse-embed tables --store redis://store:6379/0
 """
@@ -94,29 +95,66 @@ def _kube_options(f):
 @click.option("--metrics-port", default=9475, show_default=True, type=int)
 @click.option("--publish-interval", default=30.0, show_default=True,
               help="Least seconds between two Node patches.")
+@click.option("--tier-dir", default=None, envvar="SPARSE_EMBED_TIER",
+              help="Folder (on the node's tmpfs) for the shared-memory tier's snapshots.")
+@click.option("--tier-mib", default=0, show_default=True, type=click.IntRange(0),
+              help="Memory of the shared-memory tier (0 = no tier; needs --store).")
+@click.option("--tier-interval", default=30.0, show_default=True,
+              help="Seconds between two tier refreshes.")
 @_kube_options
-def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval, kubeconfig,
-          in_cluster) -> None:
-    """Run a node's cache agent: metrics and the Node annotation for the scheduler."""
+def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval, tier_dir,
+          tier_mib, tier_interval, kubeconfig, in_cluster) -> None:
+    """Run a node's cache agent: metrics, the Node annotation for the scheduler and the
+    shared-memory tier of the hottest rows."""
     from prometheus_client import start_http_server
 
+    from embed.cache import LFU_SETTINGS
     from embed.metrics import CacheCollector
     from embed.publisher import CachePublisher, count_rows
     from embed.store import EmbeddingStore, connect
+    from embed.tier import TierBuilder
     from extender.telemetry import new_registry
 
     local = connect(cache_url)
     if maxmemory:
         local.config_set("maxmemory", maxmemory)
-        local.config_set("maxmemory-policy", "allkeys-lfu")
+        for name, value in LFU_SETTINGS.items():
+            local.config_set(name, value)
     store = EmbeddingStore.from_url(store_url) if store_url else None
+    tier = None
+    if tier_mib:
+        if store is None or not tier_dir:
+            raise click.UsageError("--tier-mib needs --store and --tier-dir")
+        tier = TierBuilder(local, store.meta, tier_dir, tier_mib * 2**20)
     publisher = CachePublisher(node, lambda: count_rows(local, store),
                                min_interval_s=publish_interval)
     registry = new_registry("embed")
     registry.register(CacheCollector(local, lambda: dict(publisher.last.rows)
-                                     if publisher.last else {}))
+                                     if publisher.last else {},
+                                     (lambda: dict(tier.held)) if tier is not None else None))
     start_http_server(metrics_port, registry=registry)
-    asyncio.run(_publish_forever(publisher, kubeconfig, in_cluster))
+    asyncio.run(_agent(publisher, tier, tier_interval, kubeconfig, in_cluster))
+
+
+async def _agent(publisher, tier, tier_interval, kubeconfig, in_cluster) -> None:
+    if tier is None:
+        await _publish_forever(publisher, kubeconfig, in_cluster)
+        return
+    async with asyncio.TaskGroup() as tasks:
+        tasks.create_task(_publish_forever(publisher, kubeconfig, in_cluster))
+        tasks.create_task(_refresh_tier_forever(tier, tier_interval))
+
+
+async def _refresh_tier_forever(tier, interval_s: float) -> None:
+    log = logging.getLogger("sparse.embed.tier")
+    while True:
+        try:
+            held = await asyncio.to_thread(tier.refresh)
+            log.info("shared-memory tier: %s", ", ".join(f"{t}={n}" for t, n in
+                                                         sorted(held.items())) or "empty")
+        except Exception as exc:  # the cache restarting or a full tmpfs: try next time
+            log.warning("cannot refresh the shared-memory tier: %s", exc)
+        await asyncio.sleep(interval_s)
 
 
 async def _core(kubeconfig, in_cluster):

@@ -5,9 +5,12 @@ Where things are (all overridable by arguments):
 * node cache: ``SPARSE_EMBED_CACHE`` — ``unix:///var/run/sparse-embed/redis.sock`` (the
   DaemonSet's socket, mounted from the host) or ``redis://$(HOST_IP):6390`` (its hostPort,
   ``HOST_IP`` from the downward API ``status.hostIP``);
-* store: ``SPARSE_EMBED_STORE`` — ``redis://...`` or ``redis+cluster://...``.
+* store: ``SPARSE_EMBED_STORE`` — ``redis://...`` or ``redis+cluster://...``;
+* shared-memory tier: ``SPARSE_EMBED_TIER`` — the folder the agent writes snapshots to
+  (``/var/run/sparse-embed/tier`` when it exists; ``embed.tier``).
 
-Lookups go to the node cache and fall back to the store when the cache is gone
+Lookups take what the node's shared-memory tier holds (mapped read-only, no round trip), go to
+the node cache for the rest and fall back to the store when the cache is gone
 (``embed.cache.ReadThrough``). ``lookup(ids, next_ids=...)`` starts fetching the next batch in a
 background thread while the caller computes; the next ``lookup`` of exactly those ids takes the
 prefetched rows. Returns a ``torch.Tensor`` (float32) when torch is installed, else NumPy.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -27,11 +31,14 @@ from embed.cache import ReadThrough
 from embed.hot import HotRows
 from embed.metrics import ClientMetrics
 from embed.store import EmbeddingStore, connect
+from embed.tier import TierReader
 
 ENV_CACHE = "SPARSE_EMBED_CACHE"
 ENV_STORE = "SPARSE_EMBED_STORE"
 ENV_HOST_IP = "HOST_IP"
+ENV_TIER = "SPARSE_EMBED_TIER"
 DEFAULT_SOCKET = "/var/run/sparse-embed/redis.sock"
+DEFAULT_TIER = "/var/run/sparse-embed/tier"
 DEFAULT_PORT = 6390
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None  # optional: NumPy without it
@@ -53,11 +60,18 @@ def cache_url_from_env() -> str | None:
     return None
 
 
+def tier_dir_from_env() -> str | None:
+    if os.environ.get(ENV_TIER):
+        return os.environ[ENV_TIER]
+    return DEFAULT_TIER if os.path.isdir(DEFAULT_TIER) else None
+
+
 class EmbeddingClient:
     def __init__(self, table: str, *, cache_url: str | None = None,
                  store_url: str | None = None, prefetch: bool = True,
                  as_tensor: bool | None = None, metrics: ClientMetrics | None = None,
-                 timeout_s: float = 2.0, hot_rows: int = 0, hot_refresh: int = 16) -> None:
+                 timeout_s: float = 2.0, hot_rows: int = 0, hot_refresh: int = 16,
+                 tier_dir: str | None = None) -> None:
         store_url = store_url or os.environ.get(ENV_STORE)
         if not store_url:
             raise ValueError(f"no embedding store: pass store_url or set {ENV_STORE}")
@@ -69,6 +83,8 @@ class EmbeddingClient:
         self.meta = self.store.meta(table)
         self.reader = ReadThrough(cache, self.store, metrics=metrics)
         self.hot = HotRows(hot_rows, refresh_every=hot_refresh)
+        tier_dir = tier_dir if tier_dir is not None else tier_dir_from_env()
+        self.tier = TierReader(tier_dir) if tier_dir else None
         self.as_tensor = HAVE_TORCH if as_tensor is None else as_tensor
         if self.as_tensor and not HAVE_TORCH:
             raise RuntimeError("as_tensor=True needs torch installed")
@@ -85,7 +101,19 @@ class EmbeddingClient:
         return self.reader.metrics
 
     def _read(self, ids: np.ndarray) -> np.ndarray:
-        return self.reader.lookup(self.table, ids)
+        snap = self.tier.get(self.meta) if self.tier is not None else None
+        if snap is None:
+            return self.reader.lookup(self.table, ids)
+        t0 = time.perf_counter()
+        mask, held = snap.split(ids)
+        if len(held) == len(ids):
+            self.metrics.record_tier(len(ids), time.perf_counter() - t0)
+            return held
+        out = np.empty((len(ids), self.meta.dim), dtype=np.float32)
+        out[mask] = held
+        out[~mask] = self.reader.lookup(self.table, ids[~mask])
+        self.metrics.record_tier(len(held))
+        return out
 
     def _fetch(self, ids: np.ndarray) -> np.ndarray:
         if not self.hot.capacity:

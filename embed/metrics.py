@@ -32,6 +32,7 @@ class ClientMetrics:
                                  registry=self.registry)
         self.hits = 0
         self.misses = 0
+        self.tier_hits = 0
 
     def record(self, source: str, hits: int, misses: int, seconds: float) -> None:
         self.hits += hits
@@ -39,6 +40,13 @@ class ClientMetrics:
         self.latency.labels(source).observe(seconds)
         self.rows.labels("hit").inc(hits)
         self.rows.labels("miss").inc(misses)
+
+    def record_tier(self, rows: int, seconds: float | None = None) -> None:
+        """Rows served from the shared-memory tier (``seconds`` when it served the batch)."""
+        self.tier_hits += rows
+        self.rows.labels("tier").inc(rows)
+        if seconds is not None:
+            self.latency.labels("tier").observe(seconds)
 
     @property
     def hit_ratio(self) -> float:
@@ -49,9 +57,10 @@ class ClientMetrics:
 class CacheCollector:
     """Scrape-time view of the node cache (one INFO call per scrape)."""
 
-    def __init__(self, cache: Any, table_rows: Any = None) -> None:
+    def __init__(self, cache: Any, table_rows: Any = None, tier_rows: Any = None) -> None:
         self.cache = cache
         self.table_rows = table_rows  # callable -> {table: rows}, the publisher's last count
+        self.tier_rows = tier_rows  # callable -> {table: blocks}, the shared-memory tier's
 
     def collect(self):
         try:
@@ -90,3 +99,9 @@ class CacheCollector:
             for table, n in sorted(self.table_rows().items()):
                 rows.add_metric([table], n)
             yield rows
+        if self.tier_rows is not None:
+            tier = GaugeMetricFamily("sparse_embed_tier_blocks", "Blocks per table in the "
+                                     "shared-memory tier's snapshots", labels=["table"])
+            for table, n in sorted(self.tier_rows().items()):
+                tier.add_metric([table], n)
+            yield tier

@@ -99,6 +99,9 @@ def main() -> None:
 @click.option("--locality-avoid-weight", default=0.02, show_default=True, type=float,
               help="Locality: tie-breaker keeping pods without embeddings off full caches"
                    " (between idle nodes).")
+@click.option("--locality-id-skew", default=1.05, show_default=True, type=float,
+              help="Locality: Zipf exponent of the tables' ids, to score a cache by the share"
+                   " of lookups its rows serve (0: by row count).")
 @click.option("--rack-label", default="topology.sparse.io/rack", show_default=True,
               help="Node label naming the rack.")
 @click.option("--log-level", default="info", show_default=True,
@@ -116,6 +119,7 @@ def serve(**options: object) -> None:
     locality = LocalityWeights(
         cache=options.pop("locality_cache_weight"), rack=options.pop("locality_rack_weight"),
         zone=options.pop("locality_zone_weight"), avoid=options.pop("locality_avoid_weight"),
+        id_skew=options.pop("locality_id_skew"),  # type: ignore[arg-type]
         rack_label=str(options.pop("rack_label")))  # type: ignore[arg-type]
     settings = Settings(
         host=options["host"], port=options["port"], prefix=options["prefix"],

@@ -13,6 +13,7 @@ import click
 
 from bench.embed.hitratio import run_hitratio
 from bench.embed.latency import at_latency, run_latency
+from embed.cache import LFU_SETTINGS
 
 
 def _plot(hit: list[dict], path: Path) -> None:
@@ -26,7 +27,8 @@ def _plot(hit: list[dict], path: Path) -> None:
     for key, label, style in (("belady", "Belady (offline optimum)", "k-o"),
                               ("lfu", "redis allkeys-lfu (the node cache)", "C0-s"),
                               ("lru", "redis allkeys-lru", "C1-^"),
-                              ("static_top_k", "top-k mass (stationary bound)", "C2:")):
+                              ("static_top_k", "top-k oracle (knows popularity, pre-warmed)",
+                               "C2:")):
         if key in hit[0]:
             ax.plot(shares, [r[key] for r in hit], style, label=label)
     ax.set_xscale("log")
@@ -55,12 +57,15 @@ def _table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
 @click.option("--rows", default=200_000, show_default=True, help="latency: table rows")
 @click.option("--batches", default=40, show_default=True, help="latency: batches per path")
 @click.option("--hit-rows", default=10_000_000, show_default=True, help="hit ratio: table rows")
-@click.option("--hit-batches", default=400, show_default=True, help="hit ratio: batches")
-@click.option("--small-rows", default=1_000_000, show_default=True,
+@click.option("--hit-batches", default=6000, show_default=True,
+              help="hit ratio: batches (6,000 fill a 5 % cache of 10^7 rows many times over)")
+@click.option("--small-rows", default=0, show_default=True,
               help="hit ratio: a second, smaller table whose caches fill (0 = skip)")
+@click.option("--policies", default="allkeys-lfu", show_default=True,
+              help="hit ratio: Redis eviction policies to replay")
 @click.option("--skip-latency", is_flag=True)
 @click.option("--skip-hitratio", is_flag=True)
-def main(out, rows, batches, hit_rows, hit_batches, small_rows, skip_latency,
+def main(out, rows, batches, hit_rows, hit_batches, small_rows, policies, skip_latency,
          skip_hitratio) -> None:
     """Embedding cache microbenchmarks (real redis-servers, toxiproxy)."""
     folder = Path(out) if out else Path("results") / f"embed-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -72,33 +77,44 @@ def main(out, rows, batches, hit_rows, hit_batches, small_rows, skip_latency,
         lat = run_latency(rows=rows, batches=batches, progress=click.echo)
         half = at_latency(lat, "store", 0.5)
         lat.append(half)
+        lat.append(at_latency(lat, "local-miss", 0.5))
         by = {r["path"]: r for r in lat}
-        ratio = by["process-hit"]["lookups_per_s"] / half["lookups_per_s"]
-        node = by["local-hit"]["lookups_per_s"] / half["lookups_per_s"]
+        ratios = {p: by[p]["lookups_per_s"] / half["lookups_per_s"]
+                  for p in ("local-hit", "local-hit-redis", "process-hit")}
+        far = by["store+2ms"]["lookups_per_s"]
         result["latency"] = lat
-        result["process_hit_over_store_at_0.5ms"] = ratio
-        result["node_cache_hit_over_store_at_0.5ms"] = node
+        result["over_store_at_0.5ms"] = ratios
+        result["local_hit_over_store_at_2ms"] = by["local-hit"]["lookups_per_s"] / far
         report += ["## Lookup paths (batch 4,096 ids, dim 64, fp32)", "",
                    _table(lat, [("path", "path", ""), ("p50_ms", "p50 ms", ".2f"),
                                 ("p99_ms", "p99 ms", ".2f"),
-                                ("lookups_per_s", "lookups/s", ",.0f")]), "",
-                   f"Throughput against the store at +0.5 ms: in-process hit **{ratio:.2f}x** "
-                   f"(goal >= 5x), node-cache hit {node:.2f}x.", ""]
-        click.echo(f"process hit / store+0.5ms: {ratio:.2f}x; node cache hit: {node:.2f}x")
+                                ("lookups_per_s", "lookups/s", ",.0f"),
+                                ("lookups_per_s_at_p50", "lookups/s at p50", ",.0f")]), "",
+                   "Throughput against the store at +0.5 ms: local hit (the node cache's "
+                   f"shared-memory tier) **{ratios['local-hit']:.2f}x** (goal >= 5x); a hit in "
+                   f"the node-local Redis {ratios['local-hit-redis']:.2f}x; in-process "
+                   f"{ratios['process-hit']:.2f}x. Against the store at +2 ms: local hit "
+                   f"{result['local_hit_over_store_at_2ms']:.2f}x.", ""]
+        click.echo("over store+0.5ms: " + ", ".join(f"{p} {r:.2f}x" for p, r in ratios.items()))
     if not skip_hitratio:
         for n in (hit_rows, small_rows):
             if not n:
                 continue
-            hr = run_hitratio(rows=n, batches=hit_batches, progress=click.echo)
+            hr = run_hitratio(rows=n, batches=hit_batches, progress=click.echo,
+                              policies=tuple(policies.split(",")))
             result[f"hitratio_{n}"] = hr
             _plot(hr, folder / f"hitratio-{n}.png")
             report += [f"## Hit ratio vs cache size, next to Belady ({n:,} rows)", "",
-                       _table(hr, [("share", "cache", ".0%"), ("capacity", "rows", ""),
-                                   ("belady", "Belady", ".3f"),
-                                   ("lfu", "LFU (redis)", ".3f"), ("lru", "LRU (redis)", ".3f"),
-                                   ("lfu_over_belady", "LFU / Belady", ".3f"),
-                                   ("lfu_held", "keys held", ""),
-                                   ("lfu_evicted", "evictions", "")]), "",
+                       _table(hr, [c for c in [
+                           ("share", "cache", ".0%"), ("capacity", "rows", ""),
+                           ("belady", "Belady", ".3f"), ("static_top_k", "top-k oracle", ".3f"),
+                           ("lfu", "LFU (redis)", ".3f"), ("lru", "LRU (redis)", ".3f"),
+                           ("lfu_over_belady", "LFU / Belady", ".3f"),
+                           ("lfu_held", "keys held", ""), ("lfu_evicted", "evictions", "")]
+                           if c[0] in hr[0]]), "",
+                       f"Redis settings: {LFU_SETTINGS}; the top-k oracle knows the "
+                       "popularity and holds the top ids from the first lookup (the bound of "
+                       "any frequency-based online cache on this stationary trace).", "",
                        f"![hit ratio](hitratio-{n}.png)", ""]
     (folder / "results.json").write_text(json.dumps(result, indent=1))
     (folder / "report.md").write_text("\n".join(report))

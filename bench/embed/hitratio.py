@@ -20,6 +20,8 @@ import numpy as np
 from bench.embed.belady import belady_hits, next_use
 from bench.embed.zipf import ZipfIds
 from bench.redis_server import RedisServer
+from embed.admission import Admission
+from embed.cache import LFU_SETTINGS
 from embed.store import connect
 
 VALUE = b"\x00" * 16
@@ -53,21 +55,27 @@ def memory_for(c, capacity: int, rows: int) -> int:
 
 
 def replay(trace: np.ndarray, bounds: np.ndarray, capacity: int, policy: str,
-           rows: int, samples: int = 10) -> dict:
-    """Replay through a fresh redis-server bounded to the memory of ``capacity`` keys."""
-    srv = RedisServer(extra=("--maxmemory-samples", str(samples)))
+           rows: int, settings: dict[str, str] | None = None, admission: bool = True) -> dict:
+    """Replay through a fresh redis-server bounded to the memory of ``capacity`` keys, with
+    the node cache's settings (``embed.cache.LFU_SETTINGS``) unless ``settings`` are given."""
+    srv = RedisServer()
     try:
         c = connect(srv.url)
+        for name, value in (LFU_SETTINGS if settings is None else settings).items():
+            c.config_set(name, value)
         c.config_set("maxmemory", str(memory_for(c, capacity, rows)))
         c.config_set("maxmemory-policy", policy)
         hits = 0
+        admit = Admission(c, check_s=0.5) if admission else None
         for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             keys = _keys(trace[lo:hi])
             values = c.mget(keys)
-            missing = [k for k, v in zip(keys, values, strict=True) if v is None]
-            hits += len(keys) - len(missing)
-            if missing:
-                c.mset(dict.fromkeys(missing, VALUE))
+            missing = np.array([v is None for v in values])
+            hits += len(keys) - int(missing.sum())
+            if admit is not None:  # as the client does (embed.cache.ReadThrough)
+                missing = admit.fill_mask("t", trace[lo:hi], len(VALUE), missing)
+            if missing.any():
+                c.mset(dict.fromkeys([keys[i] for i in np.flatnonzero(missing)], VALUE))
         held = int(c.dbsize())
         evicted = int(c.info("stats")["evicted_keys"])
     finally:
@@ -83,13 +91,16 @@ def run_hitratio(rows: int = 10_000_000, batches: int = 600, batch: int = 4096,
     progress(f"trace: {len(trace)} lookups ({batches} batches of {batch} Zipf({alpha}) ids over "
              f"{rows} rows), {len(np.unique(trace))} distinct")
     nxt = next_use(trace)
+    ranks = zipf.ranks_of(trace)
     out = []
     for share in shares:
         capacity = int(rows * share)
         opt = int(belady_hits(trace, capacity, nxt).sum())
         row = {"rows": rows, "share": share, "capacity": capacity, "lookups": len(trace),
                "batches": batches, "batch": batch, "alpha": alpha,
-               "belady": opt / len(trace), "static_top_k": zipf.top_share(capacity)}
+               "belady": opt / len(trace),
+               # an oracle that knows the popularity and holds the top ids from the start
+               "static_top_k": float((ranks < capacity).mean())}
         for policy in policies:
             got = replay(trace, bounds, capacity, policy, rows)
             name = policy.removeprefix("allkeys-")

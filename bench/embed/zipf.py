@@ -27,6 +27,11 @@ class ZipfIds:
     def ids_of(self, ranks: np.ndarray) -> np.ndarray:
         return (ranks.astype(np.int64) * self.a + self.b) % self.n
 
+    def ranks_of(self, ids: np.ndarray) -> np.ndarray:
+        """0-based popularity rank of each id (the bijection's inverse)."""
+        inv = pow(self.a, -1, self.n)
+        return ((np.asarray(ids, dtype=np.int64) - self.b) % self.n * inv) % self.n
+
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
         return self.ids_of(self.ranks(size, rng))
 

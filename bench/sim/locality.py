@@ -21,8 +21,10 @@ Model (figures in ``bench/data/locality/topology.yaml``):
   ``encode_cache`` annotation the DaemonSet writes, read by the same ``LocalityIndex``. A table
   holding ``c`` of its ``N`` rows serves the Zipf mass of its top ``c`` rows; a table not cached
   when the job starts warms up over the steps that fetch those rows once.
-* Network contention and the store's own load are not modelled; a job's fetch time is fixed
-  when it starts.
+* Misses share the store's egress, the racks' uplinks and the zones' interconnects
+  (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
+  recommendation job starts or ends, the links are re-spread over the running ones and their
+  fetch times move. A job's hit ratio is fixed when it starts (its cache's content then).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import pandas as pd
 import yaml
 
 from bench.sim.cluster import SimCluster
+from bench.sim.embed_net import GBPS, StoreNetwork
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import JctRun, arrival_times, placement_policy
 from bench.sim.replay import sample_jobs
@@ -188,6 +191,7 @@ class LocalityRun(JctRun):
     rec_jct_mean: float
     placed_cache_hit: float  # recommendation jobs starting where their tables were cached
     placed_store_rack: float
+    link_stretch: float  # time-weighted stretch of the most loaded link (1 = no contention)
     seconds: float
     jct: list = field(default_factory=list)
 
@@ -262,23 +266,33 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     cls_idx = np.array([matrix.index(c) for c in classes])
     norm = matrix.norm
 
-    def fetch_time(j: int, node: str, before: dict[str, int]) -> float:
-        """Seconds per step fetching embeddings on ``node`` (mean over the job's steps)."""
+    def fetch_parts(j: int, node: str, before: dict[str, int]) -> tuple[float, float, float]:
+        """Per step on ``node`` (means over the job's steps): seconds not spent on missed
+        bytes (latencies, hits at local speed), missed bytes, and their seconds on an idle
+        network (the node's tier bandwidth to the store)."""
         tier = net[topo.tier(node)]
-        total = 0.0
+        free = miss = 0.0
         for t in tables[j]:
             h = mean_hit(before.get(t, 0), caches.held[node].get(t, 0), rows[t],
                          cfg_t["id_alpha"], unique, steps[j])
             bytes_ = unique * row_bytes
-            total += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"]
-                      * 1.25e8) + (1 - h) * bytes_ / (tier["gbps"] * 1.25e8)
-                      + (tier["latency_ms"] / 1e3 if h < 1 else 0.0))
-        return total
+            free += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"] * GBPS)
+                     + (tier["latency_ms"] / 1e3 if h < 1 else 0.0))
+            miss += (1 - h) * bytes_
+        return free, miss, miss / (tier["gbps"] * GBPS)
 
     remaining = steps.copy()
     rate = np.zeros(len(jobs))
     slow = np.ones(len(jobs))
     fetch = np.zeros(len(jobs))
+    fetch_free = np.zeros(len(jobs))  # per step: latencies and hits
+    miss_bytes = np.zeros(len(jobs))
+    miss_s = np.zeros(len(jobs))  # per step, on an idle network
+    fetched = np.zeros(len(jobs))  # seconds spent fetching so far
+    used_fetch = np.zeros(len(jobs))  # the fetch time the current rate was set with
+    paths: dict[int, list[int]] = {}  # running recommendation jobs: links their misses cross
+    links = StoreNetwork(topo.raw, topo.zone, topo.rack)
+    busiest = [0.0, 0.0]  # time-weighted max link stretch, time
     last = np.zeros(len(jobs))
     version = np.zeros(len(jobs), dtype=np.int64)
     started = np.full(len(jobs), np.nan)
@@ -295,7 +309,10 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     now = 0.0
 
     def set_rate(j: int) -> None:
-        remaining[j] -= (now - last[j]) * rate[j]
+        done_steps = (now - last[j]) * rate[j]
+        remaining[j] -= done_steps
+        fetched[j] += done_steps * used_fetch[j]
+        used_fetch[j] = fetch[j]
         last[j] = now
         rate[j] = 1.0 / (step / slow[j] + fetch[j])
         version[j] += 1
@@ -310,6 +327,24 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                     s *= norm[cls_idx[j], cls_idx[k]] ** (shapes[k][1] / 1000.0)
             if s != slow[j] or rate[j] == 0:
                 slow[j] = s
+                set_rate(j)
+
+    def share_links() -> None:
+        """Re-spread the links over the running recommendation jobs; re-rate those whose
+        fetch time moved."""
+        if busiest[1] < now:
+            busiest[0] += float(links.kappa.max()) * (now - busiest[1])
+            busiest[1] = now
+        run = sorted(paths)
+        if not run:
+            return
+        idx = np.array(run)
+        f = links.stretch([paths[j] for j in run], miss_bytes[idx],
+                          step / slow[idx] + fetch_free[idx], miss_s[idx])
+        for j, fj in zip(run, f.tolist(), strict=True):
+            new = fetch_free[j] + miss_s[j] * fj
+            if abs(new - fetch[j]) > 1e-3 * fetch[j] or rate[j] == 0:
+                fetch[j] = new
                 set_rate(j)
 
     def publish(node: str) -> None:
@@ -328,7 +363,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             before = {t: caches.held[node].get(t, 0) for t in tables[j]}
             cache_hit[j] = all(before.values())
             caches.start(node, tables[j])
-            fetch[j] = fetch_time(j, node, before)
+            fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, before)
+            fetch[j] = fetch_free[j] + miss_s[j]
+            paths[j] = links.path(node)
             in_rack[j] = topo.tier(node) == "rack"
             publish(node)
         if d.has_share:
@@ -338,6 +375,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             refresh(g)
         else:
             set_rate(j)
+        if tables[j]:
+            share_links()
         return True
 
     while events:
@@ -350,9 +389,12 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                 pending.append(j)
             continue
         done[j] = now
+        set_rate(j)  # books the last stretch's fetch time
         sim.release(f"job-{j}")
         if tables[j]:
             caches.stop(node_of[j], tables[j])
+            paths.pop(j, None)
+            share_links()
         g = job_gpu.pop(j, None)
         if g is not None:
             gpu_jobs[g].discard(j)
@@ -362,7 +404,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     jct = done - arrive
     rec = np.array([bool(t) for t in tables]) & ~np.isnan(done)
     run_time = done - started
-    fetch_s = fetch * steps
+    fetch_s = fetched
     return LocalityRun(
         workload=workload_name(workload), scenario=scenario, mode=mode, locality=locality,
         seed=seed,
@@ -373,4 +415,5 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         rec_jct_mean=float(np.nanmean(jct[rec])) if rec.any() else float("nan"),
         placed_cache_hit=float(cache_hit[rec].mean()) if rec.any() else float("nan"),
         placed_store_rack=float(in_rack[rec].mean()) if rec.any() else float("nan"),
+        link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0,
         seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])

@@ -43,6 +43,8 @@ def summary(runs: list) -> pd.DataFrame:
             "on_cache_on": mean(on, "placed_cache_hit"),
             "store_rack_off": mean(off, "placed_store_rack"),
             "store_rack_on": mean(on, "placed_store_rack"),
+            "link_stretch_off": mean(off, "link_stretch"),
+            "link_stretch_on": mean(on, "link_stretch"),
         })
     return pd.DataFrame(rows)
 
@@ -86,6 +88,36 @@ def _ratios(table: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def per_seed(runs: list) -> pd.DataFrame:
+    """Mean JCT with / without the term per mode, scenario and seed."""
+    by = {(r.mode, r.scenario, r.seed, r.locality): r for r in runs}
+    rows = []
+    for (mode, scenario, seed, loc), on in sorted(by.items()):
+        off = by.get((mode, scenario, seed, False))
+        if loc and off is not None:
+            rows.append({"mode": mode, "scenario": scenario, "seed": seed,
+                         "jct_mean_off": off.jct_mean, "jct_mean_on": on.jct_mean,
+                         "jct_ratio": on.jct_mean / off.jct_mean,
+                         "makespan_ratio": on.makespan / off.makespan})
+    return pd.DataFrame(rows)
+
+
+def _seed_plot(seeds: pd.DataFrame, path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    groups = list(seeds.groupby(["mode", "scenario"], sort=True))
+    for i, ((mode, scenario), g) in enumerate(groups):
+        ax.scatter(np.full(len(g), i) + np.linspace(-0.2, 0.2, len(g)), g["jct_ratio"], s=14,
+                   label=f"{mode} {scenario}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(GOAL_JCT, color="C3", ls="--", lw=0.8)
+    ax.set_xticks(range(len(groups)), [f"{m}\n{s}" for (m, s), _ in groups], fontsize=8)
+    ax.set_ylabel("mean JCT with / without, per seed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_locality(runs: list, folder: Path, command: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([r.row() for r in runs]).to_csv(folder / "runs.csv", index=False)
@@ -97,10 +129,18 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
              "(mean over seeds). `fetch_share`: share of the recommendation jobs' run time spent "
              "fetching embeddings; `on_cache`: recommendation jobs that started on a node whose "
              "cache held all their tables; `store_rack`: those placed in a rack of the store's "
-             "shards.", "", md_table(table, "{:.3f}"), ""]
+             "shards; `link_stretch`: time-weighted stretch of the most loaded shared link "
+             "(store egress, rack uplink, zone link, node NIC; 1 = no contention).", "",
+             md_table(table, "{:.3f}"), ""]
+    seeds = per_seed(runs)
+    seeds.to_csv(folder / "per_seed.csv", index=False)
     if len(table):
         _ratios(table, folder / "ratios.png")
         lines += ["![ratios](ratios.png)", ""]
+    if len(seeds):
+        _seed_plot(seeds, folder / "ratios-per-seed.png")
+        lines += ["## Per seed", "", md_table(seeds, "{:.3f}"), "",
+                  "![per seed](ratios-per-seed.png)", ""]
     for mode, scenario in zip(table.get("mode", []), table.get("scenario", []), strict=True):
         name = f"jct-cdf-{mode}-{scenario}.png"
         _cdf(runs, mode, scenario, folder / name)

@@ -60,3 +60,21 @@ def test_zipf_mass_and_warmup():
     cold = mean_hit(0, 200_000, n, 1.05, 50_000, 1000)
     assert warm == pytest.approx(zipf_mass(200_000, n, 1.05))
     assert 0 < cold < warm
+
+
+def test_zipf_ranks_invert_the_id_bijection():
+    z = ZipfIds(10_007, 1.05, seed=3)
+    ranks = np.arange(10_007)
+    assert (z.ranks_of(z.ids_of(ranks)) == ranks).all()
+
+
+@pytest.mark.redis
+def test_redis_replay_with_the_clients_admission_is_bounded_by_belady():
+    from bench.embed.hitratio import make_trace, replay
+
+    trace, bounds, _ = make_trace(100_000, 60, 1024, 1.05, seed=1)
+    cap = 5000
+    opt = belady_hits(trace, cap).mean()
+    got = replay(trace, bounds, cap, "allkeys-lfu", 100_000)
+    assert 0 < got["hits"] / len(trace) <= opt
+    assert got["held"] <= cap * 1.1

@@ -33,3 +33,25 @@ def test_cli_writes_the_report(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "recommendation" in report and "no-embeddings" in report
     assert (tmp_path / "ratios.png").exists()
+
+
+def test_shared_links_stretch_misses_only_when_loaded():
+    import numpy as np
+
+    from bench.sim.embed_net import GBPS, StoreNetwork
+
+    topo = Topology.load(None, seed=1)
+    raw = {**topo.raw, "links": {"store_gbps": 10.0, "rack_uplink_gbps": 0,
+                                 "zone_link_gbps": 0, "node_nic_gbps": 0}}
+    net = StoreNetwork(raw, topo.zone, topo.rack)
+    node = topo.names[0]
+    paths = [net.path(node)] * 4
+    miss = np.full(4, 1e7)  # bytes per step
+    free = np.full(4, 0.01)
+    alone = miss / (10.0 * GBPS)  # each alone at the link's speed
+    one = net.stretch(paths[:1], miss[:1], free[:1], alone[:1])
+    assert one == np.ones(1)  # a single job below the capacity is not stretched
+    f = net.stretch(paths, miss, free, alone * 0.1)
+    carried = (miss / (free + alone * 0.1 * f)).sum()
+    assert (f > 1).all()
+    assert abs(carried - 10 * GBPS) < 0.01 * 10 * GBPS  # four jobs share the link at capacity

@@ -110,7 +110,8 @@ async def test_jobs_land_on_their_cache_then_the_store_rack(cluster, core, exten
 
 
 async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, tmp_path):
-    """The DaemonSet's agent as a process: it patches its Node and answers /metrics."""
+    """The DaemonSet's agent as a process: it patches its Node, answers /metrics and writes
+    the shared-memory tier that clients map."""
     import subprocess
     import sys
     import urllib.request
@@ -125,11 +126,13 @@ async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, t
         store = EmbeddingStore(connect(server.url))
         store.write_table(TableMeta("views", 300, 8), [np.ones((300, 8), np.float32)])
         cache_url = server.url.replace("/0", "/1")
+        connect(cache_url).config_set("maxmemory-policy", "allkeys-lfu")  # the chart's policy
         ReadThrough(connect(cache_url), store).lookup("views", np.arange(120))
         agent = subprocess.Popen(
             [sys.executable, "-m", "embed.cli", "cache", "--cache", cache_url, "--store",
              server.url, "--node", "agent-node", "--kubeconfig", str(cluster.kubeconfig),
-             "--metrics-port", str(port), "--publish-interval", "1"],
+             "--metrics-port", str(port), "--publish-interval", "1",
+             "--tier-dir", str(tmp_path / "tier"), "--tier-mib", "1", "--tier-interval", "1"],
             stdout=log, stderr=subprocess.STDOUT)
         content = await wait_annotation(core, "agent-node", timeout=30)
         assert content["tables"]["views"] == {"rows": 120, "total": 300}
@@ -137,6 +140,19 @@ async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, t
             text = resp.read().decode()
         assert "sparse_embed_cache_up 1.0" in text
         assert 'sparse_embed_cache_rows{table="views"} 120.0' in text
+        from embed.tier import TierReader
+
+        tier_metric = 'sparse_embed_tier_blocks{table="views"} 120.0'
+        for _ in range(150):  # the first refresh runs at start; a loaded machine may be slow
+            snap = TierReader(tmp_path / "tier", check_s=0).get(store.meta("views"))
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+            if snap is not None and tier_metric in text:
+                break
+            await asyncio.sleep(0.2)
+        assert snap is not None and len(snap) == 120 and tier_metric in text
+        mask, rows = snap.split(np.arange(130))
+        assert mask.sum() == 120 and (rows == 1).all()
     finally:
         if agent is not None:
             agent.terminate()

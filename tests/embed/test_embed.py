@@ -240,3 +240,119 @@ def test_cli_loads_a_pytorch_state_dict(tmp_path, redis_url, store):
     assert out.exit_code == 0, out.output
     np.testing.assert_allclose(store.lookup("user", np.arange(30)),
                                model["user"].weight.detach().numpy())
+
+
+@pytest.fixture
+def lfu_server():
+    from embed.cache import LFU_SETTINGS
+
+    server = RedisServer()
+    for name, value in LFU_SETTINGS.items():  # the node cache's (OBJECT FREQ needs LFU)
+        connect(server.url).config_set(name, value)
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("block_rows,dtype", [(1, "float32"), (4, "float16")])
+def test_shared_memory_tier_serves_the_hottest_blocks_and_swaps_atomically(
+        redis_url, store, lfu_server, tmp_path, block_rows, dtype):
+    from embed.tier import TierBuilder, TierReader, path_of
+
+    data = table(1001)
+    meta = TableMeta("t", 1001, 8, dtype, block_rows)
+    store.write_table(meta, [data])
+    cache_srv = lfu_server
+    cache = connect(cache_srv.url)
+    reader = ReadThrough(cache, store)
+    hot = np.arange(0, 1001, 7)
+    for _ in range(30):  # hot ids looked up often, the rest once
+        reader.lookup("t", hot)
+    reader.lookup("t", np.arange(1001))
+    budget = len(np.unique(hot // block_rows)) * block_rows * meta.row_bytes
+    builder = TierBuilder(cache, store.meta, tmp_path, budget, scan_keys=10_000)
+    held = builder.refresh()
+    assert held == {"t": len(np.unique(hot // block_rows))}
+    tier = TierReader(tmp_path, check_s=0.0)
+    snap = tier.get(meta)
+    ids = np.array([7, 3, 1000, 14, 14, 2])
+    mask, rows = snap.split(ids)
+    held_blocks = set(np.unique(hot // block_rows).tolist())
+    assert mask.tolist() == [i // block_rows in held_blocks for i in ids.tolist()]
+    tol = 0 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(rows, data[ids[mask]], atol=tol, rtol=tol)
+    # the client serves held rows from the map, the rest through the cache, same values
+    client = EmbeddingClient("t", cache_url=cache_srv.url, store_url=redis_url,
+                             prefetch=False, as_tensor=False, tier_dir=str(tmp_path))
+    np.testing.assert_allclose(client.lookup(ids), data[ids], atol=tol, rtol=tol)
+    np.testing.assert_allclose(client.lookup(hot), data[hot], atol=tol, rtol=tol)
+    assert client.metrics.tier_hits >= len(hot)
+    # a new snapshot replaces the old one atomically; the old mapping stays readable
+    old = snap
+    builder.budget_bytes = 0
+    assert builder.refresh() == {}
+    assert not path_of(tmp_path, "t").exists()
+    assert tier.get(meta) is None
+    np.testing.assert_allclose(old.split(ids)[1], data[ids[mask]], atol=tol, rtol=tol)
+    # a snapshot of another shape is ignored, not misread
+    builder.budget_bytes = budget
+    builder.refresh()
+    other = TableMeta("t", 1001, 4, dtype, block_rows)
+    assert TierReader(tmp_path).get(other) is None
+
+
+def test_doorkeeper_admits_blocks_seen_within_its_window():
+    from embed.admission import Doorkeeper
+
+    door = Doorkeeper(window=1000)
+    first = np.arange(50)
+    assert not door.observe("t", first).any()
+    assert door.observe("t", first).all()  # seen before: admit
+    assert not door.observe("other", first[:5]).any()  # another table's ids are other blocks
+    for i in range(3):  # two windows of other ids: forgotten
+        door.observe("t", np.arange(10_000 + 1000 * i, 11_000 + 1000 * i))
+    assert door.observe("t", first).mean() < 0.3  # (hash collisions may remember a few)
+
+
+def test_full_cache_takes_only_misses_seen_before(store, lfu_server):
+    data = table(20_000, 64)
+    store.write_table(TableMeta("big", 20_000, 64), [data])
+    cache = connect(lfu_server.url)
+    cache.config_set("maxmemory", str(int(cache.info("memory")["used_memory"]) + 2**21))
+    reader = ReadThrough(cache, store)
+    reader.admission.check_s = 0.0
+    rng = np.random.default_rng(2)
+    while not reader.admission.full:  # fill the cache
+        reader.lookup("big", rng.integers(0, 20_000, 500))
+    once = np.arange(19_000, 19_400)
+    got = reader.lookup("big", once)
+    np.testing.assert_array_equal(got, data[once])  # served either way
+    assert reader.admission.refused >= 300  # first sight: not written
+    reader.lookup("big", once)  # second sight: written back
+    assert sum(v is not None for v in cache.mget([layout.block_key(store.meta("big"), b)
+                                                   for b in once.tolist()])) >= 300
+
+
+def test_tier_builder_covers_a_large_cache_over_several_bounded_refreshes(
+        redis_url, store, lfu_server, tmp_path):
+    from embed.tier import TierBuilder, TierReader
+
+    data = table(2000)
+    meta = TableMeta("t", 2000, 8)
+    store.write_table(meta, [data])
+    cache = connect(lfu_server.url)
+    reader = ReadThrough(cache, store)
+    hot = np.arange(0, 2000, 20)  # 100 hot rows among 2,000 cached ones
+    reader.lookup("t", np.arange(2000))
+    for _ in range(30):
+        reader.lookup("t", hot)
+    stale = tmp_path / ".t.tier.999.tmp"  # left by an agent killed while writing
+    stale.write_bytes(b"half")
+    builder = TierBuilder(cache, store.meta, tmp_path, 100 * meta.row_bytes, scan_keys=300,
+                          batch=100)
+    assert not stale.exists()
+    counts = [builder.refresh().get("t", 0) for _ in range(12)]
+    assert counts[0] < 100 or counts[-1] == 100  # one refresh reads at most ~300 keys
+    snap = TierReader(tmp_path, check_s=0.0).get(meta)
+    mask, rows = snap.split(hot)
+    assert mask.all()  # after the scan went round, exactly the hot rows are held
+    np.testing.assert_array_equal(rows, data[hot])

@@ -17,6 +17,7 @@ from extender.placement.locality import (
     EmbeddingSpec,
     InvalidEmbedding,
     LocalityIndex,
+    LocalityWeights,
     combine,
     decode_cache,
     encode_cache,
@@ -63,7 +64,7 @@ def test_cache_annotation_round_trip_and_garbage():
 
 
 def test_cached_share_counts_hot_rows_then_rack_then_zone():
-    ix = LocalityIndex()
+    ix = LocalityIndex(LocalityWeights(id_skew=0))  # by row count
     ix.observe_node("full", cache({"a": 1000, "b": 50}), labels("z1", "r1"))
     ix.observe_node("half", cache({"a": 500}), labels("z1", "r2"))
     ix.observe_node("rack", None, labels("z1", "r1"))
@@ -82,6 +83,21 @@ def test_cached_share_counts_hot_rows_then_rack_then_zone():
     ix.observe_node("half", cache({"a": 500}, {"a": 2000}), labels("z1", "r2"))
     no_hot = EmbeddingSpec("s", ("a",))
     assert ix.cached_share(no_hot, ix.slots_of(["half"]))[0] == pytest.approx(0.25)
+
+
+def test_cached_share_by_lookups_served_under_zipf_ids():
+    ix = LocalityIndex()  # id_skew 1.05: the hottest rows serve most lookups
+    ix.observe_node("head", cache({"a": 10_000}, {"a": 10_000_000}), None)
+    ix.observe_node("more", cache({"a": 1_000_000}, {"a": 10_000_000}), None)
+    ix.observe_node("all", cache({"a": 10_000_000}, {"a": 10_000_000}), None)
+    ix.observe_node("none", None, None)
+    share = ix.cached_share(EmbeddingSpec("s", ("a",)), ix.slots_of(["head", "more", "all",
+                                                                        "none"]))
+    ids = np.random.default_rng(0).zipf(1.05, 200_000)
+    ids = ids[ids <= 10_000_000]
+    assert share[0] == pytest.approx((ids <= 10_000).mean(), abs=0.05)  # about 0.7, not 0.001
+    assert share[1] == pytest.approx((ids <= 1_000_000).mean(), abs=0.05)
+    assert 0 < share[0] < share[1] < share[2] == pytest.approx(1.0) and share[3] == 0
 
 
 def test_term_scales_with_gpus_never_overrides_fit_and_steers_others_away():
