@@ -24,9 +24,11 @@ level). The reservation prices them separately::
   parts against the process memory NVML measured (context, library workspaces, allocator
   slack included).
 
-Both are linear quantile regressions of the relative error (:func:`fit_reserve`): covered in
-``RESERVE_QUANTILE`` of rows, the rest as tight as the check loss allows. One multiplier on
-the whole estimate could not be tight and safe at once: the state part of a recommendation
+Both are linear quantile regressions of the relative error (:func:`fit_reserve`), rows
+weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
+sets for the number of families (every row, below 49 families: the split-conformal level
+with families as units), the rest as tight as the check loss allows. One multiplier on the
+whole estimate could not be tight and safe at once: the state part of a recommendation
 model is known to a few percent while the activations of an unseen architecture are not.
 
 Prediction needs numpy only; fitting needs scipy.
@@ -46,8 +48,7 @@ import numpy as np
 
 from predictor import features, gpus
 
-RESERVE_QUANTILE = 0.98
-MARGIN_QUANTILE = RESERVE_QUANTILE  # older name
+RESERVE_ALPHA = 0.02  # target share of a held-out family's rows under-reserved
 FORMAT = "sparse-predictor/memory-phases/7"
 DEVICE_MIN_ROWS = 20  # fewer measured rows than this: the CPU calibration and the context
 
@@ -217,13 +218,36 @@ def lofo_raw(rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequen
     return lofo_parts(rows, y_mib, groups, eval_rows, eval_groups, level).sum(axis=1)
 
 
-def fit_reserve(parts: np.ndarray, target_mib: np.ndarray, q: float = RESERVE_QUANTILE,
-                offset: float | None = None) -> tuple[float, float, float]:
+def reserve_quantile(n_units: int, alpha: float = RESERVE_ALPHA) -> float:
+    """The split-conformal level for ``n_units`` exchangeable calibration units (families):
+    ``(1 - alpha)(1 + 1/n)``, capped at 1. Below ``1/alpha - 1`` units (49 for 2 %) it is 1:
+    no quantile short of covering every calibration family's held-out rows is honest about a
+    family nobody has seen."""
+    if n_units <= 0:
+        return 1.0
+    return min(1.0, (1.0 - alpha) * (1.0 + 1.0 / n_units))
+
+
+def family_weights(groups: np.ndarray | None, n: int) -> np.ndarray:
+    """Row weights summing to 1, every family weighing the same (uniform without families),
+    so that one family with many configurations does not buy the others' safety."""
+    if groups is None:
+        return np.full(n, 1.0 / max(n, 1))
+    _, inv, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return 1.0 / (len(counts) * counts[inv])
+
+
+def fit_reserve(parts: np.ndarray, target_mib: np.ndarray, q: float | None = None,
+                offset: float | None = None, groups: Sequence[str] | None = None,
+                ) -> tuple[float, float, float]:
     """``(s_state, s_act, offset)`` with ``s_state x state + s_act x act + offset >= target``
     in a ``q`` share of rows: the linear quantile regression of the relative error (each
-    row's constraint divided by its target, so small jobs count as much as large ones), with
-    both scales >= 1 and the offset >= 0, or fixed when given. ``parts`` should be held-out
-    estimates, so the calibration covers the model's own error too."""
+    row's constraint divided by its target, so small jobs count as much as large ones), rows
+    weighted so that every family of ``groups`` counts the same, both scales >= 1 and the
+    offset >= 0, or fixed when given. ``q`` defaults to :func:`reserve_quantile` of the
+    number of families; at 1 every row is covered and the over-reservation minimised.
+    ``parts`` should be held-out estimates, so the calibration covers the model's own error
+    on a family it has not seen."""
     from scipy.optimize import linprog
 
     parts = np.asarray(parts, dtype=float)
@@ -233,16 +257,24 @@ def fit_reserve(parts: np.ndarray, target_mib: np.ndarray, q: float = RESERVE_QU
     n = len(t)
     if n == 0:
         return 1.0, 1.0, 0.0 if offset is None else float(offset)
+    fam = None if groups is None else np.asarray(groups)[ok]
+    if q is None:
+        q = reserve_quantile(n if fam is None else len(set(fam)))
+    weight = family_weights(fam, n)
     fixed = offset is not None
     x = np.column_stack([parts, np.ones(n)]) / t[:, None]
     rhs = np.ones(n) - (float(offset) / t if fixed else 0.0)
     if fixed:
         x = x[:, :2]
     k = x.shape[1]
-    # variables: beta (k), under u (n), over v (n); x beta + u - v = rhs
-    cost = np.concatenate([np.zeros(k), np.full(n, q), np.full(n, 1.0 - q)]) / n
+    # variables: beta (k), under u (n), over v (n); x beta + u - v = rhs. At q = 1 no row
+    # may be under (u = 0) and the weighted over-reservation is what is minimised.
+    cover_all = q >= 1.0
+    cost = np.concatenate([np.zeros(k), q * weight,
+                           weight if cover_all else (1.0 - q) * weight])
     eq = np.hstack([x, np.eye(n), -np.eye(n)])
-    bounds = [(1.0, None), (1.0, None), (0.0, None)][:k] + [(0.0, None)] * (2 * n)
+    under = (0.0, 0.0) if cover_all else (0.0, None)
+    bounds = [(1.0, None), (1.0, None), (0.0, None)][:k] + [under] * n + [(0.0, None)] * n
     with _one_blas_thread():
         res = linprog(cost, A_eq=eq, b_eq=rhs, bounds=bounds, method="highs")
     if not res.success:
@@ -257,7 +289,8 @@ def calibrate_reserve(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
     """``(s_state, s_act)`` for GPU models without measured rows: held-out parts of every
     row against its label plus ``ctx_mib``, the context fixed as the offset."""
     parts = lofo_parts(rows, y_mib, groups, rows, groups, level)
-    s_state, s_act, _ = fit_reserve(parts, np.asarray(y_mib) + ctx_mib, offset=ctx_mib)
+    s_state, s_act, _ = fit_reserve(parts, np.asarray(y_mib) + ctx_mib, offset=ctx_mib,
+                                    groups=groups)
     return s_state, s_act
 
 
@@ -269,7 +302,7 @@ def calibrate_device(
     """:func:`fit_reserve` for one GPU model's measured rows, each estimated by a fit on
     ``rows`` without the GPU row's group, against the NVML-measured process memory."""
     parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups, level)
-    return fit_reserve(parts, used_mib)
+    return fit_reserve(parts, used_mib, groups=gpu_groups)
 
 
 Triple = tuple[float, float, float]
@@ -307,7 +340,9 @@ class MemoryModel:
         return cls(coef=coef["described"], coef_job=coef["job"], reserve=reserve,
                    version=version,
                    meta={"n_rows": len(specs), "groups": sorted(set(groups)),
-                         "reserve_quantile": RESERVE_QUANTILE, "reserve_ctx_mib": ctx})
+                         "reserve_alpha": RESERVE_ALPHA,
+                         "reserve_quantile": reserve_quantile(len(set(groups))),
+                         "reserve_ctx_mib": ctx})
 
     def coef_for(self, level: str) -> np.ndarray:
         coef = self.coef if level == "described" else self.coef_job

@@ -68,7 +68,7 @@ MEM_MAPE_MAX = 0.01  # v5: 0.0 %
 MEM_UNDER_MAX = 0.02  # v5: 0.0 % (with the reservation's state/activation scales)
 COMPUTE_MAE_MAX = 55.0  # v4: 47.6 milli-GPU (GPU-measured labels)
 DEVICE_UNDER_MAX = 0.02  # v4: none (closest -5.3 %)
-DEVICE_OVER_MAX = 0.30  # v4: 25.4 % mean over-reservation
+DEVICE_OVER_MAX = 0.40  # v6: 34.6 % mean (every family's allocator slack covered; v5 25 %)
 
 
 @pytest.mark.slow
@@ -88,7 +88,8 @@ def test_leave_one_family_out_goals() -> None:
     assert ev.compute_label == "gpu-measured-sm-activity"
     assert ev.compute[-1].r2 >= 0.90, ev.compute[-1]  # v4: 0.922
     device = ev.device["described"]["H200"][-1]
-    assert device.under_share <= 0.08 and device.under_max <= 0.20, device  # v5: 6.8 %, 16.2 %
-    assert device.over_median <= 0.20, device  # v5: 15.4 %
-    job_res = ev.memory["job"][-1]
-    assert job_res.res_under_share <= 0.07 and job_res.res_over_median <= 0.20, job_res
+    # v6 (families as conformal units): 1.6 % under, 7.4 % at most, median over 27.2 %
+    assert device.under_share <= 0.02 and device.under_max <= 0.10, device
+    assert device.over_median <= 0.32, device
+    job_res = ev.memory["job"][-1]  # v6: 0.5 % under, median over 61.8 %
+    assert job_res.res_under_share <= 0.02 and job_res.res_over_median <= 0.70, job_res

@@ -250,3 +250,30 @@ def test_cnn_kernel_count_uses_layers_when_given() -> None:
     assert features.kernels_per_step(deep) > 5 * features.kernels_per_step(shallow) / 2
     assert features.kernels_per_step(cnn) > 20  # no layers: the depth proxy still counts some
     assert features.derive(deep)["log_kernels"] > features.derive(shallow)["log_kernels"]
+
+
+def test_reserve_rule_is_conformal_over_families_and_family_balanced() -> None:
+    from predictor import memory_model
+
+    # split-conformal level with families as units: every row below 1/alpha - 1 families
+    assert memory_model.reserve_quantile(12) == 1.0
+    assert memory_model.reserve_quantile(48) == 1.0
+    assert memory_model.reserve_quantile(99) == pytest.approx(0.98 * (1 + 1 / 99))
+    rng = np.random.default_rng(1)
+    # a large family whose activations are known, a small one where they are 3x under
+    n_big, n_small = 300, 10
+    state = rng.uniform(100, 1000, n_big + n_small)
+    act = rng.uniform(100, 1000, n_big + n_small)
+    true_act = act * np.r_[rng.uniform(1.0, 1.1, n_big), rng.uniform(2.5, 3.0, n_small)]
+    used = state + true_act
+    parts = np.column_stack([state, act])
+    groups = ["big"] * n_big + ["small"] * n_small
+    # pooled by rows the small family is under 3 % of the weight: the 98 % fit drops it
+    pooled = memory_model.fit_reserve(parts, used, q=0.98)
+    booked = parts @ pooled[:2] + pooled[2]
+    assert np.mean(booked[n_big:] < used[n_big:]) > 0.5
+    # the rule: every family's rows covered, at the least over-reservation
+    s_state, s_act, offset = memory_model.fit_reserve(parts, used, groups=groups)
+    booked = parts @ [s_state, s_act] + offset
+    assert np.all(booked >= used * (1 - 1e-9))
+    assert s_act >= 2.5
