@@ -61,7 +61,7 @@ def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
 # The job's fields the predictor reads as they are (camelCase, as in the CRD).
 JOB_FIELDS = ("batchSize", "macs", "params", "vocabularySize", "embeddingDim",
               "embeddingSizeTotal", "embeddingDimTotal", "embeddingTableCount", "optimizer",
-              "dtype")
+              "dtype", "sparseGradients", "idsPerSample")
 
 
 def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
@@ -83,6 +83,8 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
         "macs": float(job_spec.get("macs") or 0),
         "params": float(job_spec.get("params") or 0),
         "tables": tables,
+        "sparse_grad": bool(job_spec.get("sparseGradients")
+                            or job_spec.get("optimizer") == "sparse_adam"),
     }
     if gpu in gpus.CATALOGUE:  # other names still restrict placement, not the prediction
         model["gpu_model"] = gpu

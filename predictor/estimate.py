@@ -49,10 +49,11 @@ class Estimator:
 
     def predict(self, spec: features.ModelSpec) -> Prediction:
         milli = min(1000, max(1, self.compute.predict_milli(spec)))
-        train = float(self.memory.predict_train_mib([spec])[0])
+        parts = self.memory.predict_parts([spec])[0]
+        train = float(parts.sum())
         return Prediction(
             gpu_milli=milli,
-            gpu_mem_mib=self.memory.reserve_mib(spec, train),
+            gpu_mem_mib=self.memory.reserve_parts_mib(spec, parts),
             job_class=features.job_class(spec),
             model_version=self.version,
             gpu_model=spec.gpu_model,

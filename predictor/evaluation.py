@@ -1,17 +1,18 @@
 """Leave-one-family-out evaluation of both models, at both input levels.
 
 Memory, per input level (``described``: the annotation ``describe`` writes; ``job``: only the
-job fields a ``RecommendDLJob`` carries): for each family F, fit the OLS on the other families,
-calibrate the margin by an inner leave-one-family-out on those families only, predict F.
-Reported per family and pooled: R², MAPE and largest under-estimate ``max((y - ŷ)/y)`` of the
-raw training-state estimate ``train_mib`` against the CPU label, and the reservation as booked
-on a GPU without measured rows (``train_mib x margin + context``) against the allocator peak
-plus the same context: share of jobs under-reserved, largest under-reservation, median
-over-reservation.
+job fields a ``RecommendDLJob`` carries, and for information ``job+optional``: the same plus
+the optional ``sparseGradients`` and ``idsPerSample``): for each family F, fit on the other
+families, calibrate the reservation by an inner leave-one-family-out on those families only,
+predict F. Reported per family and pooled: R², MAPE and largest under-estimate
+``max((y - ŷ)/y)`` of the raw training-state estimate ``train_mib`` against the CPU label, and
+the reservation as booked on a GPU without measured rows (``s_state x state + s_act x
+activations + context``) against the allocator peak plus the same context: share of jobs
+under-reserved, largest under-reservation, median over-reservation.
 
-Memory as deployed on a measured GPU: the whole ``gpu_mem_mib`` (OLS fitted without F, times
-the GPU model's scale plus its offset, both calibrated on the other families' GPU rows only)
-against the process memory NVML measured for F's configs.
+Memory as deployed on a measured GPU: the whole ``gpu_mem_mib`` (fit without F, its two
+scales and offset calibrated on the other families' GPU rows only) against the process memory
+NVML measured for F's configs.
 
 Compute: LightGBM fitted on the other families; R², MAE (milli-GPU) on F, on GPU-measured SM
 activity when GPU rows exist, else on the CPU FLOP-roofline proxy (and then said so).
@@ -57,7 +58,7 @@ class MemoryResult:
     res_under_share: float  # reservation (x margin + context) vs allocator peak + context
     res_under_max: float
     res_over_median: float
-    margin: float
+    margin: str  # the reservation's scales (state / activations) calibrated without F
 
 
 @dataclass
@@ -87,47 +88,56 @@ class Evaluation:
     points: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
-def memory_lofo(df, level: str = "described", ctx_mib: float | None = None):  # noqa: ANN001, ANN201
-    """(raw estimate, reservation, margins, label, family, context) for every CPU row."""
-    rows = training.level_rows(dataset.specs(df), level)
+# name shown -> (input level, with the optional job fields)
+VIEWS = {"described": ("described", False), "job": ("job", False),
+         "job+optional": ("job", True)}
+
+
+def memory_lofo(df, view: str = "described", ctx_mib: float | None = None):  # noqa: ANN001, ANN201
+    """(raw estimate, reservation, scales, label, family, context) for every CPU row."""
+    level, sparse = VIEWS[view]
+    rows = training.level_rows(dataset.specs(df), level, sparse)
     y = training.memory_target_mib(df)
     fam = df["family"].to_numpy()
     ctx = float(gpus.get(gpus.DEFAULT_GPU).ctx_mib if ctx_mib is None else ctx_mib)
     preds = np.empty(len(y))
     reserved = np.empty(len(y))
-    margins: dict[str, float] = {}
+    scales: dict[str, str] = {}
     for f in sorted(set(fam)):
         test, train = fam == f, fam != f
         tr_rows = [r for r, t in zip(rows, train, strict=True) if t]
         te_rows = [r for r, t in zip(rows, test, strict=True) if t]
-        coef = memory_model.FIT[level](tr_rows, y[train])
-        ratios = memory_model.lofo_ratios(tr_rows, y[train], list(fam[train]), level)
-        margins[f] = memory_model.calibrate_margin(ratios)
-        preds[test] = memory_model.PREDICT[level](coef, te_rows)
-        reserved[test] = np.ceil(preds[test] * margins[f] + ctx)
-    return preds, reserved, margins, y, fam, ctx
+        coef = memory_model.fit_level(level, tr_rows, y[train])
+        s_state, s_act = memory_model.calibrate_reserve(tr_rows, y[train], list(fam[train]),
+                                                        ctx, level)
+        scales[f] = f"{s_state:.2f}/{s_act:.2f}"
+        parts = memory_model.parts_level(level, coef, te_rows)
+        preds[test] = parts.sum(axis=1)
+        reserved[test] = np.ceil(parts[:, 0] * s_state + parts[:, 1] * s_act + ctx)
+    return preds, reserved, scales, y, fam, ctx
 
 
-def device_memory_lofo(df, grp, level: str = "described"):  # noqa: ANN001, ANN201
+def device_memory_lofo(df, grp, view: str = "described"):  # noqa: ANN001, ANN201
     """(reserved, used, family) for one GPU model's rows ``grp``: each family's reservation
-    comes from an OLS and a device calibration that never saw that family."""
-    rows = training.level_rows(dataset.specs(df), level)
+    comes from a fit and a device calibration that never saw that family."""
+    level, sparse = VIEWS[view]
+    rows = training.level_rows(dataset.specs(df), level, sparse)
     y, fam = training.memory_target_mib(df), df["family"].to_numpy()
-    g_rows = training.level_rows(dataset.specs(grp), level)
+    g_rows = training.level_rows(dataset.specs(grp), level, sparse)
     g_fam = grp["family"].to_numpy()
     used = training.used_mib(grp)
     reserved = np.empty(len(used))
     for f in sorted(set(g_fam)):
         train, test, others = fam != f, g_fam == f, g_fam != f
         tr_rows = [r for r, t in zip(rows, train, strict=True) if t]
-        coef = memory_model.FIT[level](tr_rows, y[train])
-        scale, offset = memory_model.calibrate_device(
+        coef = memory_model.fit_level(level, tr_rows, y[train])
+        s_state, s_act, offset = memory_model.calibrate_device(
             tr_rows, y[train], list(fam[train]),
             [r for r, t in zip(g_rows, others, strict=True) if t], list(g_fam[others]),
             used[others], level)
-        raw = memory_model.PREDICT[level](
-            coef, [r for r, t in zip(g_rows, test, strict=True) if t])
-        reserved[test] = np.ceil(raw * scale + offset)
+        parts = memory_model.parts_level(
+            level, coef, [r for r, t in zip(g_rows, test, strict=True) if t])
+        reserved[test] = np.ceil(parts[:, 0] * s_state + parts[:, 1] * s_act + offset)
     return reserved, used, g_fam
 
 
@@ -150,7 +160,7 @@ def _device_result(name: str, reserved: np.ndarray, used: np.ndarray) -> DeviceR
 
 
 def _memory_result(name: str, y: np.ndarray, p: np.ndarray, reserved: np.ndarray, ctx: float,
-                   margin: float) -> MemoryResult:
+                   margin: str) -> MemoryResult:
     truth = y + ctx
     over = (reserved - truth) / truth
     return MemoryResult(name, len(y), r2(y, p), mape(y, p), max_under(y, p),
@@ -160,20 +170,20 @@ def _memory_result(name: str, y: np.ndarray, p: np.ndarray, reserved: np.ndarray
 
 def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
              gpu_csv: Path | None = dataset.DEFAULT_GPU_CSV, compute: bool = True,
-             step: Step = lambda _s: None) -> Evaluation:
+             step: Step = lambda _s: None, views: tuple[str, ...] = tuple(VIEWS)) -> Evaluation:
     df, gdf = dataset.load_datasets(csv_path, gpu_csv)
     out = Evaluation(memory={})
-    for level in memory_model.LEVELS:
+    for level in views:
         step(f"memory, {level} level: leave one family out")
         p, res, margins, y, fam, ctx = memory_lofo(df, level)
         out.points[level] = (y, p, fam)
         out.memory[level] = [
             _memory_result(f, y[a], p[a], res[a], ctx, margins[f])
             for f in sorted(set(fam)) for a in [fam == f]
-        ] + [_memory_result("overall", y, p, res, ctx, float("nan"))]
+        ] + [_memory_result("overall", y, p, res, ctx, "")]
     gpu_labelled = dataset.gpu_labelled(gdf)
     if gpu_labelled:
-        for level in memory_model.LEVELS:
+        for level in views:
             for name, grp in training.used_rows(gdf).groupby("gpu_model"):
                 if len(grp) < memory_model.DEVICE_MIN_ROWS:
                     continue
@@ -199,15 +209,15 @@ def format_table(ev: Evaluation) -> str:
     lines: list[str] = []
     for level, results in ev.memory.items():
         head = (f"{'held-out family':16s} {'n':>4s} {'R2':>7s} {'MAPE':>6s} {'under':>6s} | "
-                f"{'res.under':>9s} {'largest':>7s} {'med.over':>8s} {'margin':>6s}")
+                f"{'res.under':>9s} {'largest':>7s} {'med.over':>8s} {'state/act':>9s}")
         lines += [f"Memory, {level} level: train_mib vs the CPU allocator peak; reservation "
-                  f"(x margin + {gpus.DEFAULT_GPU} context) vs peak + context "
-                  "(leave one family out)", head, "-" * len(head)]
+                  f"(state and activations scaled, + {gpus.DEFAULT_GPU} context) vs peak + "
+                  "context (leave one family out)", head, "-" * len(head)]
         lines += [f"{r.family:16s} {r.n:4d} {r.mem_r2:7.3f} {100 * r.mem_mape:5.1f}% "
                   f"{100 * r.mem_under_raw:5.1f}% | {100 * r.res_under_share:8.1f}% "
                   f"{100 * r.res_under_max:6.1f}% {100 * r.res_over_median:7.1f}% "
-                  f"{r.margin:6.3f}" for r in results]
-        g = GOALS[level]
+                  f"{r.margin:>9s}" for r in results]
+        g = GOALS[VIEWS[level][0]]
         goal = f"goals: R2 >= {g['r2']}, MAPE <= {100 * g['mape']:.0f}%"
         if "under" in g:
             goal += f", largest under-estimate of train_mib <= {100 * g['under']:.0f}%"
@@ -262,7 +272,7 @@ def plot(ev: Evaluation, out_dir: Path) -> list[Path]:
                      f"{100 * overall.mem_mape:.1f}% (leave one family out)")
         ax.legend(fontsize=7, ncol=2, loc="upper left")
         fig.tight_layout()
-        path = out_dir / f"memory-{level}.png"
+        path = out_dir / f"memory-{level.replace('+', '-')}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)

@@ -168,6 +168,13 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     optimizer: Optimizer | None = None
     dtype: Dtype | None = None
     gpu_model: str | None = None
+    # optional: the tables are nn.Embedding(sparse=True) / EmbeddingBag(sparse=True), so their
+    # gradients hold only the rows a batch touched (unset: dense, PyTorch's default; SparseAdam
+    # implies sparse)
+    sparse_gradients: bool | None = None
+    # optional: ids looked up per sample in each table (multi-hot length, sequence length; one
+    # value for all tables is accepted); unset: one id per table and sample
+    ids_per_sample: Annotated[list[Pooling], msgspec.Meta(max_length=100_000)] = []
 
 
 JOB_FIELD_KEYS = frozenset({"batchSize", "vocabularySize", "embeddingDim", "embeddingSizeTotal",
@@ -185,7 +192,13 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
         if len(dims) != len(vocab):
             raise ValueError(f"embeddingDim has {len(job.embedding_dim)} entries, "
                              f"vocabularySize {len(vocab)}: give one dim per table or one for all")
-        tables = group_tables([(r, d, 1.0) for r, d in zip(vocab, dims, strict=True)])
+        ids = job.ids_per_sample or [1.0]
+        if len(ids) == 1:
+            ids = ids * len(vocab)
+        if len(ids) != len(vocab):
+            raise ValueError(f"idsPerSample has {len(job.ids_per_sample)} entries, "
+                             f"vocabularySize {len(vocab)}: give one per table or one for all")
+        tables = group_tables([(r, d, p) for r, d, p in zip(vocab, dims, ids, strict=True)])
     elif job.embedding_table_count and job.embedding_size_total:
         n = job.embedding_table_count
         rows = max(1, min(10**11, round(job.embedding_size_total / n)))
@@ -196,11 +209,14 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
     else:
         tables = []
     optimizer = job.optimizer or "adam"
+    sparse = optimizer == "sparse_adam" or bool(job.sparse_gradients)
+    if sparse and optimizer not in ("sgd", "momentum", "adagrad", "sparse_adam"):
+        raise ValueError(f"sparseGradients is not supported by optimizer {optimizer!r}")
     return ModelSpec(
         family="recommendation" if tables else "other", batch_size=job.batch_size,
         optimizer=optimizer, dtype=job.dtype or "fp32", gpu_model=job.gpu_model or gpu_model,
         macs=job.macs, params=job.params, tables=tables,
-        sparse_grad=optimizer == "sparse_adam",
+        sparse_grad=sparse,
     )
 
 
@@ -210,8 +226,9 @@ def input_level(spec: ModelSpec) -> str:
     return "described" if (spec.saved_bytes is not None or spec.activations > 0) else "job"
 
 
-def to_job_fields(spec: ModelSpec) -> dict[str, Any]:
-    """The camelCase job fields a ``RecommendDLJob`` would carry for ``spec``."""
+def to_job_fields(spec: ModelSpec, optional: bool = False) -> dict[str, Any]:
+    """The camelCase job fields a ``RecommendDLJob`` would carry for ``spec``; with
+    ``optional`` also ``sparseGradients`` and ``idsPerSample``."""
     out: dict[str, Any] = {"macs": spec.macs, "params": spec.params,
                            "batchSize": spec.batch_size}
     if spec.tables:
@@ -219,6 +236,11 @@ def to_job_fields(spec: ModelSpec) -> dict[str, Any]:
         out["embeddingDim"] = [t.dim for t in spec.tables for _ in range(t.count)]
     out["optimizer"] = spec.optimizer
     out["dtype"] = spec.dtype
+    if optional:
+        if spec.sparse_grad:
+            out["sparseGradients"] = True
+        if spec.tables:
+            out["idsPerSample"] = [t.pooling for t in spec.tables for _ in range(t.count)]
     return out
 
 
@@ -472,6 +494,7 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         # (a transformer's d-wide layers, a vocabulary-wide output layer over d-dim rows)
         "act_dim_mib": spec.batch_size * spec.macs / _main_dim(spec) * b * mib
         if spec.tables else 0.0,
+        **job_activation_terms(spec, dense_params, b),
         "batch": float(spec.batch_size),
         "dtype_bytes": float(b),
         "log_batch": math.log10(spec.batch_size),
@@ -489,6 +512,29 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "log_intensity": math.log10(1.0 + 6.0 * spec.macs * spec.batch_size)
         - math.log10(1.0 + spec.batch_size * (lookups * 8 + gathered * b)
                      + (emb_params * 0 + dense_params) * b * 4),
+    }
+
+
+def job_activation_terms(spec: ModelSpec, dense_params: float, b: int) -> dict[str, float]:
+    """Activations kept for backward, bounded from the job fields alone (MiB, per batch).
+
+    ``macs / dense parameters`` is how often each weight is used per sample: about 1 for
+    the MLPs of a recommendation model, the token count of a transformer, the pixel count of
+    a convolution. The MACs up to one use per weight are MLP-like: a layer of width w does w
+    MACs per output and w ~ sqrt(parameters), so they keep ``macs / sqrt(dense params)``
+    outputs (``mlp_act_mib``). The MACs beyond that are positions reusing the weights; each
+    keeps per-position outputs, bounded the same way (``reuse_width_mib``) and, with
+    embedding tables, by the table width, the residual stream of a transformer over token
+    embeddings (``reuse_dim_mib``). Lookups of one id per table and sample are ``io_mib``."""
+    mib = 1.0 / 2**20
+    dense = max(1.0, dense_params or spec.macs)
+    first = min(spec.macs, dense)
+    reuse = max(0.0, spec.macs - dense)
+    per = spec.batch_size * b * mib
+    return {
+        "mlp_act_mib": per * first / math.sqrt(dense),
+        "reuse_width_mib": per * reuse / math.sqrt(dense),
+        "reuse_dim_mib": per * reuse / _main_dim(spec) if spec.tables else 0.0,
     }
 
 

@@ -1,30 +1,42 @@
-"""GPU-memory model: least squares on degree-2 polynomial features, calibrated per GPU model.
+"""GPU-memory model: a physics-shaped fit of the training-state peak, and a two-part
+reservation calibrated per GPU model.
 
-``predict_mib(spec) = ceil(ols(spec) * scale + offset)`` where, for a GPU model with measured
-rows, ``(scale, offset) = device[gpu_model]`` and otherwise ``(margin, ctx_mib[gpu_model])``.
+Both input levels (``described``: the annotation ``describe`` writes; ``job``: the job fields
+only) price the peak of a training step as the larger of two phases, each a sum of memory
+terms computed from the spec (:func:`features.derive`) with one non-negative coefficient per
+term (:class:`Layout`, :func:`fit_phases`):
 
-* ``ols`` — statsmodels weighted least squares on degree-2 polynomial terms (``TERMS``):
-  analytic memory-phase sizes (optimizer step / backward, see :func:`term_pairs`) times the
-  indicator of the phase that is larger, plus lookup I/O terms. A prediction is the larger
-  of the two fitted phases (:func:`raw_predict`).
-  Weights are ``1/y²``, i.e. ordinary least squares on relative error (a 20 MiB job counts
-  as much as a 20 GiB one).
-  Target: measured peak training bytes (params, grads, optimizer state, activations,
-  temporaries) in MiB, without the CUDA context.
-* ``margin`` — a multiplicative safety margin calibrated on leave-one-family-out residuals:
-  the ``MARGIN_QUANTILE`` quantile of ``y / ols`` over held-out predictions.
-* ``ctx_mib`` — per-GPU-model constant, see :mod:`predictor.gpus`.
-* ``device`` — for GPU models the generator measured: ``(scale, offset_mib)`` fitted so that
-  ``ols * scale + offset`` covers the process's NVML-measured memory (context, library
-  workspaces, allocator slack included) in ``MARGIN_QUANTILE`` of held-out predictions
-  (:func:`fit_device`). The CPU label has none of those, and a context constant alone left
-  half of the H200 rows under-estimated.
+* optimizer step: parameters, optimizer state, gradients, the step's temporaries;
+* backward: parameters, optimizer state, gradients being produced, activations kept for
+  backward, the batch and the lookups.
 
-Prediction needs numpy only; fitting needs statsmodels.
+A prediction splits into a *state* part (parameters, gradients, optimizer state and step
+temporaries: exact physics once the optimizer is known) and an *activation* part (what the
+forward keeps: counted by ``describe``, only bounded from MACs and parameters at the job
+level). The reservation prices them separately::
+
+    gpu_mem_mib = ceil(s_state x state + s_act x activations + offset)
+
+* GPU models without measured rows: ``(s_state, s_act)`` per level, fitted on
+  leave-one-family-out parts against the CPU label plus the default GPU's context, and
+  ``offset`` = that GPU's context (:mod:`predictor.gpus`);
+* GPU models with measured rows: ``(s_state, s_act, offset)`` per level, fitted on held-out
+  parts against the process memory NVML measured (context, library workspaces, allocator
+  slack included).
+
+Both are linear quantile regressions of the relative error (:func:`fit_reserve`), rows
+weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
+sets for the number of families (every row, below 49 families: the split-conformal level
+with families as units), the rest as tight as the check loss allows. One multiplier on the
+whole estimate could not be tight and safe at once: the state part of a recommendation
+model is known to a few percent while the activations of an unseen architecture are not.
+
+Prediction needs numpy only; fitting needs scipy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Sequence
@@ -36,69 +48,52 @@ import numpy as np
 
 from predictor import features, gpus
 
-MARGIN_QUANTILE = 0.98
-FORMAT = "sparse-predictor/memory-ols/6"
-DEVICE_MIN_ROWS = 20  # fewer measured rows than this: keep the margin and context constant
+RESERVE_ALPHA = 0.02  # target share of a held-out family's rows under-reserved
+FORMAT = "sparse-predictor/memory-phases/7"
+DEVICE_MIN_ROWS = 20  # fewer measured rows than this: the CPU calibration and the context
 
 
-def term_pairs() -> list[tuple[str, str | None]]:
-    """Degree-2 terms: analytic memory phases times the regime indicator.
-
-    The peak of a training step is the larger of two phases (see ``features.derive``):
-
-    * optimizer step: params x (1 + optimizer-state multiplier) + gradients + the step's
-      parameter-sized temporaries (``step_mib``);
-    * backward: params x (1 + state multiplier) + gradients being produced + activations kept
-      for backward (``hold_mib``, ``grad_mib``, ``saved_mib``).
-
-    ``step_regime`` / ``bwd_regime`` say which one the analytic sizes make larger; each phase
-    size enters multiplied by its indicator, so the fit learns one coefficient per physical
-    term instead of a max(). Lookup I/O (``io_mib``) and the gathered embedding rows
-    (``gathered_mib``, the embedding backward's intermediate) enter in both regimes.
-    """
-    return [
-        ("step_mib", "step_regime"),
-        ("hold_mib", "bwd_regime"),
-        ("saved_mib", "bwd_regime"),
-        ("grad_mib", "bwd_regime"),
-        ("io_mib", None),
-        ("gathered_mib", None),
-    ]
-
-
-TERMS = [a if b is None else f"{a}*{b}" for a, b in term_pairs()]
-_PAIRS = term_pairs()
-# Both levels price the peak as the larger of two phases, optimizer step and backward
-# (``features.derive``), each a sum of memory terms; terms in ``shared`` count in both. The
-# job-fields level (macs, params, batch, tables, optimizer, dtype only) bounds the
-# activations kept for backward from the MACs (``act_width_mib``, ``act_dim_mib``) instead
-# of counting them.
 @dataclass(frozen=True)
 class Layout:
+    """The terms of one input level: those of the optimizer-step phase, of the backward
+    phase, those counted in both (``shared``), which of them are activations (``act``; the
+    rest, and the constant, are state), the physical starting coefficients (const + step +
+    bwd + shared) and the weight of an under-estimate in the fit."""
+
     step: tuple[str, ...]
     bwd: tuple[str, ...]
     shared: tuple[str, ...]
-    init: tuple[float, ...]  # const + step + bwd + shared: the physical coefficients
-    level: str = "described"
+    act: frozenset[str]
+    init: tuple[float, ...]
+    under_weight: float = 1.0
 
     @property
     def names(self) -> list[str]:
         return ["const", *self.step, *self.bwd, *self.shared]
 
 
+# described: the phase sizes ``describe`` measured (features.derive)
 DESCRIBED = Layout(step=("step_mib",), bwd=("hold_mib", "saved_mib", "grad_mib"),
-                   shared=("io_mib", "gathered_mib"), init=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0))
-JOB = Layout(step=("step_mib",), bwd=("hold_mib", "grad_mib", "act_width_mib", "act_dim_mib"),
-             shared=("io_mib",), init=(0.0, 1.0, 1.0, 1.0, 0.5, 0.05, 1.0), level="job")
+                   shared=("io_mib", "gathered_mib"),
+                   act=frozenset({"saved_mib", "io_mib", "gathered_mib"}),
+                   init=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0), under_weight=3.0)
+# job fields: the same state terms (from params, tables, optimizer, dtype) and activations
+# bounded from the MACs (features.job_activation_terms)
+JOB = Layout(step=("step_mib",),
+             bwd=("hold_mib", "grad_mib", "mlp_act_mib", "reuse_width_mib", "reuse_dim_mib"),
+             shared=("io_mib",),
+             act=frozenset({"mlp_act_mib", "reuse_width_mib", "reuse_dim_mib", "io_mib"}),
+             init=(0.0, 1.0, 1.0, 1.0, 5.0, 5.0, 1.0, 1.0))
 LAYOUTS = {"described": DESCRIBED, "job": JOB}
-JOB_TERMS = JOB.names[1:]
 LEVELS = ("described", "job")
-UNDER_WEIGHT = {"described": 3.0, "job": 1.0}  # an under-estimate costs this much more
+TERMS = DESCRIBED.names[1:]
+JOB_TERMS = JOB.names[1:]
 
 
-def job_view(spec: features.ModelSpec) -> features.ModelSpec:
-    """What the job fields of ``spec`` say (the annotation a job controller writes)."""
-    job = msgspec.convert(features.to_job_fields(spec), features.JobFields)
+def job_view(spec: features.ModelSpec, optional: bool = False) -> features.ModelSpec:
+    """What the job fields of ``spec`` say (the annotation a job controller writes); with
+    ``optional`` the optional fields too (``sparseGradients``, ``idsPerSample``)."""
+    job = msgspec.convert(features.to_job_fields(spec, optional), features.JobFields)
     return features.job_fields_spec(job, spec.gpu_model)
 
 
@@ -108,267 +103,314 @@ def _terms(rows: Sequence[dict[str, float]], layout: Layout) -> np.ndarray:
         len(rows), len(names))
 
 
-def _phases(coef: np.ndarray, terms: np.ndarray,
-            layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    n_step, n_bwd = len(layout.step), len(layout.bwd)
-    shared = terms[:, n_step + n_bwd:] @ coef[1 + n_step + n_bwd:]
-    step = coef[0] + terms[:, :n_step] @ coef[1:1 + n_step] + shared
-    bwd = coef[0] + terms[:, n_step:n_step + n_bwd] @ coef[1 + n_step:1 + n_step + n_bwd] \
-        + shared
-    return step, bwd
+def _designs(terms: np.ndarray, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Each phase's design over all coefficients (zeros where a term is not in the phase)."""
+    n, n_step, n_bwd = len(terms), len(layout.step), len(layout.bwd)
+    ones = np.ones((n, 1))
+    x_step = np.hstack([ones, terms[:, :n_step], np.zeros((n, n_bwd)),
+                        terms[:, n_step + n_bwd:]])
+    x_bwd = np.hstack([ones, np.zeros((n, n_step)), terms[:, n_step:]])
+    return x_step, x_bwd
+
+
+def _one_blas_thread() -> contextlib.AbstractContextManager:
+    """The fits are many small problems: a threaded BLAS only spins (20x slower on a loaded
+    machine). threadpoolctl is optional; without it the BLAS keeps its threads."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
 
 
 def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
                layout: Layout) -> np.ndarray:
     """Which phase a row's peak was in is not known at prediction time, so the fit minimises
     the relative error of ``max(step, backward)`` itself (smoothed absolute error, an
-    under-estimate weighted ``UNDER_WEIGHT`` times, L-BFGS-B), from the physical coefficients
-    (1 for every counted term) and with every coefficient >= 0: each term is memory that
-    exists."""
+    under-estimate weighted ``layout.under_weight`` times, L-BFGS-B), from the physical
+    coefficients and with every coefficient >= 0: each term is memory that exists."""
     from scipy.optimize import minimize
 
     terms = _terms(rows, layout)
     y = np.asarray(y_mib, dtype=float)
     scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0, initial=0.0)]), 1e-9)
     scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
+    x_step, x_bwd = (x / scale for x in _designs(terms, layout))
 
-    n_step, n_bwd = len(layout.step), len(layout.bwd)
-    ones = np.ones((len(y), 1))
-    # design of each phase over all coefficients (zeros where a term is not in the phase)
-    x_step = np.hstack([ones, terms[:, :n_step], np.zeros((len(y), n_bwd)),
-                        terms[:, n_step + n_bwd:]]) / scale
-    x_bwd = np.hstack([ones, np.zeros((len(y), n_step)), terms[:, n_step:]]) / scale
-
+    # products as element-wise sums: a threaded BLAS call for a few hundred rows costs far
+    # more than it saves, badly so on a loaded machine
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        step, bwd = x_step @ theta, x_bwd @ theta
+        step, bwd = (x_step * theta).sum(axis=1), (x_bwd * theta).sum(axis=1)
         in_step = step >= bwd
         rel = (np.where(in_step, step, bwd) - y) / y
-        w = np.where(rel < 0, UNDER_WEIGHT[layout.level], 1.0)
+        w = np.where(rel < 0, layout.under_weight, 1.0)
         root = np.sqrt(rel * rel + 1e-4)
         d = w * rel / root / y / len(y)
-        grad = np.where(in_step[:, None], x_step, x_bwd).T @ d
+        grad = (np.where(in_step[:, None], x_step, x_bwd) * d[:, None]).sum(axis=0)
         return float(np.mean(w * root)), grad
 
-    res = minimize(loss, np.array(layout.init) * scale, jac=True, method="L-BFGS-B",
-                   bounds=[(0.0, None)] * len(layout.init),
-                   options={"maxiter": 300, "ftol": 1e-10})
+    with _one_blas_thread():
+        res = minimize(loss, np.array(layout.init) * scale, jac=True, method="L-BFGS-B",
+                       bounds=[(0.0, None)] * len(layout.init),
+                       options={"maxiter": 300, "ftol": 1e-10})
     return res.x / scale
+
+
+def phase_parts(coef: np.ndarray, rows: Sequence[dict[str, float]],
+                layout: Layout) -> np.ndarray:
+    """``[state, activations]`` (MiB) of the larger fitted phase of every row."""
+    terms = _terms(rows, layout)
+    x_step, x_bwd = _designs(terms, layout)
+    is_act = np.array([n in layout.act for n in layout.names])
+    step_act, bwd_act = x_step[:, is_act] @ coef[is_act], x_bwd[:, is_act] @ coef[is_act]
+    step, bwd = x_step @ coef, x_bwd @ coef
+    in_step = step >= bwd
+    act = np.where(in_step, step_act, bwd_act)
+    state = np.where(in_step, step, bwd) - act
+    state = np.maximum(state, 1.0 - act)  # at least 1 MiB in all
+    return np.column_stack([state, act])
 
 
 def predict_phases(coef: np.ndarray, rows: Sequence[dict[str, float]],
                    layout: Layout) -> np.ndarray:
-    step, bwd = _phases(coef, _terms(rows, layout), layout)
-    return np.maximum(np.maximum(step, bwd), 1.0)
+    return phase_parts(coef, rows, layout).sum(axis=1)
 
 
-def fit_coef_job(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
-    return fit_phases(rows, y_mib, JOB)
+def fit_level(level: str, rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
+    return fit_phases(rows, y_mib, LAYOUTS[level])
 
 
-def raw_predict_job(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    return predict_phases(coef, rows, JOB)
+def parts_level(level: str, coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return phase_parts(coef, rows, LAYOUTS[level])
 
 
-def fit_coef_described(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
-    return fit_phases(rows, y_mib, DESCRIBED)
+def predict_level(level: str, coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    return predict_phases(coef, rows, LAYOUTS[level])
 
 
-def raw_predict_described(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    return predict_phases(coef, rows, DESCRIBED)
+FIT = {lv: (lambda rows, y, lv=lv: fit_level(lv, rows, y)) for lv in LEVELS}
+PREDICT = {lv: (lambda coef, rows, lv=lv: predict_level(lv, coef, rows)) for lv in LEVELS}
 
 
-def design(rows: Sequence[dict[str, float]]) -> np.ndarray:
-    """Design matrix (const + degree-2 terms) for derived feature dicts."""
-    cols = [np.ones(len(rows))]
-    for a, b in _PAIRS:
-        cols.append(np.array([r[a] * (1.0 if b is None else r[b]) for r in rows], dtype=float))
-    return np.column_stack(cols)
-
-
-def fit_coef(rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
-    import warnings
-
-    import statsmodels.api as sm
-
-    x = design(rows)
-    with warnings.catch_warnings():  # indicator columns can be collinear: pinv handles it
-        warnings.simplefilter("ignore")
-        res = sm.WLS(y_mib, x, weights=1.0 / np.maximum(y_mib, 1.0) ** 2).fit(method="pinv")
-    return np.asarray(res.params)
-
-
-REGIMES = ("step_regime", "bwd_regime")
-
-
-def phase_sizes(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    """Fitted size of each phase (columns in ``REGIMES`` order) for every row: the constant,
-    the phase's own terms and the terms shared by both phases."""
-    terms = np.array([[r[a] for a, _ in _PAIRS] for r in rows], dtype=float).reshape(
-        len(rows), len(_PAIRS))
-    in_phase = np.array([[b is None or b == regime for _, b in _PAIRS] for regime in REGIMES])
-    return coef[0] + terms @ (coef[1:, None] * in_phase.T)
-
-
-def raw_predict(coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    """The peak is the larger fitted phase. The regime indicators only choose which phase
-    a training row measures; at prediction time both phases are evaluated, so a job near the
-    boundary of the analytic regimes is not priced by the smaller one."""
-    return np.maximum(phase_sizes(coef, rows).max(axis=1), 1.0)
-
-
-FIT = {"described": fit_coef_described, "job": fit_coef_job}
-PREDICT = {"described": raw_predict_described, "job": raw_predict_job}
-
-
-def lofo_raw(
+def lofo_parts(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
     eval_rows: Sequence[dict[str, float]], eval_groups: Sequence[str],
     level: str = "described",
 ) -> np.ndarray:
-    """OLS estimate for each of ``eval_rows`` by a model fitted on ``rows`` without the eval
-    row's group."""
+    """``[state, activations]`` of each of ``eval_rows`` by a fit on ``rows`` without the
+    eval row's group (NaN where nothing else is left to fit on)."""
     groups_arr, eval_arr = np.asarray(groups), np.asarray(eval_groups)
-    out = np.empty(len(eval_rows))
+    out = np.full((len(eval_rows), 2), np.nan)
     for g in sorted(set(eval_groups)):
         train, test = groups_arr != g, eval_arr == g
-        if not train.any():  # a single group: nothing to hold it out against
-            out[test] = np.nan
+        if not train.any():
             continue
-        coef = FIT[level]([r for r, t in zip(rows, train, strict=True) if t], y_mib[train])
-        out[test] = PREDICT[level](
-            coef, [r for r, t in zip(eval_rows, test, strict=True) if t])
+        coef = fit_level(level, [r for r, t in zip(rows, train, strict=True) if t],
+                         y_mib[train])
+        out[test] = parts_level(level, coef,
+                                [r for r, t in zip(eval_rows, test, strict=True) if t])
     return out
 
 
-def lofo_ratios(
-    rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
-    level: str = "described",
-) -> np.ndarray:
-    """``y / prediction`` for every row, predicted by a model fitted without its group."""
-    return y_mib / lofo_raw(rows, y_mib, groups, rows, groups, level)
+def lofo_raw(rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
+             eval_rows: Sequence[dict[str, float]], eval_groups: Sequence[str],
+             level: str = "described") -> np.ndarray:
+    return lofo_parts(rows, y_mib, groups, eval_rows, eval_groups, level).sum(axis=1)
 
 
-def calibrate_margin(ratios: np.ndarray, q: float = MARGIN_QUANTILE) -> float:
-    ratios = np.asarray(ratios, dtype=float)
-    ratios = ratios[np.isfinite(ratios)]
-    return max(1.0, float(np.quantile(ratios, q))) if len(ratios) else 1.0
+def reserve_quantile(n_units: int, alpha: float = RESERVE_ALPHA) -> float:
+    """The split-conformal level for ``n_units`` exchangeable calibration units (families):
+    ``(1 - alpha)(1 + 1/n)``, capped at 1. Below ``1/alpha - 1`` units (49 for 2 %) it is 1:
+    no quantile short of covering every calibration family's held-out rows is honest about a
+    family nobody has seen."""
+    if n_units <= 0:
+        return 1.0
+    return min(1.0, (1.0 - alpha) * (1.0 + 1.0 / n_units))
+
+
+def family_weights(groups: np.ndarray | None, n: int) -> np.ndarray:
+    """Row weights summing to 1, every family weighing the same (uniform without families),
+    so that one family with many configurations does not buy the others' safety."""
+    if groups is None:
+        return np.full(n, 1.0 / max(n, 1))
+    _, inv, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    return 1.0 / (len(counts) * counts[inv])
+
+
+def fit_reserve(parts: np.ndarray, target_mib: np.ndarray, q: float | None = None,
+                offset: float | None = None, groups: Sequence[str] | None = None,
+                ) -> tuple[float, float, float]:
+    """``(s_state, s_act, offset)`` with ``s_state x state + s_act x act + offset >= target``
+    in a ``q`` share of rows: the linear quantile regression of the relative error (each
+    row's constraint divided by its target, so small jobs count as much as large ones), rows
+    weighted so that every family of ``groups`` counts the same, both scales >= 1 and the
+    offset >= 0, or fixed when given. ``q`` defaults to :func:`reserve_quantile` of the
+    number of families; at 1 every row is covered and the over-reservation minimised.
+    ``parts`` should be held-out estimates, so the calibration covers the model's own error
+    on a family it has not seen."""
+    from scipy.optimize import linprog
+
+    parts = np.asarray(parts, dtype=float)
+    t = np.asarray(target_mib, dtype=float)
+    ok = np.isfinite(parts).all(axis=1) & (t > 0)
+    parts, t = parts[ok], t[ok]
+    n = len(t)
+    if n == 0:
+        return 1.0, 1.0, 0.0 if offset is None else float(offset)
+    fam = None if groups is None else np.asarray(groups)[ok]
+    if q is None:
+        q = reserve_quantile(n if fam is None else len(set(fam)))
+    weight = family_weights(fam, n)
+    fixed = offset is not None
+    x = np.column_stack([parts, np.ones(n)]) / t[:, None]
+    rhs = np.ones(n) - (float(offset) / t if fixed else 0.0)
+    if fixed:
+        x = x[:, :2]
+    k = x.shape[1]
+    # variables: beta (k), under u (n), over v (n); x beta + u - v = rhs. At q = 1 no row
+    # may be under (u = 0) and the weighted over-reservation is what is minimised.
+    cover_all = q >= 1.0
+    cost = np.concatenate([np.zeros(k), q * weight,
+                           weight if cover_all else (1.0 - q) * weight])
+    eq = np.hstack([x, np.eye(n), -np.eye(n)])
+    under = (0.0, 0.0) if cover_all else (0.0, None)
+    bounds = [(1.0, None), (1.0, None), (0.0, None)][:k] + [under] * n + [(0.0, None)] * n
+    with _one_blas_thread():
+        res = linprog(cost, A_eq=eq, b_eq=rhs, bounds=bounds, method="highs")
+    if not res.success:
+        raise RuntimeError(f"reservation calibration failed: {res.message}")
+    beta = res.x[:k]
+    return float(beta[0]), float(beta[1]), float(offset) if fixed else float(beta[2])
+
+
+def calibrate_reserve(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
+                      groups: Sequence[str], ctx_mib: float,
+                      level: str = "described") -> tuple[float, float]:
+    """``(s_state, s_act)`` for GPU models without measured rows: held-out parts of every
+    row against its label plus ``ctx_mib``, the context fixed as the offset."""
+    parts = lofo_parts(rows, y_mib, groups, rows, groups, level)
+    s_state, s_act, _ = fit_reserve(parts, np.asarray(y_mib) + ctx_mib, offset=ctx_mib,
+                                    groups=groups)
+    return s_state, s_act
 
 
 def calibrate_device(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
     gpu_rows: Sequence[dict[str, float]], gpu_groups: Sequence[str], used_mib: np.ndarray,
     level: str = "described",
-) -> tuple[float, float]:
-    """:func:`fit_device` for one GPU model's measured rows, each estimated by an OLS fitted on
-    ``rows`` without the GPU row's group."""
-    return fit_device(lofo_raw(rows, y_mib, groups, gpu_rows, gpu_groups, level), used_mib)
+) -> tuple[float, float, float]:
+    """:func:`fit_reserve` for one GPU model's measured rows, each estimated by a fit on
+    ``rows`` without the GPU row's group, against the NVML-measured process memory."""
+    parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups, level)
+    return fit_reserve(parts, used_mib, groups=gpu_groups)
 
 
-def fit_device(raw_mib: np.ndarray, used_mib: np.ndarray,
-               q: float = MARGIN_QUANTILE) -> tuple[float, float]:
-    """``(scale, offset_mib)`` such that ``raw * scale + offset >= used`` for a ``q`` share
-    of rows: a linear quantile regression of the relative error (each row's constraint
-    divided by its measured memory, so small jobs count as much as large ones). ``raw``
-    should be held-out estimates, so the calibration covers the model's own error too."""
-    import warnings
-
-    import statsmodels.api as sm
-
-    used = np.asarray(used_mib, dtype=float)
-    x = np.column_stack([raw_mib, np.ones(len(used))]) / used[:, None]
-    with warnings.catch_warnings():  # QuantReg warns on slow convergence; the fit stays valid
-        warnings.simplefilter("ignore")
-        scale, offset = sm.QuantReg(np.ones(len(used)), x).fit(q=q, max_iter=5000).params
-    return max(1.0, float(scale)), max(0.0, float(offset))
+Triple = tuple[float, float, float]
 
 
 @dataclass
 class MemoryModel:
-    """Both input levels: ``coef``/``margin``/``device`` for described specs, the ``*_job``
-    ones for specs built from job fields only (:func:`features.input_level`)."""
+    """Both input levels: ``coef`` for described specs, ``coef_job`` for specs built from
+    job fields only (:func:`features.input_level`); ``reserve[level]`` = ``(s_state, s_act)``
+    for GPU models without measured rows (plus their context), ``device[level][gpu]`` =
+    ``(s_state, s_act, offset)`` for those with."""
 
     coef: np.ndarray
-    margin: float = 1.0
+    coef_job: np.ndarray | None = None
+    reserve: dict[str, tuple[float, float]] = field(default_factory=dict)
+    device: dict[str, dict[str, Triple]] = field(default_factory=dict)
     ctx_mib: dict[str, int] = field(
         default_factory=lambda: {k: g.ctx_mib for k, g in gpus.CATALOGUE.items()}
     )
     version: str = "v1"
     meta: dict = field(default_factory=dict)
-    device: dict[str, tuple[float, float]] = field(default_factory=dict)
-    coef_job: np.ndarray | None = None
-    margin_job: float = 1.0
-    device_job: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def fit(
         cls, specs: Sequence[features.ModelSpec], y_mib: np.ndarray, groups: Sequence[str],
-        version: str = "v1",
+        version: str = "v1", ctx_mib: float | None = None,
     ) -> MemoryModel:
-        rows = [features.derive(s) for s in specs]
-        job_rows = [features.derive(job_view(s)) for s in specs]
-        return cls(
-            coef=fit_coef(rows, y_mib),
-            margin=calibrate_margin(lofo_ratios(rows, y_mib, groups)),
-            coef_job=fit_coef_job(job_rows, y_mib),
-            margin_job=calibrate_margin(lofo_ratios(job_rows, y_mib, groups, "job")),
-            version=version,
-            meta={"n_rows": len(rows), "groups": sorted(set(groups)),
-                  "margin_quantile": MARGIN_QUANTILE})
+        ctx = float(gpus.get(gpus.DEFAULT_GPU).ctx_mib if ctx_mib is None else ctx_mib)
+        coef: dict[str, np.ndarray] = {}
+        reserve: dict[str, tuple[float, float]] = {}
+        for level in LEVELS:
+            rows = level_rows(specs, level)
+            coef[level] = fit_level(level, rows, y_mib)
+            reserve[level] = calibrate_reserve(rows, y_mib, groups, ctx, level)
+        return cls(coef=coef["described"], coef_job=coef["job"], reserve=reserve,
+                   version=version,
+                   meta={"n_rows": len(specs), "groups": sorted(set(groups)),
+                         "reserve_alpha": RESERVE_ALPHA,
+                         "reserve_quantile": reserve_quantile(len(set(groups))),
+                         "reserve_ctx_mib": ctx})
 
-    def predict_train_mib(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
-        """OLS estimate of the training-state peak (no margin, no context), each spec at its
-        input level."""
-        out = np.empty(len(specs))
+    def coef_for(self, level: str) -> np.ndarray:
+        coef = self.coef if level == "described" else self.coef_job
+        if coef is None:
+            raise ValueError(f"this memory model has no {level} level")
+        return coef
+
+    def predict_parts(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
+        """``[state, activations]`` (MiB, no margin, no context), each spec at its level."""
+        out = np.empty((len(specs), 2))
         for level in LEVELS:
             idx = [i for i, s in enumerate(specs) if features.input_level(s) == level]
             if idx:
-                coef = self.coef if level == "described" else self.coef_job
-                if coef is None:
-                    raise ValueError("this memory model has no job-fields level")
-                out[idx] = PREDICT[level](coef, [features.derive(specs[i]) for i in idx])
+                out[idx] = parts_level(level, self.coef_for(level),
+                                       [features.derive(specs[i]) for i in idx])
         return out
 
+    def predict_train_mib(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
+        """Estimate of the training-state peak (no margin, no context)."""
+        return self.predict_parts(specs).sum(axis=1)
+
+    def reservation(self, gpu_model: str, level: str = "described") -> Triple:
+        """``(s_state, s_act, offset_mib)`` booked on ``gpu_model`` at ``level``."""
+        measured = self.device.get(level, {})
+        if gpu_model in measured:
+            return measured[gpu_model]
+        s_state, s_act = self.reserve.get(level, (1.0, 1.0))
+        return s_state, s_act, float(self.ctx_mib.get(gpu_model, gpus.get(gpu_model).ctx_mib))
+
+    def reserve_parts_mib(self, spec: features.ModelSpec, parts: np.ndarray) -> int:
+        s_state, s_act, offset = self.reservation(spec.gpu_model, features.input_level(spec))
+        return int(math.ceil(parts[0] * s_state + parts[1] * s_act + offset))
+
     def predict_mib(self, spec: features.ModelSpec) -> int:
-        return self.reserve_mib(spec, float(self.predict_train_mib([spec])[0]))
-
-    def reserve_mib(self, spec: features.ModelSpec, train_mib: float) -> int:
-        scale, offset = self.scale_offset(spec.gpu_model, features.input_level(spec))
-        return int(math.ceil(train_mib * scale + offset))
-
-    def scale_offset(self, gpu_model: str, level: str = "described") -> tuple[float, float]:
-        device = self.device if level == "described" else self.device_job
-        if gpu_model in device:
-            return device[gpu_model]
-        margin = self.margin if level == "described" else self.margin_job
-        return margin, float(self.ctx_mib.get(gpu_model, gpus.get(gpu_model).ctx_mib))
+        return self.reserve_parts_mib(spec, self.predict_parts([spec])[0])
 
     def to_json(self) -> dict:
-        return {
-            "format": FORMAT, "version": self.version, "terms": ["const", *TERMS],
-            "coef": [float(c) for c in self.coef], "margin": self.margin,
-            "ctx_mib": self.ctx_mib, "meta": self.meta,
-            "device": {k: [float(a), float(b)] for k, (a, b) in self.device.items()},
-            "job_terms": ["const", *JOB_TERMS],
-            "coef_job": None if self.coef_job is None else [float(c) for c in self.coef_job],
-            "margin_job": self.margin_job,
-            "device_job": {k: [float(a), float(b)] for k, (a, b) in self.device_job.items()},
-        }
+        def level(lv: str) -> dict:
+            coef = self.coef if lv == "described" else self.coef_job
+            return {"terms": LAYOUTS[lv].names,
+                    "coef": None if coef is None else [float(c) for c in coef],
+                    "reserve": [float(v) for v in self.reserve.get(lv, (1.0, 1.0))],
+                    "device": {k: [float(v) for v in t]
+                               for k, t in self.device.get(lv, {}).items()}}
+
+        return {"format": FORMAT, "version": self.version, "ctx_mib": self.ctx_mib,
+                "meta": self.meta, "levels": {lv: level(lv) for lv in LEVELS}}
 
     @classmethod
     def from_json(cls, d: dict) -> MemoryModel:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a memory model artefact (format {d.get('format')!r})")
-        if d["terms"] != ["const", *TERMS] or d.get("job_terms") != ["const", *JOB_TERMS]:
-            raise ValueError("memory model terms do not match this code version")
-        pairs = {k: (float(a), float(b)) for k, (a, b) in d.get("device", {}).items()}
-        return cls(coef=np.array(d["coef"], dtype=float), margin=float(d["margin"]),
+        levels = d["levels"]
+        for lv in LEVELS:
+            if levels[lv]["terms"] != LAYOUTS[lv].names:
+                raise ValueError(f"memory model terms ({lv}) do not match this code version")
+
+        def coef(lv: str) -> np.ndarray | None:
+            c = levels[lv]["coef"]
+            return None if c is None else np.array(c, dtype=float)
+
+        return cls(coef=coef("described"), coef_job=coef("job"),
+                   reserve={lv: tuple(float(v) for v in levels[lv]["reserve"])
+                            for lv in LEVELS},
+                   device={lv: {k: tuple(float(v) for v in t)
+                                for k, t in levels[lv]["device"].items()} for lv in LEVELS},
                    ctx_mib={k: int(v) for k, v in d["ctx_mib"].items()},
-                   version=d["version"], meta=d.get("meta", {}), device=pairs,
-                   coef_job=None if d.get("coef_job") is None
-                   else np.array(d["coef_job"], dtype=float),
-                   margin_job=float(d.get("margin_job", 1.0)),
-                   device_job={k: (float(a), float(b))
-                               for k, (a, b) in d.get("device_job", {}).items()})
+                   version=d["version"], meta=d.get("meta", {}))
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
@@ -376,3 +418,12 @@ class MemoryModel:
     @classmethod
     def load(cls, path: Path) -> MemoryModel:
         return cls.from_json(json.loads(path.read_text()))
+
+
+def level_rows(specs: Sequence[features.ModelSpec], level: str,
+               optional: bool = False) -> list[dict[str, float]]:
+    """Derived features of ``specs`` as ``level`` sees them (``job``: the job fields, with
+    the optional ones when asked)."""
+    if level == "job":
+        specs = [job_view(s, optional) for s in specs]
+    return [features.derive(s) for s in specs]

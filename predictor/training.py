@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import MODEL_VERSION, dataset, features, gpus, memory_model
+from predictor import MODEL_VERSION, dataset, gpus, memory_model
 from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 from predictor.estimate import MANIFEST
 from predictor.memory_model import MemoryModel
@@ -47,22 +47,19 @@ def calibrated_ctx(gdf) -> dict[str, int]:  # noqa: ANN001
     return ctx
 
 
-def level_rows(specs, level: str) -> list[dict[str, float]]:  # noqa: ANN001
+def level_rows(specs, level: str, optional: bool = False) -> list[dict[str, float]]:  # noqa: ANN001
     """Derived features of ``specs`` as the ``level`` sees them (``job``: the job fields)."""
-    if level == "job":
-        specs = [memory_model.job_view(s) for s in specs]
-    return [features.derive(s) for s in specs]
+    return memory_model.level_rows(specs, level, optional)
 
 
-def calibrate_devices(df, gdf, level: str = "described") -> dict[str, tuple[float, float]]:  # noqa: ANN001
-    """``MemoryModel.device`` (or ``device_job``) for every GPU model with enough measured
-    rows: the OLS fitted on the CPU rows ``df``, held out by family, against the GPU rows'
-    NVML-measured memory."""
+def calibrate_devices(df, gdf, level: str = "described") -> dict[str, tuple[float, float, float]]:  # noqa: ANN001, E501
+    """``MemoryModel.device[level]`` for every GPU model with enough measured rows: the fit
+    on the CPU rows ``df``, held out by family, against the GPU rows' NVML-measured memory."""
     if gdf is None:
         return {}
     rows = level_rows(dataset.specs(df), level)
     y, fam = memory_target_mib(df), list(df["family"])
-    out: dict[str, tuple[float, float]] = {}
+    out: dict[str, tuple[float, float, float]] = {}
     for name, grp in used_rows(gdf).groupby("gpu_model"):
         if len(grp) < memory_model.DEVICE_MIN_ROWS:
             continue
@@ -91,8 +88,8 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
                           version=version)
     mem.ctx_mib = calibrated_ctx(gdf)
     step("per-GPU reservation calibration")
-    mem.device = calibrate_devices(train_df, train_gdf)
-    mem.device_job = calibrate_devices(train_df, train_gdf, "job")
+    mem.device = {level: calibrate_devices(train_df, train_gdf, level)
+                  for level in memory_model.LEVELS}
     gpu_labelled = dataset.gpu_labelled(train_gdf)
     step("compute model (LightGBM)")
     c_specs, c_y, _ = labels(train_gdf if gpu_labelled else train_df)
@@ -113,10 +110,9 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
         "gpu_rows_trained": int(len(train_gdf)) if train_gdf is not None else 0,
         "holdout": f"row_id % {HOLDOUT_MOD} == 0" if use_holdout else "none",
         "compute_label": LABEL_GPU if gpu_labelled else LABEL_PROXY,
-        "memory_margin": mem.margin,
-        "memory_device": {k: list(v) for k, v in mem.device.items()},
-        "memory_margin_job": mem.margin_job,
-        "memory_device_job": {k: list(v) for k, v in mem.device_job.items()},
+        "memory_reserve": {lv: list(v) for lv, v in mem.reserve.items()},
+        "memory_device": {lv: {k: list(v) for k, v in d.items()}
+                          for lv, d in mem.device.items()},
         "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -23,10 +23,11 @@ def test_memory_on_holdout(holdout) -> None:  # noqa: ANN001
     est = estimate.Estimator.load()
     specs = dataset.specs(holdout)
     y = training.memory_target_mib(holdout)
-    raw = est.memory.predict_train_mib(specs)
+    parts = est.memory.predict_parts(specs)
+    raw = parts.sum(axis=1)
     rel = (y - raw) / y
     mape = float(np.mean(np.abs(rel)))
-    under_with_margin = float(np.max((y - raw * est.memory.margin) / y))
+    under_with_margin = float(np.max((y - parts @ est.memory.reserve["described"]) / y))
     r2 = 1 - float(((y - raw) ** 2).sum() / ((y - y.mean()) ** 2).sum())
     assert len(y) >= 20
     assert r2 >= MEM_R2_MIN, r2
@@ -62,12 +63,12 @@ def test_reservation_covers_measured_gpu_memory(gpu_holdout) -> None:  # noqa: A
     assert float(np.mean((reserved - used) / used)) <= DEVICE_OVER_MAX
 
 
-MEM_R2_MIN = 0.999  # v4: 1.0000 (described level)
-MEM_MAPE_MAX = 0.01  # v4: 0.2 %
-MEM_UNDER_MAX = 0.08  # v4: one Wide&Deep row 7.1 % (measured before the forward-peak column)
+MEM_R2_MIN = 0.999  # v5: 1.0000 (described level)
+MEM_MAPE_MAX = 0.01  # v5: 0.0 %
+MEM_UNDER_MAX = 0.02  # v5: 0.0 % (with the reservation's state/activation scales)
 COMPUTE_MAE_MAX = 55.0  # v4: 47.6 milli-GPU (GPU-measured labels)
 DEVICE_UNDER_MAX = 0.02  # v4: none (closest -5.3 %)
-DEVICE_OVER_MAX = 0.30  # v4: 25.4 % mean over-reservation
+DEVICE_OVER_MAX = 0.40  # v6: 34.6 % mean (every family's allocator slack covered; v5 25 %)
 
 
 @pytest.mark.slow
@@ -81,10 +82,14 @@ def test_leave_one_family_out_goals() -> None:
     assert len(described) >= 13  # the six first families and seven more
     for r in described.values():
         assert r.mem_r2 >= 0.98 and r.mem_mape <= 0.05, r
-        assert r.mem_under_raw <= 0.08, r  # v4: W&D 7.5 %, every other family 0.0 %
+        assert r.mem_under_raw <= 0.05, r  # v5: 0.0 % every family
     job = ev.memory["job"][-1]
     assert job.family == "overall" and job.mem_r2 >= 0.95, job
     assert ev.compute_label == "gpu-measured-sm-activity"
     assert ev.compute[-1].r2 >= 0.90, ev.compute[-1]  # v4: 0.922
     device = ev.device["described"]["H200"][-1]
-    assert device.under_share <= 0.07 and device.under_max <= 0.20, device  # v4: 5.2 %, 16.4 %
+    # v6 (families as conformal units): 1.6 % under, 7.4 % at most, median over 27.2 %
+    assert device.under_share <= 0.02 and device.under_max <= 0.10, device
+    assert device.over_median <= 0.32, device
+    job_res = ev.memory["job"][-1]  # v6: 0.5 % under, median over 61.8 %
+    assert job_res.res_under_share <= 0.02 and job_res.res_over_median <= 0.70, job_res

@@ -81,3 +81,24 @@ def test_cli_predict_json_prints_one_object(tmp_path: Path) -> None:
     bad.write_text("{not json")
     r = CliRunner().invoke(main, ["predict", "--features", str(bad), "--json"])
     assert r.exit_code != 0 and "sparse.io/model" in r.output
+
+
+def test_optional_sparse_gradients_field() -> None:
+    dense = features.parse_model(json.dumps(JOB))
+    sparse = features.parse_model(json.dumps({**JOB, "sparseGradients": True}))
+    assert not dense.sparse_grad and sparse.sparse_grad
+    # a dense-gradient job holds a gradient as large as its tables; a sparse one does not
+    est = estimate.Estimator.load()
+    assert est.predict(sparse).train_mib < est.predict(dense).train_mib
+    with pytest.raises(features.SchemaError, match="sparseGradients"):
+        features.parse_model(json.dumps({**JOB, "optimizer": "adam", "sparseGradients": True}))
+
+
+def test_optional_ids_per_sample_field() -> None:
+    multi = features.parse_model(json.dumps({**JOB, "idsPerSample": [20, 1, 3]}))
+    assert sorted((t.rows, t.pooling) for t in multi.tables) == [
+        (20_000, 3.0), (500_000, 1.0), (1_000_000, 20.0)]
+    one = features.parse_model(json.dumps({**JOB, "idsPerSample": [5]}))
+    assert {t.pooling for t in one.tables} == {5.0}
+    with pytest.raises(features.SchemaError, match="idsPerSample has 2 entries"):
+        features.parse_model(json.dumps({**JOB, "idsPerSample": [1, 2]}))

@@ -43,13 +43,14 @@ def test_round_trip(small_csv: Path, tmp_path: Path) -> None:
                             list(train_df["family"]))
     np.testing.assert_allclose(est.memory.predict_train_mib(specs),
                                fresh.predict_train_mib(specs), rtol=1e-9)
-    assert est.memory.margin == pytest.approx(fresh.margin)
+    for level in ("described", "job"):
+        assert est.memory.reserve[level] == pytest.approx(fresh.reserve[level])
     # LightGBM text model round trip
     comp = ComputeModel.load(tmp_path / manifest["compute"])
     np.testing.assert_allclose(comp.predict_many(specs), est.compute.predict_many(specs))
     p = est.predict(features.parse_model(json.dumps(SPEC)))
     assert 1 <= p.gpu_milli <= 1000 and p.gpu_mem_mib > 1500 and p.model_version == "t1"
-    assert set(est.memory.device) == {"H200"}  # calibrated on the committed GPU rows
+    assert set(est.memory.device["described"]) == {"H200"}  # calibrated on the GPU rows
 
 
 def test_shipped_artefacts_match_committed_dataset() -> None:
@@ -61,7 +62,8 @@ def test_shipped_artefacts_match_committed_dataset() -> None:
     gpu_digest = hashlib.sha256(dataset.DEFAULT_GPU_CSV.read_bytes()).hexdigest()
     assert manifest["gpu_dataset_sha256"] == gpu_digest, "retrain: sparse-predictor train"
     assert manifest["compute_label"] == "gpu-measured-sm-activity"
-    assert set(manifest["memory_device"]) == {"H200"}
+    assert set(manifest["memory_device"]["described"]) == {"H200"}
+    assert set(manifest["memory_device"]["job"]) == {"H200"}
 
 
 def test_memory_model_is_monotone_in_tables_and_optimizer() -> None:
@@ -132,18 +134,31 @@ def test_device_calibration_covers_the_quantile_and_round_trips(tmp_path: Path) 
     from predictor import memory_model
 
     rng = np.random.default_rng(0)
-    raw = np.exp(rng.uniform(np.log(20), np.log(40_000), 400))
-    # measured = context + workspace + 1.1-1.4x the estimate (allocator slack, model error)
-    used = 800 + 60 + raw * rng.uniform(1.1, 1.4, raw.size)
-    scale, offset = memory_model.fit_device(raw, used, q=0.98)
-    covered = np.mean(raw * scale + offset >= used)
-    assert 0.96 <= covered <= 1.0 and 1.1 <= scale <= 1.5 and 600 <= offset <= 1200
-    model = MemoryModel(coef=np.zeros(len(memory_model.TERMS) + 1), margin=1.2,
-                        device={"H200": (scale, offset)})
+    state = np.exp(rng.uniform(np.log(20), np.log(40_000), 400))
+    act = state * np.exp(rng.uniform(-3, 1, 400))
+    # measured = context + workspace + a known state and an uncertain activation part
+    used = 800 + 60 + state * rng.uniform(1.0, 1.05, 400) + act * rng.uniform(1.0, 2.5, 400)
+    parts = np.column_stack([state, act])
+    s_state, s_act, offset = memory_model.fit_reserve(parts, used, q=0.98)
+    booked = parts @ [s_state, s_act] + offset
+    covered = np.mean(booked >= used)
+    assert 0.96 <= covered <= 1.0 and 1.0 <= s_state <= 1.1 and 1.8 <= s_act <= 2.6
+    assert 500 <= offset <= 1200
+    # tighter than one multiplier on the sum at the same coverage
+    one = memory_model.fit_reserve(np.column_stack([state + act, np.zeros(400)]), used, q=0.98)
+    single = (state + act) * one[0] + one[2]
+    assert np.median(booked / used) < np.median(single / used)
+    # a fixed offset (the context of a GPU without measured rows) stays fixed
+    assert memory_model.fit_reserve(parts, used, offset=860.0)[2] == 860.0
+    model = MemoryModel(coef=np.zeros(len(memory_model.TERMS) + 1),
+                        coef_job=np.zeros(len(memory_model.JOB_TERMS) + 1),
+                        reserve={"described": (1.2, 1.5), "job": (1.1, 3.0)},
+                        device={"described": {"H200": (s_state, s_act, offset)}, "job": {}})
     model.save(tmp_path / "m.json")
     loaded = MemoryModel.load(tmp_path / "m.json")
-    assert loaded.scale_offset("H200") == pytest.approx((scale, offset))
-    assert loaded.scale_offset("T4") == (1.2, 1000.0)  # unmeasured GPU: margin + context
+    assert loaded.reservation("H200") == pytest.approx((s_state, s_act, offset))
+    assert loaded.reservation("T4") == (1.2, 1.5, 1000.0)  # unmeasured GPU: scales + context
+    assert loaded.reservation("H200", "job") == (1.1, 3.0, loaded.ctx_mib["H200"])
 
 
 def test_shipped_memory_model_uses_the_h200_calibration() -> None:
@@ -152,9 +167,9 @@ def test_shipped_memory_model_uses_the_h200_calibration() -> None:
     est = estimate.Estimator.load()
     base = features.parse_model(json.dumps(SPEC))
     h200 = msgspec.structs.replace(base, gpu_model="H200")
-    raw = float(est.memory.predict_train_mib([h200])[0])
-    scale, offset = est.memory.device["H200"]
-    assert est.predict(h200).gpu_mem_mib == int(np.ceil(raw * scale + offset))
+    state, act = est.memory.predict_parts([h200])[0]
+    s_state, s_act, offset = est.memory.device["described"]["H200"]
+    assert est.predict(h200).gpu_mem_mib == int(np.ceil(state * s_state + act * s_act + offset))
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +250,30 @@ def test_cnn_kernel_count_uses_layers_when_given() -> None:
     assert features.kernels_per_step(deep) > 5 * features.kernels_per_step(shallow) / 2
     assert features.kernels_per_step(cnn) > 20  # no layers: the depth proxy still counts some
     assert features.derive(deep)["log_kernels"] > features.derive(shallow)["log_kernels"]
+
+
+def test_reserve_rule_is_conformal_over_families_and_family_balanced() -> None:
+    from predictor import memory_model
+
+    # split-conformal level with families as units: every row below 1/alpha - 1 families
+    assert memory_model.reserve_quantile(12) == 1.0
+    assert memory_model.reserve_quantile(48) == 1.0
+    assert memory_model.reserve_quantile(99) == pytest.approx(0.98 * (1 + 1 / 99))
+    rng = np.random.default_rng(1)
+    # a large family whose activations are known, a small one where they are 3x under
+    n_big, n_small = 300, 10
+    state = rng.uniform(100, 1000, n_big + n_small)
+    act = rng.uniform(100, 1000, n_big + n_small)
+    true_act = act * np.r_[rng.uniform(1.0, 1.1, n_big), rng.uniform(2.5, 3.0, n_small)]
+    used = state + true_act
+    parts = np.column_stack([state, act])
+    groups = ["big"] * n_big + ["small"] * n_small
+    # pooled by rows the small family is under 3 % of the weight: the 98 % fit drops it
+    pooled = memory_model.fit_reserve(parts, used, q=0.98)
+    booked = parts @ pooled[:2] + pooled[2]
+    assert np.mean(booked[n_big:] < used[n_big:]) > 0.5
+    # the rule: every family's rows covered, at the least over-reservation
+    s_state, s_act, offset = memory_model.fit_reserve(parts, used, groups=groups)
+    booked = parts @ [s_state, s_act] + offset
+    assert np.all(booked >= used * (1 - 1e-9))
+    assert s_act >= 2.5
