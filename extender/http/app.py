@@ -12,6 +12,7 @@ from aiohttp import web
 
 from extender.config import Settings
 from extender.demandsource import DemandSource, NoPredictions, RedisPredictions
+from extender.errors import LedgerUnavailable
 from extender.http import handlers
 from extender.http.admission import Admission
 from extender.http.keys import ADMISSION, BODY_LIMIT, DECODER, METRICS, READY, SCHEDULER
@@ -101,6 +102,25 @@ async def _expiry_loop(scheduler: Scheduler, interval_s: float) -> None:
 
 
 LAG_INTERVAL_S = 0.02
+FIRST_VIEW_BACKOFF_S = (0.1, 2.0)  # first and largest wait between tries
+
+
+async def _first_view(scheduler: Scheduler) -> None:
+    """The first read of the ledger, tried until the store answers: a replica started while its
+    store is down (a failover, a restart) waits not-ready instead of exiting."""
+    delay, largest = FIRST_VIEW_BACKOFF_S
+    warned_at = None
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            await scheduler.view()
+            return
+        except LedgerUnavailable as e:
+            if warned_at is None or loop.time() - warned_at >= 10.0:
+                log.warning("waiting for the GPU ledger before serving: %s", e)
+                warned_at = loop.time()
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, largest)
 
 
 async def _lag_loop(metrics: Metrics) -> None:
@@ -152,7 +172,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             kube = KubeIntegration(settings, scheduler)
             await kube.start()  # watches Nodes and Pods; rebuilds the ledger before ready
         else:
-            await scheduler.view()
+            await _first_view(scheduler)
         # What start-up built (inventory, rebuilt ledger, clients) lives as long as the process:
         # out of the cyclic collector's sight, a full collection no longer walks it (a 0.2 s
         # pause of the event loop at 5,000 nodes). Reference counting still frees it.

@@ -94,3 +94,35 @@ async def test_stopped_and_frozen_redis_answer_the_protocol(tmp_path, outage_red
     finally:
         proc.terminate()
         proc.wait(10)  # shutdown is not held up by a cancelled Redis call
+
+
+async def test_replica_started_while_its_store_is_down_waits_and_serves(tmp_path,
+                                                                        outage_redis) -> None:
+    conf = tmp_path / "nodes.yaml"
+    conf.write_text(NODE_CONF)
+    outage_redis.halt()  # the store is down when the replica starts (a failover, a restart)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "extender", "serve", "--port", str(port),
+         "--nodes", str(conf),
+         "--store", outage_redis.url, "--redis-socket-timeout", "0.5", "--log-format", "text"],
+        stdout=open(tmp_path / "extender.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for _ in range(600):  # it keeps trying, it does not exit
+            if "waiting for the GPU ledger" in (tmp_path / "extender.log").read_text():
+                break
+            assert proc.poll() is None, (tmp_path / "extender.log").read_text()
+            await asyncio.sleep(0.1)
+        assert proc.poll() is None
+        outage_redis.start()
+        await wait_ready(port, timeout_s=60, interval_s=0.1)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{port}/scheduler/filter",
+                                    data=json.dumps({"Pod": pod(mem=1000, milli=100),
+                                                     "NodeNames": ["n1"]})) as r:
+                assert r.status == 200
+                assert (await r.json())["NodeNames"] == ["n1"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
