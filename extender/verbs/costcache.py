@@ -129,3 +129,28 @@ class CachedPolicy:
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._policy, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleEntry:
+    """What filter priced for one pod, kept for the prioritize call of the same cycle: the
+    nodes that passed (state indexes and names), their costs, and each node's stamp then, so
+    prioritize re-costs only the nodes booked since (``ClusterState.node_stamp``)."""
+
+    passed: list[str]
+    costs: np.ndarray
+    nodes: np.ndarray
+    stamps: np.ndarray
+    inventory: list[str]  # the state's GPU list (held: compared by identity)
+
+    @classmethod
+    def of(cls, state: ClusterState, passed: list[str], nodes: np.ndarray,
+           costs: np.ndarray) -> CycleEntry:
+        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid)
+
+    def changed(self, state: ClusterState) -> np.ndarray | None:
+        """Positions (in ``passed``) of nodes whose bookings changed in ``state`` since; None
+        when the inventory changed (nothing carries over)."""
+        if state.gpu_uuid is not self.inventory:
+            return None
+        return np.flatnonzero(state.node_stamp[self.nodes] != self.stamps)
