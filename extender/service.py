@@ -347,9 +347,12 @@ class Scheduler:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def confirm(self, pod_uid: str) -> Reservation | None:
-        """The pod is bound: its reservation no longer expires."""
-        version, confirmed = await self.ledger.confirm_change(pod_uid)
+    async def confirm(self, pod_uid: str, booked: Reservation | None = None
+                      ) -> Reservation | None:
+        """The pod is bound: its reservation no longer expires (``booked``: what this replica
+        booked for it, if known)."""
+        version, confirmed = await (self.ledger.confirm_change(pod_uid) if booked is None
+                                    else self.ledger.confirm_change(pod_uid, booked))
         if confirmed is not None:
             self.after_change(version, add=confirmed)
         return confirmed
