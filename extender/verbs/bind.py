@@ -158,7 +158,7 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
         if attempt or existing is not None or state is not s.state:
             with stages.stage("ledger"):
                 state = await s.view()
-        choice = assign(state, demand, args.node, s.policy)
+        choice = assign(state, demand, args.node, s.costing_policy)
         if choice is None:
             why = fit(state, demand, [args.node])
             reason = summarize(why.failed, why.unresolvable) or "does not fit"

@@ -147,3 +147,30 @@ async def test_view_follows_the_ledger_in_one_read_per_call() -> None:
     assert Counting.reads == 2
     assert "x" in state.reservations and state.version == await s.ledger.version()
     assert np.count_nonzero(state.mem_used) == 1
+
+
+def test_shape_cache_keeps_what_its_memory_budget_holds() -> None:
+    from extender.placement import fit, node_costs
+    from extender.verbs.costcache import CachedPolicy, CostCache
+
+    s = _scheduler()
+    state = s.state
+    per_shape = 16 * len(state.gpu_uuid) + 8 * len(state.node_names)
+    policy = make_policy("sparse")
+    for budget, kept in ((per_shape * 6, 6), (per_shape * 2, 4), (10**9, 10)):
+        cache = CostCache(shapes=10, budget_bytes=budget)
+        for milli in range(100, 1000, 50):  # 18 shapes
+            d = _demand(milli)
+            r = fit(state, d, NAMES, explain=False)
+            got = node_costs(state, d, r, CachedPolicy(policy, cache))
+            np.testing.assert_allclose(got, node_costs(state, d, r, policy), rtol=1e-12)
+        assert len(cache._entries) == kept
+
+
+def _demand(milli: int):
+    from extender.demand import ContainerRequest, PodDemand
+
+    c = ContainerRequest("main", 0, milli, 2000)
+    return PodDemand(uid=f"d-{milli}", namespace="ml", name="d", containers=(c,), whole_gpus=0,
+                     share_milli=milli, share_mem_mib=2000, job_class="cnn",
+                     share_containers=(c,))
