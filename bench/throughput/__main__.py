@@ -102,7 +102,8 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
         return Samples.parse(body.decode(errors="replace") if status == 200 else "")
     import urllib.request
 
-    with urllib.request.urlopen(url, timeout=10) as r:
+    # At 5,000 nodes the per-GPU gauges make a large page, slow on a loaded machine.
+    with urllib.request.urlopen(url, timeout=120) as r:
         return Samples.parse(r.read().decode())
 
 
