@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender import telemetry
+from extender.gpu_page import FAMILIES as GPU_FAMILIES
+from extender.gpu_page import GpuPage, gpu_values
 from extender.outcome import Outcome
 from extender.placement.state import ClusterState
 
@@ -73,7 +75,18 @@ class Metrics:
             registry=self.registry,
         )
         self._stage_children: dict[tuple[str, str], Histogram] = {}
-        self.registry.register(_LedgerCollector(state))
+        self._ledger = _LedgerCollector(state)
+        self.registry.register(self._ledger)
+
+    def render(self) -> bytes:
+        """The /metrics page: the registry's families, then the per-GPU ones written in bulk
+        (``extender.gpu_page``; the same series ``registry.collect()`` yields)."""
+        self._ledger.per_gpu = False
+        try:
+            head = generate_latest(self.registry)
+        finally:
+            self._ledger.per_gpu = True
+        return head + self._ledger.page.render(self._ledger._state())
 
     def watch_cost_reuse(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
         """``counts``: (cache, result) -> running total, read at scrape time."""
@@ -118,6 +131,8 @@ class _CostReuseCollector(Collector):
 class _LedgerCollector(Collector):
     def __init__(self, state: Callable[[], ClusterState]) -> None:
         self._state = state
+        self.per_gpu = True  # off while Metrics.render writes those families in bulk
+        self.page = GpuPage()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self._state()
@@ -130,24 +145,17 @@ class _LedgerCollector(Collector):
         for name, count in by_state.items():
             reservations.add_metric([name], count)
         yield reservations
+        if not self.per_gpu:
+            return
         labels = ["gpu", "node", "model"]
-        mem = GaugeMetricFamily("sparse_gpu_memory_reserved_bytes", "GPU memory booked.",
-                                labels=labels, unit="bytes")
-        mem_cap = GaugeMetricFamily("sparse_gpu_memory_capacity_bytes", "GPU memory.",
-                                    labels=labels, unit="bytes")
-        compute = GaugeMetricFamily("sparse_gpu_compute_reserved_ratio",
-                                    "GPU compute booked, as a fraction of the GPU (0-1).",
-                                    labels=labels, unit="ratio")
-        pods = GaugeMetricFamily("sparse_gpu_pods", "Pods holding a part of the GPU.",
-                                 labels=labels)
-        residents = state.resident_count()
+        families = [GaugeMetricFamily(name, doc, labels=labels, unit=unit)
+                    for name, doc, unit in GPU_FAMILIES]
+        columns = [v.tolist() for v in gpu_values(state)]
         for i, uuid in enumerate(state.gpu_uuid):
             key = [uuid, state.node_names[state.gpu_node[i]], state.models[state.gpu_model[i]]]
-            mem.add_metric(key, float(state.mem_used[i]) * MIB)
-            mem_cap.add_metric(key, float(state.mem_cap[i]) * MIB)
-            compute.add_metric(key, float(state.milli_used[i]) / 1000.0)
-            pods.add_metric(key, float(residents[i]))
-        yield from (mem, mem_cap, compute, pods)
+            for family, column in zip(families, columns, strict=True):
+                family.add_metric(key, column[i])
+        yield from families
 
 
 class LedgerHealthCollector(Collector):

@@ -13,8 +13,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
-import numpy as np
-
 from extender import stages
 from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
 from extender.binder import Binder, LedgerOnlyBinder
@@ -47,7 +45,7 @@ from extender.verbs import bind as bind_verb
 from extender.verbs import filter as filter_verb
 from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
-from extender.verbs.costcache import CachedPolicy, CostCache
+from extender.verbs.costcache import CachedPolicy, CostCache, CycleEntry
 
 __all__ = ["Outcome", "Scheduler"]
 
@@ -60,28 +58,28 @@ PENDING_PODS = 50_000  # filter-time demands kept for bind
 
 class CycleCosts:
     """Prioritize comes right after filter in one scheduling cycle: it reuses the costs filter
-    computed if they are this fresh (it only advises; bind re-plans on the current ledger)."""
+    computed if they are this fresh; nodes booked since are costed again (verbs.prioritize)."""
 
     def __init__(self, size: int = 4096, max_age_s: float = 1.0) -> None:
         self.size = size
         self.max_age_s = max_age_s
-        self._by_uid: OrderedDict[str, tuple[float, list[str], np.ndarray]] = OrderedDict()
+        self._by_uid: OrderedDict[str, tuple[float, CycleEntry]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
-    def put(self, uid: str, now: float, passed: list[str], costs: np.ndarray) -> None:
-        self._by_uid[uid] = (now, passed, costs)
+    def put(self, uid: str, now: float, entry: CycleEntry) -> None:
+        self._by_uid[uid] = (now, entry)
         self._by_uid.move_to_end(uid)
         while len(self._by_uid) > self.size:
             self._by_uid.popitem(last=False)
 
-    def take(self, uid: str, now: float) -> tuple[list[str], np.ndarray] | None:
+    def take(self, uid: str, now: float) -> CycleEntry | None:
         cached = self._by_uid.pop(uid, None)
         if cached is None or now - cached[0] > self.max_age_s:
             self.misses += 1
             return None
         self.hits += 1
-        return cached[1], cached[2]
+        return cached[1]
 
 
 class Scheduler:
@@ -191,30 +189,30 @@ class Scheduler:
         """The state matching the ledger's current version: when it moved, the changes since
         the cached version are applied (the ledger's change log); a full snapshot is read only
         when they are no longer all kept (or at start)."""
-        if self.live_pairs is not None:
-            matrix = await self.live_pairs.refresh()
+        live = self.live_pairs
+        if live is not None:  # polled in the background when the app runs: no round trip
+            matrix = live.take() if live.polling else await live.refresh()
             if matrix is not None:
                 self.matrix = self._state.matrix = matrix
         disruptions = getattr(self.ledger, "disruptions", 0)
         if disruptions != self._disruptions:
             return await self._rebuild(disruptions)
-        version = await self.ledger.version()
         state = self._state
-        if version != state.version:
-            delta = await self.ledger.changes(state.version) if state.version >= 0 else None
-            if delta is None:
-                version, reservations = await self.ledger.snapshot()
-                self._state = ClusterState.build(
-                    state.inventory, self.matrix, reservations.values(), version
-                )
-            else:
-                version, changes = delta
-                for uid, reservation in changes:
-                    if reservation is None:
-                        state.unapply(uid)
-                    else:
-                        state.apply(reservation)  # replaces an earlier booking of the pod
-                state.version = version
+        # One read: the version and whatever changed since ours (nothing when it stands).
+        delta = await self.ledger.changes(state.version) if state.version >= 0 else None
+        if delta is None:
+            version, reservations = await self.ledger.snapshot()
+            self._state = ClusterState.build(
+                state.inventory, self.matrix, reservations.values(), version
+            )
+        elif delta[0] != state.version:
+            version, changes = delta
+            for uid, reservation in changes:
+                if reservation is None:
+                    state.unapply(uid)
+                else:
+                    state.apply(reservation)  # replaces an earlier booking of the pod
+            state.version = version
         self._state.profiles = self.profiles
         return self._state
 
@@ -349,9 +347,12 @@ class Scheduler:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    async def confirm(self, pod_uid: str) -> Reservation | None:
-        """The pod is bound: its reservation no longer expires."""
-        version, confirmed = await self.ledger.confirm_change(pod_uid)
+    async def confirm(self, pod_uid: str, booked: Reservation | None = None
+                      ) -> Reservation | None:
+        """The pod is bound: its reservation no longer expires (``booked``: what this replica
+        booked for it, if known)."""
+        version, confirmed = await (self.ledger.confirm_change(pod_uid) if booked is None
+                                    else self.ledger.confirm_change(pod_uid, booked))
         if confirmed is not None:
             self.after_change(version, add=confirmed)
         return confirmed

@@ -182,8 +182,11 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         expiry = asyncio.create_task(_expiry_loop(scheduler, settings.expire_interval_s))
         health = asyncio.create_task(scheduler.health.run(scheduler.ledger))
         lag = asyncio.create_task(_lag_loop(metrics))
+        tasks = [expiry, health, lag]
+        if scheduler.live_pairs is not None:  # pair estimates read off the scheduling path
+            tasks.append(asyncio.create_task(scheduler.live_pairs.poll()))
         yield
-        for task in (expiry, health, lag):
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -120,6 +120,9 @@ class KubeIntegration:
         reservation = reservation_from_pod(pod)
         if reservation is None:
             return
+        known = self.scheduler.state.reservations.get(reservation.pod_uid)
+        if known is not None and known.state == STATE_BOUND and known.node == reservation.node:
+            return  # the common case (our own bind, seen by the watch): no store read
         existing = await self.scheduler.ledger.get(reservation.pod_uid)
         if existing is None:
             await self.scheduler.adopt(reservation)

@@ -84,7 +84,7 @@ class MemoryLedger:
     ) -> int:
         return (await self.reserve_change(reservation, capacities)).version or self._version
 
-    async def confirm_change(self, pod_uid: str) -> Applied:
+    async def confirm_change(self, pod_uid: str, booked: Reservation | None = None) -> Applied:
         applied = self._confirm_now(pod_uid)
         if applied.version:
             await self._persist([(pod_uid, applied.reservation)])

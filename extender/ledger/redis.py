@@ -182,8 +182,11 @@ class RedisLedger:
         applied = await self.reserve_change(reservation, capacities)
         return applied.version or await self.version()
 
-    async def confirm_change(self, pod_uid: str) -> Applied:
-        raw = await self._call("confirm", lambda: self._r.hget(self._keys[0], pod_uid))
+    async def confirm_change(self, pod_uid: str, booked: Reservation | None = None) -> Applied:
+        if booked is not None and booked.pod_uid == pod_uid:  # what reserve stored: no read
+            raw = rules.to_json(booked)
+        else:
+            raw = await self._call("confirm", lambda: self._r.hget(self._keys[0], pod_uid))
         for _ in range(CONFIRM_ATTEMPTS):
             if not raw:
                 return Applied(0, None)

@@ -53,8 +53,10 @@ class LedgerStore(Protocol):
     ) -> Applied:
         """``reserve`` that also says whether it changed anything (version 0: it did not)."""
 
-    async def confirm_change(self, pod_uid: str) -> Applied:
-        """``confirm`` with the version of the change it made (0: none)."""
+    async def confirm_change(self, pod_uid: str, booked: Reservation | None = None) -> Applied:
+        """``confirm`` with the version of the change it made (0: none). ``booked``: the
+        booking the caller made, when it knows it (a networked store may then skip a read;
+        the confirm is the same whatever the store holds)."""
 
     async def release_change(self, pod_uid: str, only_if: Reservation | None = None) -> Applied:
         """``release`` with the version of the change it made (0: none). With ``only_if`` the

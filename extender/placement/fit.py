@@ -26,6 +26,7 @@ class GpuMasks:
     model_ok: np.ndarray
     free: np.ndarray  # can take a whole slot
     share: np.ndarray  # can take the share slot
+    nodes: np.ndarray | None = None  # the candidate nodes (state indexes)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuM
     )
     if not demand.has_share:
         share = np.zeros(len(gpus), dtype=bool)
-    return GpuMasks(gpus=gpus, owner=owner, model_ok=model_ok, free=free, share=share)
+    return GpuMasks(gpus=gpus, owner=owner, model_ok=model_ok, free=free, share=share,
+                    nodes=nodes)
 
 
 def _per_node(mask: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:

@@ -346,6 +346,11 @@ class LocalityIndex:
             out += w.zone * np.isin(self._gather(self.zone_id, slots), list(zones))
         return out
 
+    def avoids(self) -> bool:
+        """Whether pods without embeddings are kept off any node (some node's cache holds
+        something); when not, their locality term is zero everywhere."""
+        return bool(self.weights.avoid) and bool(self.fill[:len(self.slot)].any())
+
     def term(self, spec: EmbeddingSpec | None, demand: PodDemand, names: list[str],
              idle: np.ndarray | None = None) -> np.ndarray:
         """What to add to the nodes' policy costs for this pod (negative = preferred);

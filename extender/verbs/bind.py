@@ -88,7 +88,7 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
 async def confirm(s: Scheduler, reservation: Reservation) -> Reservation:
     """Mark the booking bound. Should it be gone (a store that lost it), book it again as
     bound: success only with a confirmed booking."""
-    confirmed = await s.confirm(reservation.pod_uid)
+    confirmed = await s.confirm(reservation.pod_uid, reservation)
     if confirmed is not None:
         return confirmed
     state = await s.view()
@@ -129,8 +129,9 @@ async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:
 
 async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float | None]:
     """Book the pod's GPUs on ``args.node``; returns the booking and its interference loss."""
-    with stages.stage("ledger"):
-        existing = await s.ledger.get(args.pod_uid)
+    with stages.stage("ledger"):  # the view, not a read of the pod's own entry: one read
+        state = await s.view()  # fewer per bind; a booking it has not seen yet conflicts
+    existing = state.reservations.get(args.pod_uid) or state.orphans.get(args.pod_uid)
     if existing is not None:
         if existing.state == STATE_BOUND:
             if existing.node == args.node:
@@ -153,10 +154,11 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
             f" ({args.pod_uid}); it was not filtered by this extender"
         )
     last = ""
-    for _ in range(BIND_ATTEMPTS):
-        with stages.stage("ledger"):
-            state = await s.view()
-        choice = assign(state, demand, args.node, s.policy)
+    for attempt in range(BIND_ATTEMPTS):
+        if attempt or existing is not None or state is not s.state:
+            with stages.stage("ledger"):
+                state = await s.view()
+        choice = assign(state, demand, args.node, s.costing_policy)
         if choice is None:
             why = fit(state, demand, [args.node])
             reason = summarize(why.failed, why.unresolvable) or "does not fit"

@@ -16,8 +16,9 @@ replaced whenever its learned pod mix is re-read or ``set_workload`` is called, 
 one of them is the same object; ``cache_epoch`` answering None (sparse with the pod's own solo
 profile known: the learned pair model reads other pods' profiles) bypasses the cache. A policy
 that learns from the pods it scores (sparse's mix) is told of each pod through ``note`` before
-the epoch is read, also when nothing is recomputed. Memory: two floats per GPU per shape kept
-(32 shapes: 20 MB at 40,000 GPUs).
+the epoch is read, also when nothing is recomputed. Memory: two floats per GPU and a stamp per
+node for each shape kept; as many shapes as fit in ``budget_bytes`` (64 MiB: about 100 shapes at
+40,000 GPUs), at most ``shapes``, least recently used dropped first.
 """
 
 from __future__ import annotations
@@ -37,12 +38,18 @@ from extender.placement.fit import GpuMasks, gpu_masks
 CACHED_POLICIES = frozenset({"sparse", "fgd"})
 
 
+_SHAPE_FIELDS: dict[type, tuple[str, ...]] = {}  # per demand class: its fields but identity
+
+
 def shape_key(demand: PodDemand) -> Hashable | None:
     """Everything the policy may read of a demand, without the pod's identity; None when
     something in it cannot be hashed (then nothing is cached)."""
-    fields = {f.name: getattr(demand, f.name) for f in dataclasses.fields(demand)
-              if f.name not in ("uid", "namespace", "name")}
-    key = (tuple(sorted(fields.items())), getattr(demand, "cpu_milli", 0))
+    names = _SHAPE_FIELDS.get(type(demand))
+    if names is None:
+        names = _SHAPE_FIELDS[type(demand)] = tuple(sorted(
+            f.name for f in dataclasses.fields(demand)
+            if f.name not in ("uid", "namespace", "name")))
+    key = (tuple([(n, getattr(demand, n)) for n in names]), getattr(demand, "cpu_milli", 0))
     try:
         hash(key)
     except TypeError:
@@ -64,8 +71,9 @@ class _Entry:
 
 
 class CostCache:
-    def __init__(self, shapes: int = 32) -> None:
+    def __init__(self, shapes: int = 256, budget_bytes: int = 64 * 1024 * 1024) -> None:
         self.shapes = shapes
+        self.budget_bytes = budget_bytes
         self._entries: OrderedDict[tuple[int, Hashable], _Entry] = OrderedDict()
         self._inventory: list[str] | None = None  # the state's GPU list (held: no id reuse)
         self.computed_nodes = 0  # nodes the policy was asked about
@@ -95,16 +103,22 @@ class CostCache:
         if entry is None:
             entry = _Entry(len(state.gpu_uuid), len(state.node_names))
             self._entries[entry_key] = entry
-            while len(self._entries) > self.shapes:
+            while len(self._entries) > self._room(state):
                 self._entries.popitem(last=False)
         self._entries.move_to_end(entry_key)
         if not entry.holds(epoch):  # a global input changed: every node is stale
             entry.stamp[:] = 0
             entry.epoch = tuple(epoch)
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
-        owners = state.gpu_node[masks.gpus]
-        stale_gpus = entry.stamp[owners] != state.node_stamp[owners]
-        stale = np.unique(owners[stale_gpus]) if stale_gpus.any() else owners[:0]
+        if masks.nodes is not None:  # the candidate nodes (distinct): compare per node
+            nodes = masks.nodes
+            stale = nodes[entry.stamp[nodes] != state.node_stamp[nodes]]
+            stale_count = int((state.node_stop[stale] - state.node_start[stale]).sum())
+        else:
+            owners = state.gpu_node[masks.gpus]
+            stale_gpus = entry.stamp[owners] != state.node_stamp[owners]
+            stale = np.unique(owners[stale_gpus]) if stale_gpus.any() else owners[:0]
+            stale_count = int(stale_gpus.sum())
         if len(stale):
             sub = gpu_masks(state, demand, stale)
             share, whole = policy.costs(state, demand, sub)
@@ -112,8 +126,14 @@ class CostCache:
             entry.whole[sub.gpus] = whole
             entry.stamp[stale] = state.node_stamp[stale]
         self.computed_nodes += len(stale)
-        self.reused_gpus += len(masks.gpus) - int(stale_gpus.sum())
+        self.reused_gpus += len(masks.gpus) - stale_count
         return entry.share[masks.gpus], entry.whole[masks.gpus]
+
+
+    def _room(self, state: ClusterState) -> int:
+        """Shapes kept at this inventory's size: the budget's worth, at least a few."""
+        per_shape = 16 * len(state.gpu_uuid) + 8 * len(state.node_names)
+        return max(4, min(self.shapes, self.budget_bytes // max(per_shape, 1)))
 
 
 class CachedPolicy:
@@ -129,3 +149,28 @@ class CachedPolicy:
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._policy, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleEntry:
+    """What filter priced for one pod, kept for the prioritize call of the same cycle: the
+    nodes that passed (state indexes and names), their costs, and each node's stamp then, so
+    prioritize re-costs only the nodes booked since (``ClusterState.node_stamp``)."""
+
+    passed: list[str]
+    costs: np.ndarray
+    nodes: np.ndarray
+    stamps: np.ndarray
+    inventory: list[str]  # the state's GPU list (held: compared by identity)
+
+    @classmethod
+    def of(cls, state: ClusterState, passed: list[str], nodes: np.ndarray,
+           costs: np.ndarray) -> CycleEntry:
+        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid)
+
+    def changed(self, state: ClusterState) -> np.ndarray | None:
+        """Positions (in ``passed``) of nodes whose bookings changed in ``state`` since; None
+        when the inventory changed (nothing carries over)."""
+        if state.gpu_uuid is not self.inventory:
+            return None
+        return np.flatnonzero(state.node_stamp[self.nodes] != self.stamps)

@@ -21,6 +21,7 @@ from extender.placement import fit, node_costs
 from extender.placement.locality import parse_embedding
 from extender.protocol import ExtenderArgs, FilterResult
 from extender.verbs import gang
+from extender.verbs.costcache import CycleEntry
 from extender.verbs.reasons import pod_ref, summarize
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         why = summarize(result.failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))
     elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
-        s.cycle_costs.put(demand.uid, s.clock(), passed,
-                          node_costs(state, demand, result, s.costing_policy)[fitting])
+        costs = node_costs(state, demand, result, s.costing_policy)[fitting]
+        s.cycle_costs.put(demand.uid, s.clock(),
+                          CycleEntry.of(state, passed, result.nodes[fitting], costs))
     return protocol.filter_result(passed, result.failed, result.unresolvable, args)

@@ -17,6 +17,7 @@ from extender.errors import InvalidDemand
 from extender.placement import fit, node_costs, scores_from_costs
 from extender.placement.locality import InvalidEmbedding, combine, idle_nodes, parse_embedding
 from extender.protocol import ExtenderArgs, HostPriority
+from extender.verbs.costcache import CycleEntry
 from extender.verbs.reasons import zero_scores
 
 if TYPE_CHECKING:
@@ -43,8 +44,28 @@ def with_locality(s: Scheduler, pod: Pod, demand: PodDemand | None, names: list[
         _unplaced_stores.add(spec.store)
         log.warning("embedding store %r: no shard pod labelled sparse.io/embedding-store=%s "
                     "seen; its pods get no rack or zone score", spec.store, spec.store)
+    if spec is None and not s.locality.avoids():  # the term is zero: nothing to add
+        return costs
     idle = idle_nodes(s.state, names) if spec is None else None
     return combine(costs, s.locality.term(spec, demand, names, idle))
+
+
+def cycle_costs(s: Scheduler, uid: str, cached: CycleEntry) -> np.ndarray | None:
+    """The costs filter computed for this pod, with the nodes booked since (this replica's
+    binds, or others' its view has seen) costed again on the current view; None when the
+    inventory changed. No I/O: the view is the one the last verb left."""
+    changed = cached.changed(s.state)
+    if changed is None or not len(changed):
+        return cached.costs if changed is not None else None
+    demand = s.pending_demand(uid)
+    if demand is None:
+        return None
+    state = s.own_excluded(s.state, uid)
+    names = [cached.passed[i] for i in changed.tolist()]
+    result = fit(state, demand, names, explain=False)
+    costs = cached.costs.copy()
+    costs[changed] = node_costs(state, demand, result, s.costing_policy)
+    return costs
 
 
 async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
@@ -52,8 +73,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
     if not wants_gpu(pod):
         return zero_scores(args.node_names)
     cached = s.cycle_costs.take(pod.metadata.uid, s.clock())
-    if cached is not None:
-        passed, costs = cached
+    costs = None if cached is None else cycle_costs(s, pod.metadata.uid, cached)
+    if cached is not None and costs is not None:
+        passed = cached.passed
         if passed != args.node_names:  # normally the very list filter passed
             by_node = dict(zip(passed, costs.tolist(), strict=True))
             # nodes filter rejected are absent: infeasible, score 0

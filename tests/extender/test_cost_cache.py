@@ -188,7 +188,8 @@ async def test_scheduler_filters_price_with_the_current_mix_and_matrix() -> None
         body = pod(mem=2048, milli=300, job_class="cnn", uid=uid)
         args = decode_extender_args(encode({"Pod": body, "NodeNames": names}))
         await s.filter(args)
-        passed, costs = s.cycle_costs.take(uid, s.clock())
+        entry = s.cycle_costs.take(uid, s.clock())
+        passed, costs = entry.passed, entry.costs
         state = s.own_excluded(await s.view(), uid)
         demand = s.pending_demand(uid)
         expected = _fresh(policy, state, demand, passed)

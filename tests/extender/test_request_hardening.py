@@ -332,15 +332,19 @@ class FailingLedger(MemoryLedger):
         self._maybe_fail("version")
         return await super().version()
 
+    async def changes(self, since):  # how a view follows the ledger: the same read fails
+        self._maybe_fail("version")
+        return await super().changes(since)
+
     async def reserve_change(self, reservation, capacities):
         if self.after_write and "reserve" in self.failing:
             await super().reserve_change(reservation, capacities)
         self._maybe_fail("reserve")
         return await super().reserve_change(reservation, capacities)
 
-    async def confirm_change(self, pod_uid):
+    async def confirm_change(self, pod_uid, booked=None):
         self._maybe_fail("confirm")
-        return await super().confirm_change(pod_uid)
+        return await super().confirm_change(pod_uid, booked)
 
     async def get(self, pod_uid):
         self._maybe_fail("get")

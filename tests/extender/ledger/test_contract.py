@@ -95,6 +95,24 @@ async def test_unknown_gpu_is_rejected(ledger):
         await ledger.reserve(res("a", ("nope", 1, 1)), CAPS)
 
 
+async def test_confirm_of_a_known_booking_confirms_what_the_store_holds(ledger):
+    """The caller passes what it booked (a store may skip its read); when the store holds
+    something else by then, that is what gets confirmed, and nothing when it holds none."""
+    mine = res("a", ("g0", 1000, 100), expires=500.0)
+    await ledger.reserve(mine, CAPS)
+    applied = await ledger.confirm_change("a", mine)
+    assert applied.version and applied.reservation == mine.bound()
+    assert (await ledger.get("a")) == mine.bound()
+    assert (await ledger.confirm_change("a", mine)).version == 0  # bound already
+    await ledger.release("a")
+    other = res("a", ("g1", 2000, 200), expires=600.0)  # re-booked meanwhile (another try)
+    await ledger.reserve(other, CAPS)
+    applied = await ledger.confirm_change("a", mine)
+    assert applied.reservation == other.bound() and (await ledger.get("a")) == other.bound()
+    await ledger.release("a")
+    assert (await ledger.confirm_change("a", mine)) == (0, None)
+
+
 async def test_confirm_and_expiry(ledger):
     await ledger.reserve(res("old", ("g0", 1000, 100), expires=100.0), CAPS)
     await ledger.reserve(res("bound", ("g1", 1000, 100), expires=100.0), CAPS)
