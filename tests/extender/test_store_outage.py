@@ -117,12 +117,11 @@ async def test_replica_started_while_its_store_is_down_waits_and_serves(tmp_path
         assert proc.poll() is None
         outage_redis.start()
         await wait_ready(port, timeout_s=60, interval_s=0.1)
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"http://127.0.0.1:{port}/scheduler/filter",
-                                    data=json.dumps({"Pod": pod(mem=1000, milli=100),
-                                                     "NodeNames": ["n1"]})) as r:
-                assert r.status == 200
-                assert (await r.json())["NodeNames"] == ["n1"]
+        body = json.dumps({"Pod": pod(mem=1000, milli=100), "NodeNames": ["n1"]})
+        async with (aiohttp.ClientSession() as session,
+                    session.post(f"http://127.0.0.1:{port}/scheduler/filter", data=body) as r):
+            assert r.status == 200
+            assert (await r.json())["NodeNames"] == ["n1"]
     finally:
         proc.terminate()
         proc.wait(10)
