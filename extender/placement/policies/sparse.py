@@ -25,7 +25,9 @@ infeasibility test needs, without changing any comparison. The typical pods are 
 policy keeps itself (``adaptive``, ``sparse_mix.DemandMix``): a decayed histogram of the pods
 it is asked to score, fed by this very call in the extender and the simulator, which starts
 from a generic mix or from the cluster's own where ``set_workload`` gives it (the trace
-simulator does). With ``adaptive=False`` the starting mix stays fixed, as in FGD.
+simulator does). With ``adaptive=False`` the starting mix stays fixed, as in FGD. The mix's
+shapes carry the pods' host memory where they state it (``mem_step``, 0 = leave it out), so a
+node whose memory is gone counts as fragmented for the shapes that need it (sparse_mix.py).
 ``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
 ``order_weight * node position / max(node count, ORDER_SPAN)`` (nodes sorted by name): a fixed
 node order that fills nodes one after another unless another node is better by more than that,
@@ -57,7 +59,7 @@ from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
-from extender.placement.policies.sparse_mix import WEIGHTS, DemandMix
+from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
@@ -73,6 +75,7 @@ class Sparse:
     order_weight: float = 5.0
     adaptive: bool = True
     mix_weigh: str = "pods"
+    mem_step: int = MEM_STEP
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
@@ -81,6 +84,7 @@ class Sparse:
         if self.mix_weigh not in WEIGHTS:
             raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
         self._mix.weigh = self.mix_weigh
+        self._mix.mem_step = self.mem_step
         self.set_workload(default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
