@@ -123,6 +123,10 @@ class FragModel:
             self._model_ok = (key, self.tasks.model_ok(state))
         return self._model_ok[1]
 
+    def mem_left(self, host, nodes: np.ndarray) -> np.ndarray | None:
+        """Host memory left on the nodes, where the tasks test it (None otherwise)."""
+        return None if self.tasks.mem is None else host.mem_left[nodes].astype(np.float64)
+
     def aggregates(self, left: np.ndarray, owner: np.ndarray, n: int):
         """count_ge (n, M): GPUs with left >= m.milli; lt (n, M): their complement's sum."""
         ge = left[:, None] >= self.tasks.milli[None, :]
@@ -159,7 +163,7 @@ class FragModel:
         mok = self.model_ok(state)[node_model(state, nodes)]
         host = host_of(state)
         return self.frag(count_ge, lt, u, host.cpu_left[nodes].astype(np.float64), mok,
-                         host.mem_left[nodes].astype(np.float64))
+                         self.mem_left(host, nodes))
 
 
 def node_model(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
@@ -199,15 +203,16 @@ class FGD:
         count_ge, lt, u = all_ge[nodes], all_lt[nodes], all_u[nodes]
         host = host_of(state)
         cpu = host.cpu_left[nodes].astype(np.float64)
-        mem = host.mem_left[nodes].astype(np.float64)
-        c_p, m_h = pod_cpu(demand), pod_mem(demand)
+        mem = fm.mem_left(host, nodes)
+        mem_after = None if mem is None else mem - pod_mem(demand)
+        c_p = pod_cpu(demand)
         mok = fm.model_ok(state)[node_model(state, nodes)]
         before = fm.frag(count_ge, lt, u, cpu, mok, mem)
         w = demand.whole_gpus
         if w or not demand.has_share:
             # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
             whole_delta = before - fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok,
-                                           mem - m_h)
+                                           mem_after)
         else:  # a share alone: whole-GPU costs are never read
             whole_delta = np.zeros(len(nodes))
         share_delta = np.zeros(len(masks.gpus))
@@ -227,7 +232,7 @@ class FGD:
             cge = count_ge[o] - w - ge_old + ge_new
             lt2 = lt[o] - np.where(ge_old, 0.0, left[:, None]) + np.where(ge_new, 0.0, new[:, None])
             after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o],
-                            mem[o] - m_h)
+                            None if mem_after is None else mem_after[o])
             share_delta[sel] = (before[o] - after)[inverse.reshape(-1)]
         return share_delta, whole_delta
 
@@ -249,11 +254,11 @@ class FGD:
         count_ge, lt, u = all_ge[nodes], all_lt[nodes], all_u[nodes]
         host = host_of(state)
         cpu = host.cpu_left[nodes].astype(np.float64)
-        mem = host.mem_left[nodes].astype(np.float64)
+        mem = fm.mem_left(host, nodes)
         mok = fm.model_ok(state)[node_model(state, nodes)]
         before = fm.frag(count_ge, lt, u, cpu, mok, mem)
         return before - fm.frag(count_ge, lt, u, cpu - pod_cpu(demand), mok,
-                                mem - pod_mem(demand))
+                                None if mem is None else mem - pod_mem(demand))
 
     def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
         return -fgd_score(self.host_deltas(state, demand, nodes))
