@@ -136,3 +136,22 @@ def test_node_whose_host_memory_is_gone_keeps_no_room_for_the_mix():
         chosen[step] = place(state, small, policy)
     assert chosen[4096] == "b"
     assert chosen[0] == "a"  # the fixed node order decides
+
+
+def test_cpu_weight_sends_cpu_heavy_pods_where_no_gpu_needs_the_cpu():
+    """Node a still has free GPUs, node b's are all booked: a pod without GPUs goes to a by
+    the node order alone, to b once its CPU is charged for the GPUs it would strand."""
+    nodes = [gpu_node("a", 2, "G2"), gpu_node("b", 2, "G2")]
+    picks = {}
+    for weight in (0.0, 1.0):
+        policy = Sparse(cpu_weight=weight)
+        state = ClusterState.build(inventory(*nodes), default_matrix())
+        cpu = np.array([32_000, 32_000])
+        mem = np.array([200_000, 200_000])
+        state.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(2, dtype=np.int64))
+        full = demand("full", 1000, 2)
+        state.apply(reservation_for(full, assign(state, full, "b", policy), state, 0.0, None))
+        cpu_pod = make_demand("cpu", 16_000, 1024, 0, 0, "", MODELS)
+        costs = policy.host_costs(state, cpu_pod, np.arange(2))
+        picks[weight] = state.node_names[int(np.argmin(costs))]
+    assert picks == {0.0: "a", 1.0: "b"}
