@@ -327,13 +327,17 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, help="folder for the merged report")
 def report(sources, out) -> None:
-    """Rebuild an `fgd` or `replay -w rec-mix` report from the runs.jsonl of result folders."""
+    """Rebuild an `fgd` or `replay -w rec-mix` report from the runs.jsonl of result folders
+    (or, for `fgd`, from a written report's runs.csv and curves.json; earlier sources win)."""
     from bench.sim.fgd import FgdRun
-    from bench.sim.report import write_fgd
+    from bench.sim.report import runs_from_report, write_fgd
 
     docs = []
     for src in sources:
         path = Path(src)
+        if path.is_dir() and not (path / "runs.jsonl").exists():  # a kept report folder
+            docs += [r.to_json() for r in runs_from_report(path)]
+            continue
         path = path / "runs.jsonl" if path.is_dir() else path
         docs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if docs and all("sm_util_mean" in d for d in docs):

@@ -229,6 +229,26 @@ def write_fgd(runs: list, out: Path, command: str = "") -> Path:
     return path
 
 
+def runs_from_report(folder: Path) -> list:
+    """The runs of a written ``fgd`` report without its runs.jsonl (reports kept in the
+    repository leave it out): per-run rows of runs.csv with the curves of curves.json. Loss
+    breakdowns are not in a report, so these runs carry none."""
+    from bench.sim.fgd import FgdRun
+
+    rows = pd.read_csv(folder / "runs.csv")
+    curves = {(c["workload"], c["policy"], int(c["seed"])): c
+              for c in json.loads((folder / "curves.json").read_text())}
+    runs = []
+    for row in rows.itertuples(index=False):
+        c = curves[(row.workload, row.policy, int(row.seed))]
+        runs.append(FgdRun.from_json({
+            "workload": row.workload, "policy": row.policy, "seed": int(row.seed),
+            "tune": float(row.tune), "pods": int(row.pods), "failed": int(row.failed),
+            "total_gpus": int(row.total_gpus), "seconds": float(row.seconds), "extra": {},
+            "alloc": c["alloc"], "frag": c["frag"], "frag_rate": c["frag_rate"]}))
+    return runs
+
+
 def _list(a: np.ndarray) -> list:
     return [None if np.isnan(v) else round(float(v), 4) for v in a]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 
 from bench.sim import bounds
 from bench.sim.fgd import FgdRun
-from bench.sim.report import against_fgd
+from bench.sim.report import against_fgd, runs_from_report
 
 
 def _pods(shares: list[int], whole: int = 0) -> pd.DataFrame:
@@ -72,3 +73,16 @@ def test_against_fgd_pairs_seeds_both_ran() -> None:
     assert row["fgd_unalloc_gpus"] == pytest.approx(35)
     assert row["ratio_to_fgd"] == pytest.approx(25 / 35)
     assert row["lower_bound_gpus"] == pytest.approx(11)
+
+
+def test_kept_report_folder_gives_back_its_runs(tmp_path) -> None:
+    """A report kept without runs.jsonl (runs.csv + curves.json) rebuilds the runs."""
+    runs = [_run("fgd", 1, 30, 10), _run("sparse", 1, 20, 10)]
+    pd.DataFrame([r.row() for r in runs]).to_csv(tmp_path / "runs.csv", index=False)
+    curves = [{"workload": r.workload, "policy": r.policy, "seed": r.seed,
+               "alloc": r.alloc.tolist(), "frag": r.frag.tolist(),
+               "frag_rate": r.frag_rate.tolist()} for r in runs]
+    (tmp_path / "curves.json").write_text(json.dumps(curves))
+    back = runs_from_report(tmp_path)
+    assert [(r.policy, r.seed) for r in back] == [("fgd", 1), ("sparse", 1)]
+    assert [r.unallocated_gpus_100 for r in back] == pytest.approx([30, 20])

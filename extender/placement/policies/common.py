@@ -60,6 +60,11 @@ def pod_cpu(demand: PodDemand) -> int:
     return int(getattr(demand, "cpu_milli", 0))
 
 
+def pod_mem(demand: PodDemand) -> int:
+    """Host memory the pod asks (MiB; the simulator's trace demands carry it)."""
+    return int(getattr(demand, "host_mem_mib", 0))
+
+
 def pod_tag(demand: PodDemand) -> int:
     """GpuClustering's pod tag: 0 = GPU share, k = k whole GPUs, -1 = no GPU."""
     if demand.has_share and demand.whole_gpus == 0:

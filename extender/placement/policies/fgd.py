@@ -15,6 +15,10 @@ Score for the pod on n (n' = n with the pod placed): int(100 * sigmoid((F_n - F_
 A share is tried on every GPU that fits; the node scores its best GPU (first index on ties)
 and that GPU is the one chosen. Whole GPUs: the lowest-index free ones. The int truncation and
 the name tie-break are kept (``score_step``) to reproduce the authors' numbers.
+
+Typical tasks may also carry host memory (``TypicalTasks.mem``, sparse's learned mix does):
+then a node with less memory left than m asks counts as unable to host m, like the CPU test.
+FGD's own tasks carry none, so its measure is the paper's.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from extender.placement.policies.common import (
     host_of,
     local_index,
     pod_cpu,
+    pod_mem,
     segment_sum,
 )
 from extender.placement.state import ClusterState
@@ -45,9 +50,11 @@ class TypicalTasks:
     num: np.ndarray  # GPUs
     models: tuple[frozenset[str] | None, ...]
     p: np.ndarray  # popularity, sums to 1
+    mem: np.ndarray | None = None  # host memory MiB; None = not tested (FGD's measure)
 
     @classmethod
-    def of(cls, rows: list[tuple[int, int, int, frozenset[str] | None, float]]) -> TypicalTasks:
+    def of(cls, rows: list[tuple[int, int, int, frozenset[str] | None, float]],
+           mem: list[int] | None = None) -> TypicalTasks:
         cpu, milli, num, models, p = zip(*rows, strict=True) if rows else ((),) * 5
         weights = np.asarray(p, dtype=np.float64)
         return cls(
@@ -56,6 +63,7 @@ class TypicalTasks:
             np.asarray(num, dtype=np.float64),
             tuple(models),
             weights / weights.sum(),
+            None if mem is None else np.asarray(mem, dtype=np.float64),
         )
 
     def model_ok(self, state: ClusterState) -> np.ndarray:
@@ -115,6 +123,10 @@ class FragModel:
             self._model_ok = (key, self.tasks.model_ok(state))
         return self._model_ok[1]
 
+    def mem_left(self, host, nodes: np.ndarray) -> np.ndarray | None:
+        """Host memory left on the nodes, where the tasks test it (None otherwise)."""
+        return None if self.tasks.mem is None else host.mem_left[nodes].astype(np.float64)
+
     def aggregates(self, left: np.ndarray, owner: np.ndarray, n: int):
         """count_ge (n, M): GPUs with left >= m.milli; lt (n, M): their complement's sum."""
         ge = left[:, None] >= self.tasks.milli[None, :]
@@ -122,8 +134,10 @@ class FragModel:
         lt = segment_sum(np.where(ge, 0.0, left[:, None]), owner, n)
         return count_ge, lt
 
-    def frag(self, count_ge, lt, u_total, cpu_left, node_model_ok) -> np.ndarray:
-        """F_n(M) for rows of aggregates (any leading shape)."""
+    def frag(self, count_ge, lt, u_total, cpu_left, node_model_ok, mem_left=None
+             ) -> np.ndarray:
+        """F_n(M) for rows of aggregates (any leading shape). Tasks that carry host memory
+        (``tasks.mem``) also need ``mem_left`` of it where it is given."""
         t = self.tasks
         ok = (
             (t.milli > 0)
@@ -131,6 +145,8 @@ class FragModel:
             & (count_ge >= t.num)
             & (cpu_left[..., None] >= t.cpu)
         )
+        if t.mem is not None and mem_left is not None:
+            ok &= mem_left[..., None] >= t.mem
         return np.where(ok, lt, u_total[..., None]) @ t.p
 
     def node_frag(self, state: ClusterState, nodes: np.ndarray | None = None) -> np.ndarray:
@@ -145,7 +161,9 @@ class FragModel:
         count_ge, lt = self.aggregates(left, owner, len(nodes))
         u = segment_sum(left, owner, len(nodes))
         mok = self.model_ok(state)[node_model(state, nodes)]
-        return self.frag(count_ge, lt, u, host_of(state).cpu_left[nodes].astype(np.float64), mok)
+        host = host_of(state)
+        return self.frag(count_ge, lt, u, host.cpu_left[nodes].astype(np.float64), mok,
+                         self.mem_left(host, nodes))
 
 
 def node_model(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
@@ -183,14 +201,18 @@ class FGD:
         nodes = candidate_nodes(state, masks)
         all_ge, all_lt, all_u = fm.state_aggregates(state)
         count_ge, lt, u = all_ge[nodes], all_lt[nodes], all_u[nodes]
-        cpu = host_of(state).cpu_left[nodes].astype(np.float64)
+        host = host_of(state)
+        cpu = host.cpu_left[nodes].astype(np.float64)
+        mem = fm.mem_left(host, nodes)
+        mem_after = None if mem is None else mem - pod_mem(demand)
         c_p = pod_cpu(demand)
         mok = fm.model_ok(state)[node_model(state, nodes)]
-        before = fm.frag(count_ge, lt, u, cpu, mok)
+        before = fm.frag(count_ge, lt, u, cpu, mok, mem)
         w = demand.whole_gpus
         if w or not demand.has_share:
             # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
-            whole_delta = before - fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok)
+            whole_delta = before - fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok,
+                                           mem_after)
         else:  # a share alone: whole-GPU costs are never read
             whole_delta = np.zeros(len(nodes))
         share_delta = np.zeros(len(masks.gpus))
@@ -209,7 +231,8 @@ class FGD:
             ge_new = new[:, None] >= milli
             cge = count_ge[o] - w - ge_old + ge_new
             lt2 = lt[o] - np.where(ge_old, 0.0, left[:, None]) + np.where(ge_new, 0.0, new[:, None])
-            after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o])
+            after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o],
+                            None if mem_after is None else mem_after[o])
             share_delta[sel] = (before[o] - after)[inverse.reshape(-1)]
         return share_delta, whole_delta
 
@@ -229,10 +252,13 @@ class FGD:
         fm = self.model
         all_ge, all_lt, all_u = fm.state_aggregates(state)
         count_ge, lt, u = all_ge[nodes], all_lt[nodes], all_u[nodes]
-        cpu = host_of(state).cpu_left[nodes].astype(np.float64)
+        host = host_of(state)
+        cpu = host.cpu_left[nodes].astype(np.float64)
+        mem = fm.mem_left(host, nodes)
         mok = fm.model_ok(state)[node_model(state, nodes)]
-        before = fm.frag(count_ge, lt, u, cpu, mok)
-        return before - fm.frag(count_ge, lt, u, cpu - pod_cpu(demand), mok)
+        before = fm.frag(count_ge, lt, u, cpu, mok, mem)
+        return before - fm.frag(count_ge, lt, u, cpu - pod_cpu(demand), mok,
+                                None if mem is None else mem - pod_mem(demand))
 
     def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
         return -fgd_score(self.host_deltas(state, demand, nodes))

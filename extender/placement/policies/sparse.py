@@ -25,7 +25,15 @@ infeasibility test needs, without changing any comparison. The typical pods are 
 policy keeps itself (``adaptive``, ``sparse_mix.DemandMix``): a decayed histogram of the pods
 it is asked to score, fed by this very call in the extender and the simulator, which starts
 from a generic mix or from the cluster's own where ``set_workload`` gives it (the trace
-simulator does). With ``adaptive=False`` the starting mix stays fixed, as in FGD.
+simulator does). With ``adaptive=False`` the starting mix stays fixed, as in FGD. The mix's
+shapes carry the pods' host memory where they state it (``mem_step``, 0 = leave it out), so a
+node whose memory is gone counts as fragmented for the shapes that need it (sparse_mix.py).
+``cpu_weight`` (off by default, kept for the experiment in bench/README.md) charges a pod's CPU
+for the GPUs it strands in expectation: the node's GPU capacity left free after the pod times
+the fraction of the node's remaining CPU it takes. FGD's CPU test only counts a node once its
+CPU falls below a whole task's; on the trace the fillable gaps that remain at the end sit on
+nodes whose CPU is gone. Like the memory test it needs the host view the simulator gives the
+core (the extender gives none, so there both are inert).
 ``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
 ``order_weight * node position / max(node count, ORDER_SPAN)`` (nodes sorted by name): a fixed
 node order that fills nodes one after another unless another node is better by more than that,
@@ -55,9 +63,10 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
+from extender.placement.policies.common import pod_cpu
 from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
-from extender.placement.policies.sparse_mix import WEIGHTS, DemandMix
+from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
@@ -73,6 +82,8 @@ class Sparse:
     order_weight: float = 5.0
     adaptive: bool = True
     mix_weigh: str = "pods"
+    mem_step: int = MEM_STEP
+    cpu_weight: float = 0.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
@@ -81,6 +92,7 @@ class Sparse:
         if self.mix_weigh not in WEIGHTS:
             raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
         self._mix.weigh = self.mix_weigh
+        self._mix.mem_step = self.mem_step
         self.set_workload(default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
@@ -140,6 +152,10 @@ class Sparse:
             share = share + self.frag_weight * (offset - share_delta / 1000.0)
             whole = whole + self.frag_weight * (
                 offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
+        if self.cpu_weight and getattr(state, "host", None) is not None and len(gpus):
+            cpu = self._cpu_cost(state, demand, state.gpu_node[gpus])
+            share = share + cpu
+            whole = whole + cpu / max(demand.whole_gpus, 1)
         if self.order_weight:
             order = self.order_weight * state.gpu_node[gpus] / self._span(state)
             share = share + order
@@ -150,7 +166,21 @@ class Sparse:
         """Pods without GPUs (simulator only; kube-scheduler places them in a real cluster):
         the node where their CPU adds the least fragmentation."""
         cost = -self.frag_weight * self._frag.host_deltas(state, demand, nodes) / 1000.0
+        if self.cpu_weight and getattr(state, "host", None) is not None:
+            cost = cost + self._cpu_cost(state, demand, nodes)
         return cost + self.order_weight * nodes / self._span(state)
+
+    def _cpu_cost(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray
+                  ) -> np.ndarray:
+        """``cpu_weight`` x the GPUs left free on the node after the pod x the fraction of
+        the node's remaining CPU the pod takes: the GPU capacity whose CPU it uses up, in
+        expectation. Zero on a node whose GPUs are all booked (its CPU serves no GPU pod), so
+        CPU-heavy pods go there rather than beside the gaps that shares could still fill."""
+        host = state.host
+        _, _, u = self._frag.model.state_aggregates(state)
+        request = 1000.0 * demand.whole_gpus + (demand.share_milli if demand.has_share else 0)
+        left = np.maximum(u[nodes] - request, 0.0) / 1000.0
+        return self.cpu_weight * left * pod_cpu(demand) / np.maximum(host.cpu_left[nodes], 1)
 
     @staticmethod
     def _span(state: ClusterState) -> int:

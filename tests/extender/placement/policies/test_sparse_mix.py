@@ -8,6 +8,7 @@ from builders import gpu_node, inventory
 from bench.sim.trace import make_demand
 from extender.interference import default_matrix
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
+from extender.placement.policies.common import HostView
 from extender.placement.policies.fgd import TypicalTasks
 from extender.placement.policies.sparse import Sparse
 from extender.placement.policies.sparse_mix import DemandMix, shape_of
@@ -41,7 +42,7 @@ def test_each_pod_counts_once_and_old_pods_fade():
     assert np.isclose(mix.popularity()[shape_of(d)], 1 / (1 + 10 * 2 ** -0.1))
     for i in range(100):
         mix.observe(demand(f"b{i}", 1000, 4))
-    assert mix.popularity()[(4000, 500, 1, None)] < 0.01
+    assert mix.popularity()[(4000, 500, 1, None, 0)] < 0.01
 
 
 def test_multi_gpu_shapes_weigh_by_their_gpu_demand():
@@ -52,7 +53,7 @@ def test_multi_gpu_shapes_weigh_by_their_gpu_demand():
                     else demand(f"p{i}", 500))
     tasks = mix.tasks()
     eight = float(tasks.p[tasks.num == 8].sum())
-    by_count = mix.popularity()[(4000, 1000, 8, None)]
+    by_count = mix.popularity()[shape_of(demand("x", 1000, 8))]
     assert by_count < 0.01  # a few pods among the prior's and the shares
     assert eight > 5 * by_count  # but a large part of the GPUs asked for
     assert np.isclose(tasks.p.sum(), 1.0)
@@ -105,3 +106,52 @@ def test_adaptive_mix_can_be_switched_off():
     for _ in range(3):
         node_costs(state, d, fit(state, d, state.node_names), policy)
     assert policy._frag.model.tasks is before
+
+
+def test_shapes_carry_host_memory_rounded_up_unless_left_out():
+    d = make_demand("m", 4000, 40_000, 1, 1000, "", MODELS)
+    assert shape_of(d)[4] == 40_960  # 10 x 4 GiB
+    assert shape_of(d, mem_step=0)[4] == 0
+    mix = DemandMix(refresh=1, mem_step=0)
+    mix.observe(d)
+    assert mix.tasks().mem is None  # no memory test when no shape carries any
+
+
+def test_node_whose_host_memory_is_gone_keeps_no_room_for_the_mix():
+    """Two 2-GPU nodes; the first has too little host memory left for a second one-GPU pod of
+    the mix (48 GiB each). A small pod goes to the second node only when the mix knows the
+    pods' memory: on the first it would strand a whole GPU."""
+    nodes = [gpu_node("a", 2, "G2"), gpu_node("b", 2, "G2")]
+    chosen = {}
+    for step in (4096, 0):
+        policy = Sparse(mem_step=step, _mix=DemandMix(half_life=50, refresh=1))
+        state = ClusterState.build(inventory(*nodes), default_matrix())
+        cpu = np.array([64_000, 64_000])
+        mem = np.array([60_000, 200_000])
+        state.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(2, dtype=np.int64))
+        for i in range(20):  # recent pods: one GPU and 48 GiB of host memory each
+            d = make_demand(f"h{i}", 4000, 49_152, 1, 1000, "", MODELS)
+            node_costs(state, d, fit(state, d, state.node_names), policy)
+        small = make_demand("small", 1000, 16_384, 1, 300, "", MODELS)
+        chosen[step] = place(state, small, policy)
+    assert chosen[4096] == "b"
+    assert chosen[0] == "a"  # the fixed node order decides
+
+
+def test_cpu_weight_sends_cpu_heavy_pods_where_no_gpu_needs_the_cpu():
+    """Node a still has free GPUs, node b's are all booked: a pod without GPUs goes to a by
+    the node order alone, to b once its CPU is charged for the GPUs it would strand."""
+    nodes = [gpu_node("a", 2, "G2"), gpu_node("b", 2, "G2")]
+    picks = {}
+    for weight in (0.0, 1.0):
+        policy = Sparse(cpu_weight=weight)
+        state = ClusterState.build(inventory(*nodes), default_matrix())
+        cpu = np.array([32_000, 32_000])
+        mem = np.array([200_000, 200_000])
+        state.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(2, dtype=np.int64))
+        full = demand("full", 1000, 2)
+        state.apply(reservation_for(full, assign(state, full, "b", policy), state, 0.0, None))
+        cpu_pod = make_demand("cpu", 16_000, 1024, 0, 0, "", MODELS)
+        costs = policy.host_costs(state, cpu_pod, np.arange(2))
+        picks[weight] = state.node_names[int(np.argmin(costs))]
+    assert picks == {0.0: "a", 1.0: "b"}
