@@ -26,6 +26,21 @@ nodes:
 SCHEDULER_HTTP_TIMEOUT_S = 5.0  # httpTimeout of the shipped scheduler config
 
 
+def start_extender(tmp_path, store_url: str) -> tuple[int, subprocess.Popen]:
+    """An extender on a free port over ``store_url`` with short Redis timeouts; its log in
+    ``tmp_path/extender.log``."""
+    conf = tmp_path / "nodes.yaml"
+    conf.write_text(NODE_CONF)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "extender", "serve", "--port", str(port),
+         "--nodes", str(conf),
+         "--store", store_url, "--redis-socket-timeout", "0.5", "--log-format", "text"],
+        stdout=open(tmp_path / "extender.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return port, proc
+
+
 @pytest.fixture
 def outage_redis():
     server = RedisServer(appendonly=True)  # restarted with its data
@@ -35,15 +50,7 @@ def outage_redis():
 
 
 async def test_stopped_and_frozen_redis_answer_the_protocol(tmp_path, outage_redis) -> None:
-    conf = tmp_path / "nodes.yaml"
-    conf.write_text(NODE_CONF)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", "--port", str(port),
-         "--nodes", str(conf),
-         "--store", outage_redis.url, "--redis-socket-timeout", "0.5", "--log-format", "text"],
-        stdout=open(tmp_path / "extender.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    port, proc = start_extender(tmp_path, outage_redis.url)
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
@@ -98,16 +105,8 @@ async def test_stopped_and_frozen_redis_answer_the_protocol(tmp_path, outage_red
 
 async def test_replica_started_while_its_store_is_down_waits_and_serves(tmp_path,
                                                                         outage_redis) -> None:
-    conf = tmp_path / "nodes.yaml"
-    conf.write_text(NODE_CONF)
     outage_redis.halt()  # the store is down when the replica starts (a failover, a restart)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", "--port", str(port),
-         "--nodes", str(conf),
-         "--store", outage_redis.url, "--redis-socket-timeout", "0.5", "--log-format", "text"],
-        stdout=open(tmp_path / "extender.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    port, proc = start_extender(tmp_path, outage_redis.url)
     try:
         for _ in range(600):  # it keeps trying, it does not exit
             if "waiting for the GPU ledger" in (tmp_path / "extender.log").read_text():
