@@ -42,7 +42,7 @@ import yaml
 from bench.sim.cluster import SimCluster
 from bench.sim.embed_net import GBPS, StoreNetwork
 from bench.sim.fgd import typical_tasks
-from bench.sim.queueing import JctRun, arrival_times, placement_policy
+from bench.sim.queueing import JctRun, arrival_times, co_location_slowdown, placement_policy
 from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
 from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
@@ -321,10 +321,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     def refresh(g: int) -> None:
         members = gpu_jobs.get(g, ())
         for j in members:
-            s = 1.0
-            for k in members:
-                if k != j:
-                    s *= norm[cls_idx[j], cls_idx[k]] ** (shapes[k][1] / 1000.0)
+            s = co_location_slowdown(j, members, norm, cls_idx, shapes)
             if s != slow[j] or rate[j] == 0:
                 slow[j] = s
                 set_rate(j)

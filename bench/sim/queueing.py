@@ -5,6 +5,7 @@ shapes already known not to fit, and the run record's JSON form."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -60,6 +61,17 @@ def retry_pending(pending: list[int], shape: Callable[[int], tuple[Hashable, Seq
     pending[:] = keep
 
 
+def co_location_slowdown(j: int, members: Sequence[int], norm: np.ndarray,
+                         cls_idx: Sequence[int], shapes: Sequence[Sequence[int]]) -> float:
+    """Job ``j``'s slowdown beside the other ``members`` of its GPU: per co-runner, the class
+    matrix entry raised to the co-runner's share of the GPU (``shapes[k][1]`` milli-GPU)."""
+    s = 1.0
+    for k in members:
+        if k != j:
+            s *= norm[cls_idx[j], cls_idx[k]] ** (shapes[k][1] / 1000.0)
+    return s
+
+
 class JctRun:
     """Mixin for a run record with ``row()`` and a ``jct`` list: its JSON line form."""
 
@@ -70,3 +82,20 @@ class JctRun:
 
     def to_json(self) -> dict:
         return {**self.row(), "jct": self.jct}
+
+
+@dataclass
+class PolicyRun(JctRun):
+    """The leading fields (and columns, in this order) of every policy replay's run record."""
+
+    workload: str
+    policy: str
+    seed: int
+    mode: str
+    jobs: int
+    gpus: int
+    makespan: float
+    jct_mean: float
+    jct_p95: float
+    queue_mean: float
+    alloc_mean: float  # % of cluster GPU, time-averaged

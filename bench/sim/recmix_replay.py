@@ -54,7 +54,7 @@ import pandas as pd
 from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
-from bench.sim.queueing import JctRun, arrival_times, placement_policy, retry_pending
+from bench.sim.queueing import PolicyRun, arrival_times, placement_policy, retry_pending
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs
 from bench.sim.recmix_explain import summarize
 from bench.sim.replay import sample_nodes
@@ -73,18 +73,7 @@ NODE_MEM_MIB = 2 * 1024 * 1024
 
 
 @dataclass
-class RecMixRun(JctRun):
-    workload: str
-    policy: str
-    seed: int
-    mode: str
-    jobs: int
-    gpus: int
-    makespan: float
-    jct_mean: float
-    jct_p95: float
-    queue_mean: float
-    alloc_mean: float
+class RecMixRun(PolicyRun):
     sm_util_mean: float
     sm_util_backlog: float
     work_per_gpu_hour: float

@@ -41,7 +41,13 @@ import numpy as np
 from bench.sim.bounds import work_bound
 from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
-from bench.sim.queueing import JctRun, arrival_times, placement_policy, retry_pending
+from bench.sim.queueing import (
+    PolicyRun,
+    arrival_times,
+    co_location_slowdown,
+    placement_policy,
+    retry_pending,
+)
 from bench.sim.trace import NODE_LIST, load_nodes, load_pods, workload_name, workload_path
 from extender.interference.matrix import default_matrix
 
@@ -52,18 +58,7 @@ ANCHORS = {  # makespan vs kube-exclusive in the original system
 
 
 @dataclass
-class ReplayRun(JctRun):
-    workload: str
-    policy: str
-    seed: int
-    mode: str
-    jobs: int
-    gpus: int
-    makespan: float
-    jct_mean: float
-    jct_p95: float
-    queue_mean: float
-    alloc_mean: float  # % of cluster GPU, time-averaged
+class ReplayRun(PolicyRun):
     work_per_gpu_hour: float
     seconds: float
     jct: list = field(default_factory=list)
@@ -154,10 +149,7 @@ def run_replay(
     def refresh(g: int) -> None:
         members = gpu_jobs.get(g, ())
         for j in members:
-            s = 1.0
-            for k in members:
-                if k != j:
-                    s *= norm[cls_idx[j], cls_idx[k]] ** (shapes[k][1] / 1000.0)
+            s = co_location_slowdown(j, members, norm, cls_idx, shapes)
             if s != speed[j]:
                 set_speed(j, s)
 
