@@ -2,10 +2,10 @@
 every reservation, or changes nothing. Same keys, amounts and change log as a single reserve
 (``extender.ledger.redis``), so replicas following the log see a gang as N ordinary changes.
 
-It shares ``changed`` and ``drop`` with the single-booking scripts (``extender.ledger.scripts``:
-the same six KEYS, ARGV[1] the epoch base). Then: the number of released UIDs and the UIDs; the
-number of reservations, then per reservation ``uid, doc, deadline, n`` and ``n`` times
-``gpu, mem, milli, cap_mem, cap_milli``.
+It shares ``changed``, ``drop``, ``conflict`` and ``book`` with the single-booking scripts
+(``extender.ledger.scripts``: the same six KEYS, ARGV[1] the epoch base). Then: the number of
+released UIDs and the UIDs; the number of reservations, then per reservation
+``uid, doc, deadline, n`` and ``n`` times ``gpu, mem, milli, cap_mem, cap_milli``.
 -> {'ok', version} | {'exists', uid} | {'conflict', gpu, unit, free}
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from extender.ledger.rules import GpuCapacity, Reservation, to_json
-from extender.ledger.scripts import CHANGED, DROP
+from extender.ledger.scripts import ALLOCATION, CHANGED, DROP
 
-RESERVE_MANY = CHANGED + DROP + """
+RESERVE_MANY = CHANGED + DROP + ALLOCATION + """
 local res, mem, milli, exp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local p = 2
 local released = {}
@@ -42,14 +42,9 @@ for i = 1, nres do
   for j = 0, n - 1 do
     local b = p + 4 + j * 5
     local gpu = ARGV[b]
-    local used_mem = tonumber(redis.call('HGET', mem, gpu) or '0') + (d_mem[gpu] or 0)
-    local used_milli = tonumber(redis.call('HGET', milli, gpu) or '0') + (d_milli[gpu] or 0)
-    if used_mem + tonumber(ARGV[b + 1]) > tonumber(ARGV[b + 3]) then
-      return {'conflict', gpu, 'MiB', tostring(tonumber(ARGV[b + 3]) - used_mem)}
-    end
-    if used_milli + tonumber(ARGV[b + 2]) > tonumber(ARGV[b + 4]) then
-      return {'conflict', gpu, 'milli', tostring(tonumber(ARGV[b + 4]) - used_milli)}
-    end
+    local found = conflict(b, tonumber(redis.call('HGET', mem, gpu) or '0') + (d_mem[gpu] or 0),
+                           tonumber(redis.call('HGET', milli, gpu) or '0') + (d_milli[gpu] or 0))
+    if found then return found end
     d_mem[gpu] = (d_mem[gpu] or 0) + tonumber(ARGV[b + 1])
     d_milli[gpu] = (d_milli[gpu] or 0) + tonumber(ARGV[b + 2])
   end
@@ -62,11 +57,7 @@ p = first
 local v = nil
 for i = 1, nres do
   local uid, doc, deadline, n = ARGV[p], ARGV[p + 1], ARGV[p + 2], tonumber(ARGV[p + 3])
-  for j = 0, n - 1 do
-    local b = p + 4 + j * 5
-    redis.call('HINCRBY', mem, ARGV[b], ARGV[b + 1])
-    redis.call('HINCRBY', milli, ARGV[b], ARGV[b + 2])
-  end
+  for j = 0, n - 1 do book(p + 4 + j * 5) end
   redis.call('HSET', res, uid, doc)
   if deadline ~= '' then redis.call('ZADD', exp, deadline, uid) end
   v = changed(uid, doc)

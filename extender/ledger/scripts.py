@@ -25,30 +25,39 @@ local function changed(uid, doc)
 end
 """
 
-# ARGV: base, uid, doc, deadline ('' = none), n, then n x (gpu, mem, milli, cap_mem, cap_milli).
-# -> {'ok', version} | {'exists', doc} | {'conflict', gpu, unit, free}
-RESERVE = CHANGED + """
-local res, mem, milli, exp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local uid, doc, deadline, n = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local existing = redis.call('HGET', res, uid)
-if existing then return {'exists', existing} end
-for i = 0, n - 1 do
-  local b = 6 + i * 5
+# One allocation at ARGV[b .. b + 4] (gpu, mem, milli, cap_mem, cap_milli): ``conflict`` is
+# the answer when the GPU's used amounts plus it exceed a capacity (else nil); ``book`` adds it.
+ALLOCATION = """
+local function conflict(b, used_mem, used_milli)
   local gpu = ARGV[b]
-  local used_mem = tonumber(redis.call('HGET', mem, gpu) or '0')
-  local used_milli = tonumber(redis.call('HGET', milli, gpu) or '0')
   if used_mem + tonumber(ARGV[b + 1]) > tonumber(ARGV[b + 3]) then
     return {'conflict', gpu, 'MiB', tostring(tonumber(ARGV[b + 3]) - used_mem)}
   end
   if used_milli + tonumber(ARGV[b + 2]) > tonumber(ARGV[b + 4]) then
     return {'conflict', gpu, 'milli', tostring(tonumber(ARGV[b + 4]) - used_milli)}
   end
+  return nil
 end
+local function book(b)
+  redis.call('HINCRBY', KEYS[2], ARGV[b], ARGV[b + 1])
+  redis.call('HINCRBY', KEYS[3], ARGV[b], ARGV[b + 2])
+end
+"""
+
+# ARGV: base, uid, doc, deadline ('' = none), n, then n x (gpu, mem, milli, cap_mem, cap_milli).
+# -> {'ok', version} | {'exists', doc} | {'conflict', gpu, unit, free}
+RESERVE = CHANGED + ALLOCATION + """
+local res, mem, milli, exp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local uid, doc, deadline, n = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local existing = redis.call('HGET', res, uid)
+if existing then return {'exists', existing} end
 for i = 0, n - 1 do
   local b = 6 + i * 5
-  redis.call('HINCRBY', mem, ARGV[b], ARGV[b + 1])
-  redis.call('HINCRBY', milli, ARGV[b], ARGV[b + 2])
+  local found = conflict(b, tonumber(redis.call('HGET', mem, ARGV[b]) or '0'),
+                         tonumber(redis.call('HGET', milli, ARGV[b]) or '0'))
+  if found then return found end
 end
+for i = 0, n - 1 do book(6 + i * 5) end
 redis.call('HSET', res, uid, doc)
 if deadline ~= '' then redis.call('ZADD', exp, deadline, uid) end
 return {'ok', changed(uid, doc)}
