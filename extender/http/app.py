@@ -102,6 +102,18 @@ async def _expiry_loop(scheduler: Scheduler, interval_s: float) -> None:
 
 
 LAG_INTERVAL_S = 0.02
+async def _stop(task: asyncio.Task) -> None:
+    """Cancel a background loop and wait for it to end, cancelling again until it does. A
+    cancel that lands inside a Redis call can be swallowed there (Python 3.11 timeouts turn it
+    into the call's TimeoutError, which the loop catches and goes on): seen as a pair-estimate
+    poll still sleeping after its cancel, holding up shutdown for ever."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    with contextlib.suppress(asyncio.CancelledError):
+        task.result()
+
+
 FIRST_VIEW_BACKOFF_S = (0.1, 2.0)  # first and largest wait between tries
 
 
@@ -187,9 +199,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
             tasks.append(asyncio.create_task(scheduler.live_pairs.poll()))
         yield
         for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await _stop(task)
         if kube is not None:
             await kube.stop()
         await scheduler.ledger.close()
