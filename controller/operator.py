@@ -65,6 +65,11 @@ def make_settings() -> kopf.OperatorSettings:
     return settings
 
 
+# kopf retries a failed handler after 60 s by default: a deletion whose pod delete hit one slow
+# API call would then hold its finalizer (and `kubectl delete --wait`) for a minute.
+HANDLER_BACKOFF_S = 2.0
+
+
 def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     res = dict(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
@@ -108,8 +113,8 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
         assert holder.reconciler is not None
         await holder.reconciler.reconcile(_plain(body))
 
-    @kopf.on.resume(**res)
-    @kopf.on.create(**res)
+    @kopf.on.resume(**res, backoff=HANDLER_BACKOFF_S)
+    @kopf.on.create(**res, backoff=HANDLER_BACKOFF_S)
     async def on_job(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
         await reconcile(body, waiting_jobs)
 
@@ -128,7 +133,7 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
         await holder.reconciler.reconcile({"metadata": {
             "name": owner["name"], "namespace": body.metadata.namespace, "uid": owner["uid"]}})
 
-    @kopf.on.delete(**res)
+    @kopf.on.delete(**res, backoff=HANDLER_BACKOFF_S)
     async def on_delete(body: kopf.Body, **_: Any) -> None:
         assert holder.reconciler is not None
         await holder.reconciler.cleanup(_plain(body))

@@ -121,3 +121,12 @@ def test_the_example_job_predicts_a_fitting_share(repo_root):
     # the example allows V100M32|A100: a worker must fit on one of them
     assert 8 * 1024 < d.gpu_mem_mib < 40 * 1024 and 1 <= d.gpu_milli <= 1000
     assert d.job_class == "recommendation"
+
+
+def test_failed_job_handlers_retry_within_seconds_not_kopfs_default_minute():
+    """A deletion whose pod delete failed once must not hold the finalizer for a minute."""
+    from controller.operator import Holder, Options, make_registry
+
+    handlers = make_registry(Options("http://extender"), Holder())._changing.get_all_handlers()
+    assert {h.reason for h in handlers} >= {"create", "delete"}
+    assert all(h.backoff is not None and h.backoff <= 5 for h in handlers)
