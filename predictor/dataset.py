@@ -298,8 +298,9 @@ def measured_fields(m: dict[str, Any], batch_size: int) -> dict[str, float]:
     }
     if m.get("input_bytes") not in (None, "") and m["input_bytes"] == m["input_bytes"]:
         out["batch_bytes"] = round(float(m["input_bytes"]) / batch_size, 3)
-    reserved = m.get("cuda_reserved_bytes")
-    if reserved not in (None, "") and reserved == reserved and m.get("peak_bytes") not in (None, ""):
+    reserved, peak = m.get("cuda_reserved_bytes"), m.get("peak_bytes")
+    if reserved not in (None, "") and reserved == reserved and peak not in (None, ""):
+        # what the CUDA caching allocator reserves beyond the live peak (the replay)
         out["slack_bytes"] = max(0.0, float(reserved) - float(m["peak_bytes"]))
     return out
 
