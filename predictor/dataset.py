@@ -359,6 +359,11 @@ def fill_replay(path: Path, row_ids: Iterable[int] | None = None,
         else:
             row["cuda_reserved_bytes"] = str(m["cuda_reserved_bytes"])
             row["cuda_allocated_bytes"] = str(m["cuda_allocated_bytes"])
+            spec = features.parse_model(row["spec_json"])
+            fields = measured_fields(row, spec.batch_size)
+            if fields:
+                row["spec_json"] = msgspec.json.encode(
+                    msgspec.structs.replace(spec, **fields)).decode()
             n += 1
         if progress is not None:
             progress(k + 1, len(todo), cfg["family"])
@@ -472,6 +477,11 @@ def run(
             if progress is not None:
                 progress(k + 1, len(configs), cfg["family"])
     return n
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a dataset CSV as strings (no pandas)."""
+    return _existing_rows(path)
 
 
 def _existing_rows(path: Path) -> list[dict[str, str]]:
