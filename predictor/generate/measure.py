@@ -12,6 +12,11 @@ What is measured (all from the actual PyTorch op stream of two training steps, w
   Allocations *inside* one aten kernel (workspaces) are not visible; the GPU caching allocator's
   rounding/fragmentation and the CUDA context are not included (see docs/predictor.md);
 * ``act_fwd_bytes``: live new bytes at the end of the steady-state forward (saved activations);
+* ``cuda_reserved_bytes`` / ``cuda_allocated_bytes``: the ordered allocations and frees (the
+  resident tensors first, then every traced storage) replayed through the model of PyTorch's
+  CUDA caching allocator (:mod:`predictor.caching_allocator`), the steady-state step repeated
+  until the cache is stable: what ``max_memory_reserved`` / ``max_memory_allocated`` would
+  report for this step, workspaces allocated inside GPU kernels aside;
 * ``flops_step`` / ``flops_fwd``: ``torch.utils.flop_counter.FlopCounterMode`` (matmul/conv/
   attention FLOPs; element-wise ops are not counted by PyTorch's counter);
 * ``bytes_moved_step``: sum over non-view aten ops of input + output bytes; embedding lookups
