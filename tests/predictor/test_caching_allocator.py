@@ -145,3 +145,14 @@ def test_traced_step_replay_agrees_with_the_tracer_and_the_reservation_covers_it
     # on a GPU without measured rows: the slack is booked on top of the context too
     other = est.predict(features.parse_model(__import__("json").dumps({**ann, "gpu_model": "T4"})))
     assert other.gpu_mem_mib >= reserved_mib + est.memory.ctx_mib["T4"]
+
+
+def test_replay_frees_what_the_previous_step_left_in_each_repeat() -> None:
+    """A tensor one step keeps until the next (last step's output, say) is freed in every
+    repeated step, so the repeats do not leak."""
+    base = [(0, 50 * MIB)]
+    warm = [(1, 12 * MIB)]  # kept past the warm-up step
+    steady = [(1, ca.FREE), (2, 12 * MIB)]  # frees it, keeps its own for the next
+    out = ca.replay(base + warm + steady, steady, max_repeats=4)
+    assert out.peak_reserved == 50 * MIB + 12 * MIB
+    assert out.peak_allocated == 62 * MIB
