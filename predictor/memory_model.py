@@ -24,7 +24,13 @@ level). The reservation prices them separately::
   parts against the process memory NVML measured (context, library workspaces, allocator
   slack included).
 
-Both are linear quantile regressions of the relative error (:func:`fit_reserve`), rows
+* described specs carrying the caching-allocator replay (``slack_bytes``) on GPU models with
+  measured rows: ``s_state x state + s_act x activations + s_slack x slack + offset``, where
+  ``state + activations + slack`` is the predicted reserved peak and ``offset`` the GPU's
+  constant (median NVML memory less that peak: context and library workspaces), the scales
+  the margin (:func:`calibrate_replayed`).
+
+All are linear quantile regressions of the relative error (:func:`fit_scales`), rows
 weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
 sets for the number of families (every row, below 49 families: the split-conformal level
 with families as units), the rest as tight as the check loss allows. One multiplier on the
