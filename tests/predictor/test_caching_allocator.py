@@ -108,6 +108,25 @@ def test_replay_repeats_the_steady_step_until_the_cache_is_stable() -> None:
     assert out.steps >= 1
 
 
+def test_model_files_of_the_previous_format_still_load() -> None:
+    """A format-7 memory model (v5) has no replayed calibration: a spec with the replay
+    falls back to that GPU's device calibration with the slack on top."""
+    from predictor import features
+    from predictor.estimate import Estimator
+    from predictor.memory_model import MemoryModel
+
+    d = Estimator.load().memory.to_json()
+    d["format"] = "sparse-predictor/memory-phases/7"
+    del d["replayed"]
+    old = MemoryModel.from_json(d)
+    assert old.replayed == {}
+    spec = features.ModelSpec(family="recommendation", batch_size=64, activations=10.0,
+                              gpu_model="H200", saved_bytes=100.0, slack_bytes=50 * MIB)
+    parts = old.predict_parts([spec])[0]
+    s_state, s_act, offset = old.reservation("H200", "described")
+    assert old.reserve_parts_mib(spec, parts) >= parts[0] * s_state + parts[1] * s_act + 50
+
+
 torch = pytest.importorskip("torch")
 
 
