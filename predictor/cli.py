@@ -62,10 +62,17 @@ def main() -> None:
 @click.option("--resume", is_flag=True,
               help="Keep the rows already in --out and measure only the configs it lacks.")
 @click.option("--quiet", is_flag=True, help="No per-row log lines (the progress bar stays).")
+@click.option("--fill-replay", "fill_rows_of", type=click.Path(path_type=Path), default=None,
+              help="Instead of measuring: trace again the CPU rows of --out that lack the "
+                   "caching-allocator replay (cuda_reserved_bytes) and fill it; only the "
+                   "row_ids of this CSV (e.g. a GPU dataset), or 'all'.")
 def generate(out: Path, device: str, seeds: tuple[int, ...], limit: int | None,
              families: tuple[str, ...], interleave: bool, budget_s: float | None,
-             resume: bool, quiet: bool) -> None:
+             resume: bool, quiet: bool, fill_rows_of: Path | None) -> None:
     """Build real PyTorch models over the sweep and measure them (needs torch)."""
+    if fill_rows_of is not None:
+        _fill_replay(out, fill_rows_of)
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(),
@@ -89,6 +96,26 @@ def generate(out: Path, device: str, seeds: tuple[int, ...], limit: int | None,
         except RuntimeError as exc:  # GpuUnavailable
             raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {n} rows to {out}")
+
+
+def _fill_replay(out: Path, rows_of: Path) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    if not out.exists():
+        raise click.ClickException(f"{out} does not exist")
+    ids = None
+    if str(rows_of) != "all":
+        if not rows_of.exists():
+            raise click.ClickException(f"{rows_of} does not exist (or pass 'all')")
+        ids = [int(r["row_id"]) for r in dataset.read_rows(rows_of)]
+    with Progress("[progress.description]{task.description}", BarColumn(),
+                  MofNCompleteColumn(), TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task("replaying", total=None)
+        n = dataset.fill_replay(
+            out, ids, log=lambda line: bar.console.print(line, markup=False),
+            progress=lambda d, t, f: bar.update(task, completed=d, total=t,
+                                                description=f"replaying {f}"))
+    click.echo(f"filled the allocator replay of {n} rows in {out}")
 
 
 @main.command()

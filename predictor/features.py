@@ -123,6 +123,9 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     step_bytes: MeasuredBytes | None = None  # the optimizer step's transient peak
     state_bytes: MeasuredBytes | None = None  # optimizer state after a step
     batch_bytes: MeasuredBytes | None = None  # the inputs of one sample (ids, features, target)
+    # what PyTorch's CUDA caching allocator reserves beyond the live tensors' peak (segment
+    # rounding, cached free blocks), replayed on the traced step; bytes at this batch size
+    slack_bytes: MeasuredBytes | None = None
     schema_version: Literal[1] = 1
 
     def __post_init__(self) -> None:
@@ -472,6 +475,7 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "sparse": 1.0 if spec.sparse_grad else 0.0,
         "act_mib": spec.batch_size * spec.activations * b * mib,
         "io_mib": io_mib,
+        "slack_mib": (spec.slack_bytes or 0.0) * mib,
         "step_mib": step_mib,
         "hold_mib": hold_mib,
         "grad_mib": grad_mib,

@@ -24,7 +24,13 @@ level). The reservation prices them separately::
   parts against the process memory NVML measured (context, library workspaces, allocator
   slack included).
 
-Both are linear quantile regressions of the relative error (:func:`fit_reserve`), rows
+* described specs carrying the caching-allocator replay (``slack_bytes``) on GPU models with
+  measured rows: ``s_state x state + s_act x activations + s_slack x slack + offset``, where
+  ``state + activations + slack`` is the predicted reserved peak and ``offset`` the GPU's
+  constant (median NVML memory less that peak: context and library workspaces), the scales
+  the margin (:func:`calibrate_replayed`).
+
+All are linear quantile regressions of the relative error (:func:`fit_scales`), rows
 weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
 sets for the number of families (every row, below 49 families: the split-conformal level
 with families as units), the rest as tight as the check loss allows. One multiplier on the
@@ -49,7 +55,8 @@ import numpy as np
 from predictor import features, gpus
 
 RESERVE_ALPHA = 0.02  # target share of a held-out family's rows under-reserved
-FORMAT = "sparse-predictor/memory-phases/7"
+FORMAT = "sparse-predictor/memory-phases/8"
+OLD_FORMATS = ("sparse-predictor/memory-phases/7",)  # loaded; they have no replayed calibration
 DEVICE_MIN_ROWS = 20  # fewer measured rows than this: the CPU calibration and the context
 
 
@@ -248,15 +255,24 @@ def fit_reserve(parts: np.ndarray, target_mib: np.ndarray, q: float | None = Non
     number of families; at 1 every row is covered and the over-reservation minimised.
     ``parts`` should be held-out estimates, so the calibration covers the model's own error
     on a family it has not seen."""
+    scales, off = fit_scales(parts, target_mib, q, offset, groups)
+    return float(scales[0]), float(scales[1]), off
+
+
+def fit_scales(parts: np.ndarray, target_mib: np.ndarray, q: float | None = None,
+               offset: float | None = None, groups: Sequence[str] | None = None,
+               ) -> tuple[np.ndarray, float]:
+    """:func:`fit_reserve` for any number of parts (columns of ``parts``): one scale >= 1
+    per part and the offset; returns ``(scales, offset)``."""
     from scipy.optimize import linprog
 
     parts = np.asarray(parts, dtype=float)
     t = np.asarray(target_mib, dtype=float)
     ok = np.isfinite(parts).all(axis=1) & (t > 0)
     parts, t = parts[ok], t[ok]
-    n = len(t)
+    n, n_parts = len(t), parts.shape[1]
     if n == 0:
-        return 1.0, 1.0, 0.0 if offset is None else float(offset)
+        return np.ones(n_parts), 0.0 if offset is None else float(offset)
     fam = None if groups is None else np.asarray(groups)[ok]
     if q is None:
         q = reserve_quantile(n if fam is None else len(set(fam)))
@@ -265,7 +281,7 @@ def fit_reserve(parts: np.ndarray, target_mib: np.ndarray, q: float | None = Non
     x = np.column_stack([parts, np.ones(n)]) / t[:, None]
     rhs = np.ones(n) - (float(offset) / t if fixed else 0.0)
     if fixed:
-        x = x[:, :2]
+        x = x[:, :n_parts]
     k = x.shape[1]
     # variables: beta (k), under u (n), over v (n); x beta + u - v = rhs. At q = 1 no row
     # may be under (u = 0) and the weighted over-reservation is what is minimised.
@@ -274,13 +290,13 @@ def fit_reserve(parts: np.ndarray, target_mib: np.ndarray, q: float | None = Non
                            weight if cover_all else (1.0 - q) * weight])
     eq = np.hstack([x, np.eye(n), -np.eye(n)])
     under = (0.0, 0.0) if cover_all else (0.0, None)
-    bounds = [(1.0, None), (1.0, None), (0.0, None)][:k] + [under] * n + [(0.0, None)] * n
+    bounds = ([(1.0, None)] * n_parts + [(0.0, None)])[:k] + [under] * n + [(0.0, None)] * n
     with _one_blas_thread():
         res = linprog(cost, A_eq=eq, b_eq=rhs, bounds=bounds, method="highs")
     if not res.success:
         raise RuntimeError(f"reservation calibration failed: {res.message}")
     beta = res.x[:k]
-    return float(beta[0]), float(beta[1]), float(offset) if fixed else float(beta[2])
+    return beta[:n_parts], float(offset) if fixed else float(beta[n_parts])
 
 
 def calibrate_reserve(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
@@ -305,7 +321,36 @@ def calibrate_device(
     return fit_reserve(parts, used_mib, groups=gpu_groups)
 
 
+def replay_parts(parts: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    """``[state, activations, allocator slack]`` (MiB): the fitted parts and the slack the
+    caching-allocator replay of the traced step measured (``slack_mib``)."""
+    slack = np.array([r["slack_mib"] for r in rows], dtype=float).reshape(len(rows), 1)
+    return np.hstack([np.asarray(parts, dtype=float).reshape(len(rows), 2), slack])
+
+
+def device_offset(parts: np.ndarray, used_mib: np.ndarray) -> float:
+    """The GPU's constant: the median of the measured process memory less the predicted
+    reserved peak (CUDA context, cuBLAS workspaces, segments the trace cannot see)."""
+    return float(np.median(np.asarray(used_mib) - np.asarray(parts).sum(axis=1)))
+
+
+def calibrate_replayed(
+    rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
+    gpu_rows: Sequence[dict[str, float]], gpu_groups: Sequence[str], used_mib: np.ndarray,
+) -> Quad:
+    """``(s_state, s_act, s_slack, offset)`` for one GPU model's measured rows of described
+    specs that carry the allocator replay: the reserved peak is the traced step's parts plus
+    the replayed slack; ``offset`` is :func:`device_offset` and the three scales (>= 1) the
+    family-conformal margin of :func:`fit_scales` over held-out parts."""
+    parts = replay_parts(lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups), gpu_rows)
+    ok = np.isfinite(parts).all(axis=1)
+    offset = device_offset(parts[ok], np.asarray(used_mib)[ok])
+    scales, _ = fit_scales(parts, used_mib, offset=offset, groups=gpu_groups)
+    return float(scales[0]), float(scales[1]), float(scales[2]), offset
+
+
 Triple = tuple[float, float, float]
+Quad = tuple[float, float, float, float]
 
 
 @dataclass
@@ -319,6 +364,9 @@ class MemoryModel:
     coef_job: np.ndarray | None = None
     reserve: dict[str, tuple[float, float]] = field(default_factory=dict)
     device: dict[str, dict[str, Triple]] = field(default_factory=dict)
+    # described specs carrying ``slack_bytes``: per GPU model with measured rows,
+    # ``(s_state, s_act, s_slack, offset)`` (:func:`calibrate_replayed`)
+    replayed: dict[str, Quad] = field(default_factory=dict)
     ctx_mib: dict[str, int] = field(
         default_factory=lambda: {k: g.ctx_mib for k, g in gpus.CATALOGUE.items()}
     )
@@ -373,8 +421,23 @@ class MemoryModel:
         return s_state, s_act, float(self.ctx_mib.get(gpu_model, gpus.get(gpu_model).ctx_mib))
 
     def reserve_parts_mib(self, spec: features.ModelSpec, parts: np.ndarray) -> int:
-        s_state, s_act, offset = self.reservation(spec.gpu_model, features.input_level(spec))
+        level = features.input_level(spec)
+        if level == "described" and spec.slack_bytes is not None:
+            return self.reserve_replayed_mib(spec.gpu_model, parts, spec.slack_bytes / 2**20)
+        s_state, s_act, offset = self.reservation(spec.gpu_model, level)
         return int(math.ceil(parts[0] * s_state + parts[1] * s_act + offset))
+
+    def reserve_replayed_mib(self, gpu_model: str, parts: np.ndarray, slack_mib: float) -> int:
+        """The reservation of a described spec with the allocator replay: the reserved peak
+        (parts + slack) with the GPU's measured scales and constant, or, on a GPU without
+        measured rows, the CPU-calibrated scales, the slack as replayed and the context."""
+        if gpu_model in self.replayed:
+            s_state, s_act, s_slack, offset = self.replayed[gpu_model]
+        else:
+            s_state, s_act, offset = self.reservation(gpu_model, "described")
+            s_slack = 1.0
+        return int(math.ceil(parts[0] * s_state + parts[1] * s_act + slack_mib * s_slack
+                             + offset))
 
     def predict_mib(self, spec: features.ModelSpec) -> int:
         return self.reserve_parts_mib(spec, self.predict_parts([spec])[0])
@@ -389,11 +452,12 @@ class MemoryModel:
                                for k, t in self.device.get(lv, {}).items()}}
 
         return {"format": FORMAT, "version": self.version, "ctx_mib": self.ctx_mib,
-                "meta": self.meta, "levels": {lv: level(lv) for lv in LEVELS}}
+                "meta": self.meta, "levels": {lv: level(lv) for lv in LEVELS},
+                "replayed": {k: [float(v) for v in q] for k, q in self.replayed.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> MemoryModel:
-        if d.get("format") != FORMAT:
+        if d.get("format") not in (FORMAT, *OLD_FORMATS):
             raise ValueError(f"not a memory model artefact (format {d.get('format')!r})")
         levels = d["levels"]
         for lv in LEVELS:
@@ -409,6 +473,8 @@ class MemoryModel:
                             for lv in LEVELS},
                    device={lv: {k: tuple(float(v) for v in t)
                                 for k, t in levels[lv]["device"].items()} for lv in LEVELS},
+                   replayed={k: tuple(float(v) for v in q)
+                             for k, q in d.get("replayed", {}).items()},
                    ctx_mib={k: int(v) for k, v in d["ctx_mib"].items()},
                    version=d["version"], meta=d.get("meta", {}))
 

@@ -69,6 +69,29 @@ def calibrate_devices(df, gdf, level: str = "described") -> dict[str, tuple[floa
     return out
 
 
+def replayed_mask(grp) -> np.ndarray:  # noqa: ANN001
+    """GPU rows whose annotation carries the caching-allocator replay (``slack_bytes``)."""
+    return np.array([s.slack_bytes is not None for s in dataset.specs(grp)], dtype=bool)
+
+
+def calibrate_replayed(df, gdf) -> dict[str, tuple[float, float, float, float]]:  # noqa: ANN001
+    """``MemoryModel.replayed`` for every GPU model with enough measured rows that carry the
+    allocator replay: held-out parts + the replayed slack against NVML-measured memory."""
+    if gdf is None:
+        return {}
+    rows = level_rows(dataset.specs(df), "described")
+    y, fam = memory_target_mib(df), list(df["family"])
+    out: dict[str, tuple[float, float, float, float]] = {}
+    for name, grp in used_rows(gdf).groupby("gpu_model"):
+        grp = grp[replayed_mask(grp)]
+        if len(grp) < memory_model.DEVICE_MIN_ROWS:
+            continue
+        out[str(name)] = memory_model.calibrate_replayed(
+            rows, y, fam, level_rows(dataset.specs(grp), "described"), list(grp["family"]),
+            used_mib(grp))
+    return out
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -90,6 +113,7 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
     step("per-GPU reservation calibration")
     mem.device = {level: calibrate_devices(train_df, train_gdf, level)
                   for level in memory_model.LEVELS}
+    mem.replayed = calibrate_replayed(train_df, train_gdf)
     gpu_labelled = dataset.gpu_labelled(train_gdf)
     step("compute model (LightGBM)")
     c_specs, c_y, _ = labels(train_gdf if gpu_labelled else train_df)
@@ -113,6 +137,7 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
         "memory_reserve": {lv: list(v) for lv, v in mem.reserve.items()},
         "memory_device": {lv: {k: list(v) for k, v in d.items()}
                           for lv, d in mem.device.items()},
+        "memory_replayed": {k: list(v) for k, v in mem.replayed.items()},
         "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -12,6 +12,11 @@ What is measured (all from the actual PyTorch op stream of two training steps, w
   Allocations *inside* one aten kernel (workspaces) are not visible; the GPU caching allocator's
   rounding/fragmentation and the CUDA context are not included (see docs/predictor.md);
 * ``act_fwd_bytes``: live new bytes at the end of the steady-state forward (saved activations);
+* ``cuda_reserved_bytes`` / ``cuda_allocated_bytes``: the ordered allocations and frees (the
+  resident tensors first, then every traced storage) replayed through the model of PyTorch's
+  CUDA caching allocator (:mod:`predictor.caching_allocator`), the steady-state step repeated
+  until the cache is stable: what ``max_memory_reserved`` / ``max_memory_allocated`` would
+  report for this step, workspaces allocated inside GPU kernels aside;
 * ``flops_step`` / ``flops_fwd``: ``torch.utils.flop_counter.FlopCounterMode`` (matmul/conv/
   attention FLOPs; element-wise ops are not counted by PyTorch's counter);
 * ``bytes_moved_step``: sum over non-view aten ops of input + output bytes; embedding lookups
@@ -38,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
+from predictor import caching_allocator
 from predictor.generate import models
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -67,9 +73,20 @@ class StepTracer(TorchDispatchMode):
         self.n_ops = 0
         self.count_fwd = False
         self.fwd_elems = 0
+        # the ordered allocations and frees, (serial, bytes) / (serial, -1), for the caching
+        # allocator replay (predictor.caching_allocator); serials never repeat, ids may
+        self.events: list[tuple[int, int]] = []
+        self._serial: dict[int, int] = {}
+
+    def book(self, nbytes: int) -> None:
+        """An allocation made outside the dispatch (a parameter, the batch) that lives on."""
+        self.events.append((len(self.events), nbytes))
 
     def _free(self, key: int) -> None:
         nb = self.live.pop(key, None)
+        serial = self._serial.pop(key, None)
+        if serial is not None:
+            self.events.append((serial, -1))
         if nb:
             self.cur -= nb
 
@@ -94,6 +111,8 @@ class StepTracer(TorchDispatchMode):
                     continue
                 nb = st.nbytes()
                 self.live[key] = nb
+                self._serial[key] = len(self.events)
+                self.events.append((len(self.events), nb))
                 weakref.finalize(st, self._free, key)
                 self.cur += nb
         self.peak = max(self.peak, self.cur)
@@ -180,6 +199,29 @@ class Optimizers:
         return out
 
 
+def _resident(model: torch.nn.Module, opt: Any, inputs: list[torch.Tensor]) -> list:
+    seen: set[int] = set()
+    out = []
+
+    def add(t: Any) -> None:
+        if isinstance(t, torch.Tensor):
+            for st in _storages(t):
+                if id(st) not in seen:
+                    seen.add(id(st))
+                    out.append(t)
+                    break
+
+    for mod in model.modules():
+        for t in (*mod._parameters.values(), *mod._buffers.values()):
+            add(t)
+    for st in opt.state.values():
+        for v in st.values():
+            add(v)
+    for t in inputs:
+        add(t)
+    return out
+
+
 def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                    inputs: list[torch.Tensor], batch_size: int,
                    allocator: bool = False) -> dict[str, Any]:
@@ -199,12 +241,17 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
     init_state_bytes = _state_bytes(opt)
     input_bytes = sum(tensor_bytes(t) for t in inputs)
     tracer = StepTracer()
+    # what exists before the step, in the order a GPU job allocates it: the model's
+    # parameters and buffers as it is built, the optimizer's up-front state, the batch
+    for t in _resident(model, opt, inputs):
+        tracer.book(tensor_bytes(t))
     flops = FlopCounterMode(display=False)
     acts = None
     alloc = AllocatorTrace() if allocator else contextlib.nullcontext()
     with alloc, tracer, flops:
         for step in range(2):
             if step == 1:
+                steady_from = len(tracer.events)
                 tracer.reset_counters()
                 flops_before = flops.get_total_flops()
                 acts = _LeafActivations(model)
@@ -238,6 +285,8 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                 tracer.peak = max(peak_before, tracer.peak)
             opt.zero_grad(set_to_none=True)
         flops_step = flops.get_total_flops() - flops_before
+        events = list(tracer.events)
+    cached = caching_allocator.replay(events, events[steady_from:])
     opt_state_bytes = _state_bytes(opt)
     base_bytes = param_bytes + input_bytes + init_state_bytes
     b = batch_size
@@ -265,6 +314,8 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
         "bytes_moved_step": tracer.bytes_moved,
         "n_ops_step": tracer.n_ops,
         "tables": lookups.tables(),
+        "cuda_reserved_bytes": cached.peak_reserved,
+        "cuda_allocated_bytes": cached.peak_allocated,
     }
     if allocator:
         out["alloc_peak_bytes"] = base_bytes + alloc.peak

@@ -68,7 +68,7 @@ MEM_MAPE_MAX = 0.01  # v5: 0.0 %
 MEM_UNDER_MAX = 0.02  # v5: 0.0 % (with the reservation's state/activation scales)
 COMPUTE_MAE_MAX = 55.0  # v4: 47.6 milli-GPU (GPU-measured labels)
 DEVICE_UNDER_MAX = 0.02  # v4: none (closest -5.3 %)
-DEVICE_OVER_MAX = 0.40  # v6: 34.6 % mean (every family's allocator slack covered; v5 25 %)
+DEVICE_OVER_MAX = 0.35  # v6: 30.9 % mean (allocator replay + H200 constant + margin)
 
 
 @pytest.mark.slow
@@ -88,8 +88,11 @@ def test_leave_one_family_out_goals() -> None:
     assert ev.compute_label == "gpu-measured-sm-activity"
     assert ev.compute[-1].r2 >= 0.90, ev.compute[-1]  # v4: 0.922
     device = ev.device["described"]["H200"][-1]
-    # v6 (families as conformal units): 1.6 % under, 7.4 % at most, median over 27.2 %
+    # v6 (allocator replay, families as conformal units): 1.6 % under, 7.9 % at most,
+    # median over 14.1 % (27.2 % before the replay)
     assert device.under_share <= 0.02 and device.under_max <= 0.10, device
-    assert device.over_median <= 0.32, device
+    assert device.over_median <= 0.17, device
+    replay = ev.allocator["H200"][-1]  # v6: MAPE 5.6 % against max_memory_reserved
+    assert replay.family == "overall" and replay.mape <= 0.07, replay
     job_res = ev.memory["job"][-1]  # v6: 0.5 % under, median over 61.8 %
     assert job_res.res_under_share <= 0.02 and job_res.res_over_median <= 0.70, job_res

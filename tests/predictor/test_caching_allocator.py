@@ -1,0 +1,177 @@
+"""The CUDA caching-allocator model: PyTorch's segment and block rules, and the replay of a
+traced training step that the described-level reservation books."""
+
+from __future__ import annotations
+
+import pytest
+
+from predictor import caching_allocator as ca
+
+MIB = 2**20
+
+
+def test_requests_are_rounded_to_512_bytes() -> None:
+    assert ca.round_size(1) == 512
+    assert ca.round_size(512) == 512
+    assert ca.round_size(513) == 1024
+    alloc = ca.CachingAllocator()
+    alloc.malloc(1, 1000)
+    assert alloc.allocated == 1024
+
+
+def test_small_requests_share_2_mib_segments() -> None:
+    alloc = ca.CachingAllocator()
+    for k in range(4):  # 4 x 0.5 MiB fill one 2 MiB segment exactly
+        alloc.malloc(k, 512 * 1024)
+    assert alloc.reserved == 2 * MIB
+    assert alloc.segments == 1
+    alloc.malloc(9, 1)  # the segment is full: a second 2 MiB segment
+    assert (alloc.segments, alloc.reserved) == (2, 4 * MIB)
+
+
+def test_a_1_mib_request_is_still_small_and_one_above_is_large() -> None:
+    alloc = ca.CachingAllocator()
+    alloc.malloc(1, MIB)
+    assert alloc.reserved == 2 * MIB
+    alloc.malloc(2, MIB + 1)
+    assert alloc.reserved == 2 * MIB + 20 * MIB
+
+
+def test_mid_size_requests_share_20_mib_segments() -> None:
+    alloc = ca.CachingAllocator()
+    for k in range(3):
+        alloc.malloc(k, 6 * MIB)  # 6 + 6 fit in 20 MiB (8 left, > 1 MiB: split); 6 more
+    assert alloc.segments == 1 and alloc.reserved == 20 * MIB
+    alloc.malloc(3, 3 * MIB)  # 2 MiB left in the segment: a new 20 MiB one
+    assert alloc.segments == 2 and alloc.reserved == 40 * MIB
+
+
+def test_large_requests_get_their_own_segment_rounded_to_2_mib() -> None:
+    alloc = ca.CachingAllocator()
+    alloc.malloc(1, 10 * MIB)
+    assert alloc.reserved == 10 * MIB
+    alloc.malloc(2, 33 * MIB + 1)
+    assert alloc.reserved == 10 * MIB + 34 * MIB
+    assert alloc.segments == 2
+
+
+def test_a_freed_block_is_reused_not_returned() -> None:
+    alloc = ca.CachingAllocator()
+    alloc.malloc(1, 100 * MIB)
+    alloc.free(1)
+    assert alloc.allocated == 0 and alloc.reserved == 100 * MIB  # cached, not released
+    alloc.malloc(2, 60 * MIB)  # fits the cached block: split (40 MiB left > 1 MiB)
+    alloc.malloc(3, 30 * MIB)  # and the remainder
+    assert alloc.reserved == 100 * MIB and alloc.segments == 1
+    alloc.malloc(4, 20 * MIB)  # 10 MiB left: not enough, a new segment
+    assert alloc.reserved == 120 * MIB
+
+
+def test_large_block_remainder_of_1_mib_or_less_is_not_split() -> None:
+    alloc = ca.CachingAllocator()
+    alloc.malloc(1, 12 * MIB)
+    alloc.free(1)
+    alloc.malloc(2, 11 * MIB + 512)  # 1 MiB - 512 B left over: the whole block is handed out
+    assert alloc.allocated == 12 * MIB
+
+
+def test_freed_neighbours_merge_into_one_block() -> None:
+    alloc = ca.CachingAllocator()
+    alloc.malloc(1, 40 * MIB)
+    alloc.free(1)
+    alloc.malloc(2, 20 * MIB)
+    alloc.malloc(3, 20 * MIB)
+    alloc.free(2)
+    alloc.free(3)
+    alloc.malloc(4, 40 * MIB)  # the two halves merged back: no new segment
+    assert alloc.segments == 1 and alloc.reserved == 40 * MIB
+
+
+def test_best_fit_takes_the_smallest_cached_block() -> None:
+    alloc = ca.CachingAllocator()
+    alloc.malloc(1, 50 * MIB)
+    alloc.malloc(2, 12 * MIB)
+    alloc.free(1)
+    alloc.free(2)
+    alloc.malloc(3, 12 * MIB)  # the 12 MiB block, leaving the 50 MiB one whole
+    alloc.malloc(4, 50 * MIB)
+    assert alloc.reserved == 62 * MIB
+
+
+def test_replay_repeats_the_steady_step_until_the_cache_is_stable() -> None:
+    # step: a 30 MiB activation, then a 40 MiB temporary while it lives, both freed
+    base = [(0, 100 * MIB)]
+    step = [(1, 30 * MIB), (2, 40 * MIB), (1, ca.FREE), (2, ca.FREE)]
+    out = ca.replay(base + step, step)
+    assert out.peak_allocated == 170 * MIB
+    assert out.peak_reserved == 170 * MIB  # the cached blocks serve every later step
+    assert out.steps >= 1
+
+
+def test_model_files_of_the_previous_format_still_load() -> None:
+    """A format-7 memory model (v5) has no replayed calibration: a spec with the replay
+    falls back to that GPU's device calibration with the slack on top."""
+    from predictor import features
+    from predictor.estimate import Estimator
+    from predictor.memory_model import MemoryModel
+
+    d = Estimator.load().memory.to_json()
+    d["format"] = "sparse-predictor/memory-phases/7"
+    del d["replayed"]
+    old = MemoryModel.from_json(d)
+    assert old.replayed == {}
+    spec = features.ModelSpec(family="recommendation", batch_size=64, activations=10.0,
+                              gpu_model="H200", saved_bytes=100.0, slack_bytes=50 * MIB)
+    parts = old.predict_parts([spec])[0]
+    s_state, s_act, offset = old.reservation("H200", "described")
+    assert old.reserve_parts_mib(spec, parts) >= parts[0] * s_state + parts[1] * s_act + 50
+
+
+torch = pytest.importorskip("torch")
+
+
+def _tiny_step():  # noqa: ANN202
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.EmbeddingBag(50_000, 32, mode="sum"), nn.Linear(32, 256),
+                          nn.ReLU(), nn.Linear(256, 1))
+    ids = torch.randint(0, 50_000, (512, 8))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    return model, (ids,), opt
+
+
+def test_traced_step_replay_agrees_with_the_tracer_and_the_reservation_covers_it() -> None:
+    """The replay's allocated peak is the tracer's label up to rounding; the annotation
+    carries the allocator's slack, and the shipped reservation books at least the replayed
+    reserved peak plus the GPU's context."""
+    from predictor import features
+    from predictor.describe import _trace, describe
+    from predictor.estimate import Estimator
+
+    model, inputs, opt = _tiny_step()
+    m = _trace(model, inputs, [opt], None, fake=True)
+    assert m["cuda_allocated_bytes"] >= m["peak_bytes"]
+    assert m["cuda_allocated_bytes"] - m["peak_bytes"] < 0.02 * m["peak_bytes"] + MIB
+    assert m["cuda_reserved_bytes"] >= m["cuda_allocated_bytes"]
+    ann = describe(model, inputs, opt, gpu_model="H200")
+    assert ann["slack_bytes"] == pytest.approx(m["cuda_reserved_bytes"] - m["peak_bytes"])
+    est = Estimator.load()
+    spec = features.parse_model(__import__("json").dumps(ann))
+    pred = est.predict(spec)
+    reserved_mib = m["cuda_reserved_bytes"] / MIB
+    assert pred.gpu_mem_mib >= reserved_mib + est.memory.ctx_mib["H200"]
+    # on a GPU without measured rows: the slack is booked on top of the context too
+    other = est.predict(features.parse_model(__import__("json").dumps({**ann, "gpu_model": "T4"})))
+    assert other.gpu_mem_mib >= reserved_mib + est.memory.ctx_mib["T4"]
+
+
+def test_replay_frees_what_the_previous_step_left_in_each_repeat() -> None:
+    """A tensor one step keeps until the next (last step's output, say) is freed in every
+    repeated step, so the repeats do not leak."""
+    base = [(0, 50 * MIB)]
+    warm = [(1, 12 * MIB)]  # kept past the warm-up step
+    steady = [(1, ca.FREE), (2, 12 * MIB)]  # frees it, keeps its own for the next
+    out = ca.replay(base + warm + steady, steady, max_repeats=4)
+    assert out.peak_reserved == 50 * MIB + 12 * MIB
+    assert out.peak_allocated == 62 * MIB
