@@ -121,3 +121,26 @@ def test_the_example_job_predicts_a_fitting_share(repo_root):
     # the example allows V100M32|A100: a worker must fit on one of them
     assert 8 * 1024 < d.gpu_mem_mib < 40 * 1024 and 1 <= d.gpu_milli <= 1000
     assert d.job_class == "recommendation"
+
+
+def test_worker_pod_gets_the_queue_band_class_unless_the_template_names_one():
+    pod = worker_pod(JOB, DEMAND, attempt=0, index=1, slot="s", priority_class="sparse-duration-3")
+    assert pod["spec"]["priorityClassName"] == "sparse-duration-3"
+    assert "priorityClassName" not in worker_pod(JOB, DEMAND, attempt=0, index=1, slot="s")["spec"]
+    job = json.loads(json.dumps(JOB))
+    job["spec"]["template"]["spec"]["priorityClassName"] = "team-critical"
+    pod = worker_pod(job, DEMAND, attempt=0, index=0, slot="s", priority_class="sparse-duration-0")
+    assert pod["spec"]["priorityClassName"] == "team-critical"
+
+
+def test_queue_takes_higher_bands_first_then_fifo():
+    long_young = Waiting("ml/long", created=50, waiting_since=None, priority=1003)
+    short_old = Waiting("ml/short", created=0, waiting_since=100, priority=1000)
+    # the long job is ahead: once it has waited past the bound, the short one may not pass it
+    waited = Waiting("ml/long", created=50, waiting_since=60, priority=1003)
+    ok, why = may_try("ml/short", [waited, short_old], now=400, max_pass_over_s=300)
+    assert not ok and "ml/long" in why
+    assert may_try("ml/long", [long_young, short_old], now=10_000, max_pass_over_s=300)[0]
+    same_band = Waiting("ml/long2", created=10, waiting_since=None, priority=1003)
+    assert may_try("ml/long2", [long_young, same_band, short_old], now=0,
+                   max_pass_over_s=300)[0]
