@@ -232,11 +232,13 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               "the jobs' solo profiles, or the class matrix alone")
 @click.option("--queue-order", "queue_orders", multiple=True, default=("product",),
               show_default=True,
-              type=click.Choice(["product", "fifo", "bands", "longest-first"]),
-              help="rec-mix: queue order; product: sparse by predicted-duration band, the "
-              "stock schedulers FIFO; fifo / bands force one order on every policy (mode "
-              "<mode>-fifo / <mode>-bands); longest-first (an oracle that knows solo times) is "
-              "reported as mode <mode>-longest-first, to separate queue order from placement")
+              type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
+                                 "longest-first"]),
+              help="rec-mix: queue order; product: sparse by predicted-duration band (longest "
+              "first), the stock schedulers FIFO; fifo / bands / bands-shortest-first force one "
+              "order on every policy (mode <mode>-<order>); longest-first (an oracle that "
+              "knows solo times) is reported as mode <mode>-longest-first, to separate queue "
+              "order from placement")
 @click.option("--queue-bands", default=4, show_default=True,
               help="rec-mix: predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--explain", is_flag=True,
@@ -331,7 +333,10 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @main.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, help="folder for the merged report")
-def report(sources, out) -> None:
+@click.option("--command", "commands", multiple=True,
+              help="rec-mix: a command that made the sources, listed in the report")
+@click.option("--note", default="", help="rec-mix: a paragraph put under the header")
+def report(sources, out, commands, note) -> None:
     """Rebuild an `fgd` or `replay -w rec-mix` report from the runs.jsonl of result folders
     (or, for `fgd`, from a written report's runs.csv and curves.json; earlier sources win)."""
     from bench.sim.fgd import FgdRun
@@ -351,7 +356,7 @@ def report(sources, out) -> None:
 
         unique = {(d["mode"], d["policy"], d["seed"]): d for d in docs}
         runs = [RecMixRun(**d) for d in unique.values()]
-        click.echo(f"report: {write_recmix(runs, Path(out))}")
+        click.echo(f"report: {write_recmix(runs, Path(out), '`; `'.join(commands), note)}")
         return
     runs, seen = [], set()
     for doc in docs:

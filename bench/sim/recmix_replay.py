@@ -32,9 +32,9 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   ``sparse`` queues by predicted-duration band (extender/queueorder.py, the function the job
   controller uses: declared steps = duration / solo step time, x the predictor's step time,
   ``queue_bands`` log-spaced bands over the trace's duration range, longest first), FIFO
-  within a band; the stock schedulers (every other policy) queue FIFO. ``fifo`` and
-  ``bands`` force one order on any policy (reported as mode ``<mode>-fifo`` /
-  ``<mode>-bands``). ``longest-first`` (an oracle: no scheduler knows solo times) keeps the
+  within a band; the stock schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
+  and ``bands-shortest-first`` force one order on any policy (reported as mode
+  ``<mode>-<order>``). ``longest-first`` (an oracle: no scheduler knows solo times) keeps the
   same jobs but queues them by solo time, longest first (mode ``<mode>-longest-first``), to
   show how much of a makespan is the queue order rather than the placement.
 
@@ -74,7 +74,7 @@ from extender.protocol import Pod
 from extender.queueorder import DEFAULT_BANDS, DurationBands, predicted_duration
 
 OOM_AFTER_S = 120.0
-QUEUE_ORDERS = ("product", "fifo", "bands", "longest-first")
+QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "longest-first")
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
 NODE_MEM_MIB = 2 * 1024 * 1024
 
@@ -206,8 +206,10 @@ def run_recmix(
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
-    banded = queue_order == "bands" or (queue_order == "product" and base == "sparse")
-    rank = queue_rank(jobs, queue_bands) if banded else np.zeros(len(jobs), dtype=np.int64)
+    banded = queue_order.startswith("bands") or (queue_order == "product" and base == "sparse")
+    order = "shortest-first" if queue_order == "bands-shortest-first" else "longest-first"
+    rank = (queue_rank(jobs, queue_bands, order) if banded
+            else np.zeros(len(jobs), dtype=np.int64))
     if longest_first:
         rank = -work
     book_of = booking_rule(jobs, base, source)
@@ -373,7 +375,7 @@ def run_recmix(
     jct = done - arrive
     stretch = ((done - run_start) / work)[shared]
     info = dict(trace.result(), jobs=jobs, arrive=arrive, first_start=started,
-                run_start=run_start, done=done, work=work, milli=milli, mem=mem,
+                run_start=run_start, done=done, work=work, milli=milli, mem=mem, rank=rank,
                 gpus=n_gpus, node_cpu=sim.host.cpu_cap.copy(),
                 node_mem=sim.host.mem_cap.copy(), sm_area=sm_area, ooms=ooms)
     if detail is not None:
@@ -398,12 +400,13 @@ def run_recmix(
     )
 
 
-def queue_rank(jobs: pd.DataFrame, count: int = DEFAULT_BANDS) -> np.ndarray:
+def queue_rank(jobs: pd.DataFrame, count: int = DEFAULT_BANDS,
+               order: str = "longest-first") -> np.ndarray:
     """Each job's place in a banded queue (lower first): minus the priority the job controller
     gives it (extender/queueorder.py) from its declared training length (steps: its duration
     over its measured solo step time) x the predictor's step time, with bands log-spaced over
     the trace's duration range."""
-    bands = DurationBands.log_spaced(*duration_range(), count)
+    bands = DurationBands.log_spaced(*duration_range(), count, order=order)
     steps = np.maximum(1, np.round(jobs["duration"].to_numpy(float)
                                    / jobs["step_s"].to_numpy(float)))
     pred = jobs["pred_step_s"].to_numpy(float)
