@@ -144,3 +144,16 @@ def test_queue_takes_higher_bands_first_then_fifo():
     same_band = Waiting("ml/long2", created=10, waiting_since=None, priority=1003)
     assert may_try("ml/long2", [long_young, same_band, short_old], now=0,
                    max_pass_over_s=300)[0]
+
+
+def test_cli_refuses_bad_queue_band_options():
+    from click.testing import CliRunner
+
+    from controller.cli import duration_bands, main
+
+    res = CliRunner().invoke(main, ["--extender-url", "http://x", "--queue-order",
+                                    "longest-first", "--queue-band-range", "600:60"])
+    assert res.exit_code == 2 and "--queue-band-range" in res.output and "exceed" in res.output
+    assert duration_bands("off", 4, "60:14400", 1000, "p") is None
+    bands = duration_bands("shortest-first", 3, "60:6000", 10, "rel-duration")
+    assert bands.class_name(0) == "rel-duration-0" and bands.priority(0) == 12
