@@ -239,7 +239,7 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               "order on every policy (mode <mode>-<order>); longest-first (an oracle that "
               "knows solo times) is reported as mode <mode>-longest-first, to separate queue "
               "order from placement")
-@click.option("--queue-bands", default=4, show_default=True,
+@click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
               help="rec-mix: predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--explain", is_flag=True,
               help="rec-mix: also print what bounds each run's makespan (bounds, what the GPUs "
