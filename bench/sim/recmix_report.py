@@ -146,14 +146,14 @@ def write_recmix(runs: list, out: Path, command: str = "", note: str = "") -> Pa
     lines += plot_jct_cdfs(runs, out, "rec-mix JCT")
     plt = _plt()
     if "makespan_vs_exclusive" in table:
-        fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+        fig, axes = plt.subplots(1, 3, figsize=(14, 5))
         for ax, col, label in ((axes[0], "makespan_vs_exclusive", "makespan / kube-exclusive"),
                                (axes[1], "sm_util_vs_exclusive",
                                 "SM-weighted util. / kube-exclusive"),
                                (axes[2], "sm_backlog_vs_exclusive",
                                 "same, while jobs wait / kube-exclusive")):
             pivot = table.pivot(index="policy", columns="mode", values=col)
-            pivot.plot.bar(ax=ax, rot=20)
+            pivot.plot.bar(ax=ax, rot=20, legend=False)
             ax.set_ylabel(label)
             ax.axhline(1.0, color="gray", lw=0.8)
             ax.grid(alpha=0.3, axis="y")
@@ -164,7 +164,10 @@ def write_recmix(runs: list, out: Path, command: str = "", note: str = "") -> Pa
                  + width * list(pivot.columns).index(r["mode"]))
             axes[0].plot(x, r["original_makespan_vs_exclusive"], "k_", ms=14, mew=2)
         axes[0].set_title("makespan (black ticks: original system)")
-        fig.tight_layout()
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, title="mode", loc="lower center",
+                   ncol=min(len(labels), 5), fontsize=8)
+        fig.tight_layout(rect=(0, 0.06 * (1 + (len(labels) - 1) // 5), 1, 1))
         fig.savefig(out / "ratios.png", dpi=120)
         plt.close(fig)
         lines += ["![ratios](ratios.png)", ""]
