@@ -230,10 +230,17 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               type=click.Choice(["learned", "matrix"]),
               help="rec-mix: what sparse's interference term knows: the learned pair model on "
               "the jobs' solo profiles, or the class matrix alone")
-@click.option("--queue-order", "queue_orders", multiple=True, default=("fifo",),
-              show_default=True, type=click.Choice(["fifo", "longest-first"]),
-              help="rec-mix: queue order; longest-first (an oracle that knows solo times) is "
-              "reported as mode <mode>-longest-first, to separate queue order from placement")
+@click.option("--queue-order", "queue_orders", multiple=True, default=("product",),
+              show_default=True,
+              type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
+                                 "longest-first"]),
+              help="rec-mix: queue order; product: sparse by predicted-duration band (longest "
+              "first), the stock schedulers FIFO; fifo / bands / bands-shortest-first force one "
+              "order on every policy (mode <mode>-<order>); longest-first (an oracle that "
+              "knows solo times) is reported as mode <mode>-longest-first, to separate queue "
+              "order from placement")
+@click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
+              help="rec-mix: predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--explain", is_flag=True,
               help="rec-mix: also print what bounds each run's makespan (bounds, what the GPUs "
               "held while jobs waited, why placements failed, the last jobs to finish); the "
@@ -241,8 +248,8 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--out", default=None, help="results folder (default results/replay-<time>)")
 def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, mix, pad,
-           pad_spread, oom_bump, holdout_rows, interference, queue_orders, explain, workers,
-           out) -> None:
+           pad_spread, oom_bump, holdout_rows, interference, queue_orders, queue_bands, explain,
+           workers, out) -> None:
     """Time replay: queueing, retries, durations, interference slowdowns."""
     from bench.sim.report import write_replay
 
@@ -261,7 +268,7 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
         kw = {"nodes_path": nodes, "n_jobs": n_jobs or 1000, "overload": overload,
               "load": load, "mix": mix or DEFAULT_MIX, "pad": pad, "pad_spread": pad_spread,
               "oom_bump": oom_bump, "holdout_only": holdout_rows,
-              "interference": interference}
+              "interference": interference, "queue_bands": queue_bands}
         jobs = [(workload, p, s, {**kw, "mode": m, "queue_order": q}) for q in queue_orders
                 for m in mode for p in policies for s in parse_seeds(seeds)]
         runs = _run_all(jobs, _recmix_job, workers,
@@ -326,7 +333,10 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @main.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, help="folder for the merged report")
-def report(sources, out) -> None:
+@click.option("--command", "commands", multiple=True,
+              help="rec-mix: a command that made the sources, listed in the report")
+@click.option("--note", default="", help="rec-mix: a paragraph put under the header")
+def report(sources, out, commands, note) -> None:
     """Rebuild an `fgd` or `replay -w rec-mix` report from the runs.jsonl of result folders
     (or, for `fgd`, from a written report's runs.csv and curves.json; earlier sources win)."""
     from bench.sim.fgd import FgdRun
@@ -346,7 +356,7 @@ def report(sources, out) -> None:
 
         unique = {(d["mode"], d["policy"], d["seed"]): d for d in docs}
         runs = [RecMixRun(**d) for d in unique.values()]
-        click.echo(f"report: {write_recmix(runs, Path(out))}")
+        click.echo(f"report: {write_recmix(runs, Path(out), '`; `'.join(commands), note)}")
         return
     runs, seen = [], set()
     for doc in docs:

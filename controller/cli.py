@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from controller.reconcile import Config
+from extender.queueorder import DurationBands
 
 
 def default_priority() -> int:
@@ -36,6 +37,20 @@ def default_priority() -> int:
               help="Seconds a gang's slots wait for their pods to bind before expiring.")
 @click.option("--max-pass-over", type=float, default=300.0, show_default=True,
               help="Seconds younger jobs may be admitted past a waiting one (backfill bound).")
+@click.option("--queue-order", default="off", show_default=True,
+              type=click.Choice(["off", "longest-first", "shortest-first"]),
+              help="Queue jobs by predicted-duration band (spec.steps x predicted step time): "
+              "workers get the band's PriorityClass, which must exist (the chart installs "
+              "them); off: FIFO, no class set.")
+@click.option("--queue-bands", type=int, default=4, show_default=True,
+              help="Number of bands, log-spaced over --queue-band-range.")
+@click.option("--queue-band-range", default="60:14400", show_default=True,
+              help="Shortest:longest predicted duration (seconds) the bands split.")
+@click.option("--queue-priority-base", type=int, default=1000, show_default=True,
+              help="Priority value of the first band; band i of n is base + i (longest-first)"
+              " or base + n - 1 - i (shortest-first).")
+@click.option("--priority-class-prefix", default="sparse-duration", show_default=True,
+              help="Band i's PriorityClass is <prefix>-<i> (0: shortest jobs).")
 @click.option("--interval", type=float, default=5.0, show_default=True,
               help="Seconds between reconcile passes of each job.")
 @click.option("--pod-delete-grace", type=int, default=None,
@@ -46,8 +61,9 @@ def default_priority() -> int:
 def main(extender_url: str, extender_ca: str | None, kubeconfig: Path | None,
          namespaces: tuple[str, ...], peering: str | None, priority: int | None,
          scheduler_name: str, slot_ttl: float,
-         max_pass_over: float, interval: float, pod_delete_grace: int | None,
-         liveness: str | None, log_level: str) -> None:
+         max_pass_over: float, queue_order: str, queue_bands: int, queue_band_range: str,
+         queue_priority_base: int, priority_class_prefix: str, interval: float,
+         pod_delete_grace: int | None, liveness: str | None, log_level: str) -> None:
     """Predict, admit (all workers or none) and run RecommendDLJobs."""
     from controller.operator import Options, run
 
@@ -59,14 +75,30 @@ def main(extender_url: str, extender_ca: str | None, kubeconfig: Path | None,
     if slot_ttl <= 0 or interval <= 0 or max_pass_over < 0:
         raise click.BadParameter("--slot-ttl and --interval must be positive,"
                                  " --max-pass-over not negative")
+    bands = duration_bands(queue_order, queue_bands, queue_band_range, queue_priority_base,
+                           priority_class_prefix)
     options = Options(
         extender_url=extender_url, kubeconfig=kubeconfig,
         config=Config(scheduler_name=scheduler_name, slot_ttl_s=slot_ttl,
-                      max_pass_over_s=max_pass_over),
+                      max_pass_over_s=max_pass_over, bands=bands),
         interval_s=interval, pod_delete_grace_s=pod_delete_grace, peering=peering,
         namespaces=namespaces, extender_ca=extender_ca)
     run(options, priority=default_priority() if priority is None else priority,
         liveness=liveness)
+
+
+def duration_bands(order: str, count: int, band_range: str, base: int,
+                   prefix: str) -> DurationBands | None:
+    """The queue bands the options describe (None: off); a bad option is a usage error."""
+    if order == "off":
+        return None
+    try:
+        lo, _, hi = band_range.partition(":")
+        return DurationBands.log_spaced(float(lo), float(hi), count, order=order,
+                                        base_priority=base, prefix=prefix)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc} (from --queue-bands {count}, --queue-band-range"
+                                 f" {band_range!r}, --queue-priority-base {base})") from None
 
 
 if __name__ == "__main__":

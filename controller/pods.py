@@ -90,7 +90,8 @@ def _size_share(containers: list[dict[str, Any]], demand: Demand) -> None:
 
 
 def worker_pod(job: Mapping[str, Any], demand: Demand, *, attempt: int, index: int,
-               slot: str, scheduler_name: str = DEFAULT_SCHEDULER) -> dict[str, Any]:
+               slot: str, scheduler_name: str = DEFAULT_SCHEDULER,
+               priority_class: str | None = None) -> dict[str, Any]:
     meta, spec = job["metadata"], job["spec"]
     template = copy.deepcopy(spec.get("template") or {})
     tmeta = template.get("metadata") or {}
@@ -114,6 +115,9 @@ def worker_pod(job: Mapping[str, Any], demand: Demand, *, attempt: int, index: i
         c["env"] = [*env, {"name": "RANK", "value": str(index)},
                     {"name": "WORLD_SIZE", "value": str(replicas)}]
     pspec.setdefault("schedulerName", scheduler_name)
+    if priority_class and not pspec.get("priorityClassName"):  # the template's own class wins
+        pspec["priorityClassName"] = priority_class  # the job's queue band, every worker alike
+        pspec.pop("priority", None)  # admission fills it in from the class
     pspec.setdefault("restartPolicy", "Never")  # the controller restarts the whole job
     pspec.pop("nodeName", None)  # the slot decides the node, through the scheduler
     return {

@@ -35,11 +35,15 @@ class Demand:
     gpu_milli: int
     job_class: str
     model_version: str
+    step_s: float = 0.0  # predicted seconds per training step alone (0: unknown)
 
     def as_status(self, whole_gpus: int = 0) -> dict[str, Any]:
-        return {"gpuMemMiB": self.gpu_mem_mib, "gpuMilli": self.gpu_milli,
-                "wholeGpus": whole_gpus, "jobClass": self.job_class,
-                "modelVersion": self.model_version}
+        out = {"gpuMemMiB": self.gpu_mem_mib, "gpuMilli": self.gpu_milli,
+               "wholeGpus": whole_gpus, "jobClass": self.job_class,
+               "modelVersion": self.model_version}
+        if self.step_s > 0:
+            out["stepSeconds"] = float(f"{self.step_s:.4g}")
+        return out
 
 
 def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
@@ -106,4 +110,5 @@ def predict(job_spec: Mapping[str, Any]) -> Demand:
     p = _estimator().predict(spec)
     job_class = (job_spec.get("jobClass") or p.job_class or "unknown").strip().lower()
     return Demand(gpu_mem_mib=int(p.gpu_mem_mib), gpu_milli=int(p.gpu_milli),
-                  job_class=job_class, model_version=p.model_version)
+                  job_class=job_class, model_version=p.model_version,
+                  step_s=float(getattr(p, "step_s", 0.0) or 0.0))

@@ -24,6 +24,7 @@ from controller.errors import GangError, PodCreateError
 from controller.pods import LABEL_ATTEMPT, whole_gpus, worker_pod, worker_prefix
 from controller.prediction import Demand, InvalidModel, predict
 from controller.queue import Waiting, may_try
+from extender.queueorder import DurationBands, predicted_duration
 
 log = logging.getLogger("sparse.controller")
 
@@ -48,6 +49,7 @@ class Config:
     scheduler_name: str = "sparse-scheduler"
     slot_ttl_s: float = 120.0  # a gang's slots expire unbound after this; also its bind timeout
     max_pass_over_s: float = 300.0  # backfill bound (controller/queue.py)
+    bands: DurationBands | None = None  # queue bands by predicted duration; None: FIFO
 
 
 def _attempt(pod: dict[str, Any]) -> int:
@@ -67,9 +69,11 @@ def waiting_entry(job: dict[str, Any]) -> Waiting | None:
     if status.get("phase") not in (None, st.PENDING):
         return None
     created = st.parse_iso(job["metadata"].get("creationTimestamp")) or 0.0
+    band = status.get("queueBand") or {}
     return Waiting(key=_job_key(job), created=created,
                    waiting_since=st.parse_iso(status.get("waitingSince")),
-                   ever_fits=status.get("everFits", True) is not False)
+                   ever_fits=status.get("everFits", True) is not False,
+                   priority=int(band.get("priority") or 0))
 
 
 class Reconciler:
@@ -149,6 +153,7 @@ class _Pass:
         demand = self._demand()
         if demand is None:
             return
+        self._queue_band(demand)
         s.setdefault("phase", st.PENDING)
         s.setdefault("attempt", 0)
         s.setdefault("restarts", 0)
@@ -177,7 +182,7 @@ class _Pass:
         d = s.get("demand")
         if d and d.get("modelVersion"):
             return Demand(int(d["gpuMemMiB"]), int(d["gpuMilli"]), d.get("jobClass", "unknown"),
-                          d["modelVersion"])
+                          d["modelVersion"], float(d.get("stepSeconds") or 0.0))
         try:
             demand = predict(self.spec)
             whole = whole_gpus(self.spec.get("template") or {})
@@ -196,6 +201,41 @@ class _Pass:
         self.events.append(("Normal", "Predicted", message))
         return demand
 
+    def _queue_band(self, demand: Demand) -> None:
+        """Once per job: its band from the declared ``spec.steps`` x the predicted step time
+        (the default band when either is missing or bad), kept in the status and posted."""
+        bands, s = self.r.config.bands, self.status
+        if bands is None or s.get("queueBand"):
+            return
+        steps = self.spec.get("steps")
+        bad = ""
+        try:
+            seconds = predicted_duration(steps, demand.step_s or None)
+        except ValueError as exc:
+            seconds, bad = None, str(exc)
+        band = bands.band(seconds)
+        entry: dict[str, Any] = {"name": bands.class_name(band), "band": band,
+                                 "priority": bands.priority(band)}
+        if seconds is not None:
+            entry["predictedSeconds"] = round(seconds)
+            why = (f"predicted {seconds / 3600:.2f} h = {steps} steps x"
+                   f" {demand.step_s:.3g} s per step")
+        elif bad:
+            why = f"default band: {bad}"
+        elif steps is None:
+            why = "default band: the job declares no spec.steps"
+        else:
+            why = "default band: no predicted step time"
+        s["queueBand"] = entry
+        self.events.append(("Warning" if bad else "Normal", "QueueBand",
+                            f"queue band {entry['name']} ({bands.describe(band)}, priority"
+                            f" {entry['priority']}, {bands.order}): {why}"))
+
+    def _priority_class(self) -> str | None:
+        if self.r.config.bands is None:
+            return None
+        return (self.status.get("queueBand") or {}).get("name")
+
     # --- admission ------------------------------------------------------------------------
 
     async def _admit(self, demand: Demand, attempt: int) -> None:
@@ -206,7 +246,8 @@ class _Pass:
             self._not_admitted("Queued", why)
             return
         worker = worker_pod(self.job, demand, attempt=attempt, index=0, slot="",
-                            scheduler_name=self.r.config.scheduler_name)
+                            scheduler_name=self.r.config.scheduler_name,
+                            priority_class=self._priority_class())
         request = {
             "job": self.meta["uid"], "namespace": self.ns,
             "name": worker_prefix(self.meta["name"], attempt), "replicas": self.replicas,
@@ -275,7 +316,8 @@ class _Pass:
             if slot["index"] in present:
                 continue
             body = worker_pod(self.job, demand, attempt=attempt, index=slot["index"],
-                              slot=slot["slot"], scheduler_name=self.r.config.scheduler_name)
+                              slot=slot["slot"], scheduler_name=self.r.config.scheduler_name,
+                              priority_class=self._priority_class())
             try:
                 await self.r.kube.create_pod(body)
             except PodCreateError as exc:  # retried next pass; the slots expire meanwhile

@@ -23,6 +23,7 @@ class Prediction:
     gpu_model: str
     train_mib: float = 0.0  # training-state estimate: no CUDA context, no margin
     input_level: str = "described"  # or "job": what the annotation carried (job fields only)
+    step_s: float = 0.0  # predicted seconds per training step alone (features.step_seconds)
 
     def to_dict(self) -> dict:
         return {"train_mib": round(self.train_mib, 1), "gpu_mem_mib": self.gpu_mem_mib,
@@ -59,4 +60,5 @@ class Estimator:
             gpu_model=spec.gpu_model,
             train_mib=train,
             input_level=features.input_level(spec),
+            step_s=features.step_seconds(spec),
         )

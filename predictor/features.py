@@ -636,5 +636,17 @@ def dispatch_features(spec: ModelSpec, times: dict[str, float],
     }
 
 
+def step_seconds(spec: ModelSpec) -> float:
+    """Predicted seconds of one training step alone on the target GPU, from the structure: the
+    GPU time of its work (:func:`roofline_times`, TF32 convolutions as in
+    :func:`dispatch_features`) plus the smallest kernel time per launch, or the host's launch
+    time of its kernels when that is longer (eager PyTorch). An estimate for ordering jobs,
+    within about x2 of the measured step on the H200 rows (docs/jobs.md, queue bands)."""
+    d = derive(spec)
+    kernels = 10 ** d["log_kernels"]
+    t_gpu = 10 ** d["log_busy_per_launch"] * kernels * DISPATCH_S
+    return max(kernels * DISPATCH_S, t_gpu + kernels * KERNEL_MIN_S)
+
+
 def to_dict(spec: ModelSpec) -> dict[str, Any]:
     return msgspec.to_builtins(spec)

@@ -16,6 +16,7 @@ PURE = [
     "extender.placement",
     "extender.interference",
     "extender.kube.assignment",
+    "extender.queueorder",
     "webhook.patch",
     "predictor.features",
     "controller.prediction",

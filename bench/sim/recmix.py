@@ -8,7 +8,8 @@ the Alibaba trace:
 * from the dataset row (measured alone on one GPU): SM activity, GPU utilisation (time with a
   kernel resident), DRAM-bandwidth utilisation, the process's peak GPU memory (NVML, CUDA
   context included) and the step time; the model structure (``spec_json``) the predictor reads;
-* from the trace pod: duration (deletion - scheduled time, clipped to [60 s, p95]), CPU and
+* from the trace pod: duration (deletion - scheduled time, clipped to [60 s, p95]; the job
+  declares it as its training length, ``duration / step_s`` steps), CPU and
   host-memory requests, creation time (arrival order in continuous mode) and the GPU fraction
   its user declared (``gpu_milli``). Recommendation jobs draw from the trace's GPU-sharing
   pods, the others from its whole-GPU pods (what such jobs asked for in production);
@@ -80,6 +81,7 @@ def measured_profiles(holdout_only: bool = False) -> pd.DataFrame:
         "step_s": 1.0 / df["gpu_steps_per_s"].to_numpy(float),
         "pred_milli": [p.gpu_milli for p in pred],
         "pred_mem_mib": [p.gpu_mem_mib for p in pred],
+        "pred_step_s": [p.step_s for p in pred],  # the predictor's step time (structure only)
     })
     out["util"] = np.maximum(out["util"], out["sm"])  # a busy SM implies a resident kernel
     return out.reset_index(drop=True)
@@ -131,6 +133,13 @@ def trace_pods(workload: str = "default") -> pd.DataFrame:
     dur = dur[ok]
     gpu["duration"] = np.clip(dur, 60.0, max(60.0, float(np.percentile(dur, 95))))
     return gpu.reset_index(drop=True)
+
+
+@lru_cache(maxsize=4)
+def duration_range(workload: str = "default") -> tuple[float, float]:
+    """Shortest and longest job duration the trace gives (seconds, after clipping)."""
+    dur = trace_pods(workload)["duration"]
+    return float(dur.min()), float(dur.max())
 
 
 def build_jobs(

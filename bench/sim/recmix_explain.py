@@ -66,13 +66,17 @@ def summarize(d: dict) -> dict:
     run_start = np.asarray(d["run_start"], dtype=np.float64)
     first = np.asarray(d["first_start"], dtype=np.float64)
     stretch = (done - run_start) / work
+    # queue order: by rank (band; 0 for all in FIFO), then index (submission order)
+    rank = np.asarray(d.get("rank", np.zeros(len(work))), dtype=np.float64)
+    pos = np.empty(len(work), dtype=np.int64)
+    pos[np.lexsort((np.arange(len(work)), rank))] = np.arange(len(work))
     tail = []
     for j in np.argsort(-done, kind="stable")[:TAIL]:
         co = sorted(d["corunners"][j])
-        ahead = first[:j]  # jobs queued before it (index = queue order)
+        ahead = first[pos < pos[j]]  # jobs queued before it
         tail.append({
-            "head_s": float(np.nanmax(ahead) - t0) if j else float(first[j] - t0),
-            "overtaken": int((first[j + 1:] < first[j]).sum()),
+            "head_s": float(np.nanmax(ahead) - t0) if len(ahead) else float(first[j] - t0),
+            "overtaken": int((first[pos > pos[j]] < first[j]).sum()),
             "job": int(j), "family": str(jobs["family"].iat[j]), "solo_s": float(work[j]),
             "arrive_s": float(arrive[j] - t0), "start_s": float(first[j] - t0),
             "done_s": float(done[j] - t0), "stretch": float(stretch[j]),
@@ -97,6 +101,19 @@ def summarize(d: dict) -> dict:
     }
 
 
+EXCLUSIVE = "kube-exclusive"
+BASE_MODES = ("high-load", "continuous")
+
+
+def baseline_mode(mode: str) -> str:
+    """The mode whose baseline rows a run of ``mode`` is compared with: the plain arrival mode
+    (``high-load-bands`` -> ``high-load``: the stock schedulers as they queue, FIFO), except
+    for the oracle's ``*-longest-first``, compared within itself."""
+    if mode.endswith("-longest-first"):
+        return mode
+    return next((m for m in BASE_MODES if mode.startswith(m)), mode)
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.0f}"
 
@@ -117,7 +134,8 @@ def explain_markdown(runs: list) -> list[str]:
              "same seed. SM-weighted utilisation / kube-exclusive's = kube-exclusive's makespan "
              "/ the run's x the ratio of `SM-s delivered` (equal when no job ran out of "
              "memory), so 2x the utilisation needs `makespan <= target`; a bound above "
-             "`target` rules it out for that run. Modes `*-longest-first` queue the same jobs "
+             "`target` rules it out for that run (modes `*-fifo`, `*-bands*` use the plain "
+             "mode's: the stock scheduler, FIFO). Modes `*-longest-first` queue the same jobs "
              "longest first (an oracle): what is left when the queue order no longer puts a "
              "long job last.", ""]
     head = ["mode", "seed", "policy", "makespan", "target", *BOUNDS, "order_free", "last+solo",
@@ -125,8 +143,8 @@ def explain_markdown(runs: list) -> list[str]:
     rows = []
     for r in sorted(have, key=lambda r: (r.mode, r.seed, r.policy)):
         e = r.explain
-        ex = [x for x in have if x.mode == r.mode and x.seed == r.seed
-              and x.policy == "kube-exclusive"]
+        ex = [x for x in have if x.mode == baseline_mode(r.mode) and x.seed == r.seed
+              and x.policy == EXCLUSIVE]
         target = 0.5 * ex[0].makespan if ex else float("nan")
         rows.append([r.mode, str(r.seed), r.policy, _fmt(r.makespan), _fmt(target),
                      *(_fmt(e["bounds"][b]) for b in BOUNDS), _fmt(e["bounds"]["order_free"]),

@@ -26,11 +26,17 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   (extender/interference/pairmodel.py); ``"matrix"`` leaves sparse the class matrix alone.
   Other policies use no interference knowledge either way.
 * Modes: ``high-load`` (all jobs at t = 0) and ``continuous`` (trace creation order, times
-  compressed to offered load ``load``); FIFO queue retried after each departure.
-  ``queue_order="longest-first"`` (an oracle: no scheduler knows solo times) keeps the same jobs
-  but queues them by solo time, longest first; its runs are reported as mode
-  ``<mode>-longest-first``, to show how much of a makespan is the queue order rather than
-  the placement.
+  compressed to offered load ``load``); the queue is retried after each departure, and jobs
+  arriving at the same instant are tried in queue order.
+* Queue order (``queue_order``): ``product`` (default) is what each scheduler does:
+  ``sparse`` queues by predicted-duration band (extender/queueorder.py, the function the job
+  controller uses: declared steps = duration / solo step time, x the predictor's step time,
+  ``queue_bands`` log-spaced bands over the trace's duration range, longest first), FIFO
+  within a band; the stock schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
+  and ``bands-shortest-first`` force one order on any policy (reported as mode
+  ``<mode>-<order>``). ``longest-first`` (an oracle: no scheduler knows solo times) keeps the
+  same jobs but queues them by solo time, longest first (mode ``<mode>-longest-first``), to
+  show how much of a makespan is the queue order rather than the placement.
 
 Metrics: makespan, mean / p95 JCT, mean queueing, booked allocation (% of cluster milli-GPU,
 time-averaged), **SM-activity-weighted utilisation** (SM-time the running jobs actually
@@ -55,7 +61,7 @@ from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import PolicyRun, arrival_times, placement_policy, retry_pending
-from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs
+from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs, duration_range
 from bench.sim.recmix_explain import summarize
 from bench.sim.replay import sample_nodes
 from bench.sim.trace import TraceDemand, load_nodes
@@ -65,9 +71,10 @@ from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook
 from extender.placement.policies import REGISTRY
 from extender.protocol import Pod
+from extender.queueorder import DEFAULT_BANDS, DurationBands, predicted_duration
 
 OOM_AFTER_S = 120.0
-QUEUE_ORDERS = ("fifo", "longest-first")
+QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "longest-first")
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
 NODE_MEM_MIB = 2 * 1024 * 1024
 
@@ -182,7 +189,7 @@ def run_recmix(
     load: float = 1.0, oom_bump: float = 1.5, holdout_only: bool = False,
     nodes_path: str | None = None, node_cpu: int = NODE_CPU_MILLI,
     node_mem: int = NODE_MEM_MIB, interference: str = "learned", policy_setup=None,
-    detail: dict | None = None, queue_order: str = "fifo",
+    detail: dict | None = None, queue_order: str = "product", queue_bands: int = DEFAULT_BANDS,
 ) -> RecMixRun:
     """One run. ``detail``, when given, is filled with what the run did per job and why jobs
     waited (``bench/sim/recmix_explain.py`` reads it); the run is the same either way."""
@@ -199,6 +206,12 @@ def run_recmix(
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
+    banded = queue_order.startswith("bands") or (queue_order == "product" and base == "sparse")
+    order = "shortest-first" if queue_order == "bands-shortest-first" else "longest-first"
+    rank = (queue_rank(jobs, queue_bands, order) if banded
+            else np.zeros(len(jobs), dtype=np.int64))
+    if longest_first:
+        rank = -work
     book_of = booking_rule(jobs, base, source)
     declared = jobs["declared_mem_mib"].to_numpy(dtype=np.int64).copy()
     milli, mem = booked(jobs, base, source)
@@ -244,11 +257,14 @@ def run_recmix(
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     pending: list[int] = []
 
-    def wait(j: int) -> None:
-        if longest_first:
-            bisect.insort(pending, j, key=lambda k: -work[k])
-        else:
-            pending.append(j)
+    seq = np.zeros(len(jobs), dtype=np.int64)  # when each job (re)joined the queue
+    queued = 0
+
+    def wait(j: int) -> None:  # by rank (band), then by when it joined: FIFO within a band
+        nonlocal queued
+        queued += 1
+        seq[j] = queued
+        bisect.insort(pending, j, key=lambda k: (rank[k], seq[k]))
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0
@@ -333,9 +349,13 @@ def run_recmix(
             backlog_time += dt
         trace.advance(dt, gpu_jobs, bool(pending), sim)
         t_prev = now = t
-        if kind == 1:
-            if not try_start(j):
-                wait(j)
+        if kind == 1:  # every job arriving now, tried in queue order
+            batch = [j]
+            while events and events[0][0] == t and events[0][1] == 1:
+                batch.append(heapq.heappop(events)[2])
+            for k in sorted(batch, key=lambda k: (rank[k], k)):
+                if not try_start(k):
+                    wait(k)
         elif kind == 2:
             ooms += 1
             stop(j)
@@ -355,14 +375,15 @@ def run_recmix(
     jct = done - arrive
     stretch = ((done - run_start) / work)[shared]
     info = dict(trace.result(), jobs=jobs, arrive=arrive, first_start=started,
-                run_start=run_start, done=done, work=work, milli=milli, mem=mem,
+                run_start=run_start, done=done, work=work, milli=milli, mem=mem, rank=rank,
                 gpus=n_gpus, node_cpu=sim.host.cpu_cap.copy(),
                 node_mem=sim.host.mem_cap.copy(), sm_area=sm_area, ooms=ooms)
     if detail is not None:
         detail.update(info)
     return RecMixRun(
         workload="rec-mix", policy=policy, seed=seed,
-        mode=mode if not longest_first else f"{mode}-longest-first", jobs=len(jobs), gpus=n_gpus,
+        mode=mode if queue_order == "product" else f"{mode}-{queue_order}", jobs=len(jobs),
+        gpus=n_gpus,
         makespan=makespan, jct_mean=float(np.nanmean(jct)),
         jct_p95=float(np.nanpercentile(jct, 95)),
         queue_mean=float(np.nanmean(started - arrive)),
@@ -377,6 +398,20 @@ def run_recmix(
         jct=[round(float(x), 1) for x in np.sort(jct)],
         explain=summarize(info),
     )
+
+
+def queue_rank(jobs: pd.DataFrame, count: int = DEFAULT_BANDS,
+               order: str = "longest-first") -> np.ndarray:
+    """Each job's place in a banded queue (lower first): minus the priority the job controller
+    gives it (extender/queueorder.py) from its declared training length (steps: its duration
+    over its measured solo step time) x the predictor's step time, with bands log-spaced over
+    the trace's duration range."""
+    bands = DurationBands.log_spaced(*duration_range(), count, order=order)
+    steps = np.maximum(1, np.round(jobs["duration"].to_numpy(float)
+                                   / jobs["step_s"].to_numpy(float)))
+    pred = jobs["pred_step_s"].to_numpy(float)
+    return np.array([-bands.priority(bands.band(predicted_duration(int(n), float(p))))
+                     for n, p in zip(steps, pred, strict=True)], dtype=np.int64)
 
 
 class _Trace:

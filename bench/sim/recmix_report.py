@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.sim.recmix_explain import explain_markdown
+from bench.sim.recmix_explain import baseline_mode, explain_markdown
 from bench.sim.replay import ANCHORS
 from bench.sim.report import _plt, md_table, plot_jct_cdfs, report_header, write_runs_and_summary
 
@@ -28,10 +28,12 @@ def recmix_table(runs: list) -> pd.DataFrame:
     mean = df.groupby(["mode", "policy"])[METRICS].mean().reset_index()
     rows = []
     for _, row in mean.iterrows():
-        same = mean[mean["mode"] == row["mode"]]
         out = {"mode": row["mode"], "policy": row["policy"], **{m: row[m] for m in METRICS}}
-        ex = same[same["policy"] == EXCLUSIVE]
-        sh = same[same["policy"] == SHARED]
+        # forced orders (high-load-bands, ...) are compared with the plain mode's baselines:
+        # the stock schedulers as they queue (FIFO)
+        base = mean[mean["mode"] == baseline_mode(row["mode"])]
+        ex = base[base["policy"] == EXCLUSIVE]
+        sh = base[base["policy"] == SHARED]
         if len(ex):
             b = ex.iloc[0]
             out["makespan_vs_exclusive"] = row["makespan"] / b["makespan"]
@@ -49,7 +51,59 @@ def recmix_table(runs: list) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_recmix(runs: list, out: Path, command: str = "") -> Path:
+def _order(mode: str) -> tuple[str, str]:
+    """(arrival mode, queue order) of a run's mode label."""
+    base = baseline_mode(mode.removesuffix("-longest-first"))
+    return base, mode[len(base) + 1:] or "as shipped"
+
+
+def queue_order_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The headline ratios per arrival mode, policy and queue order ("as shipped": sparse by
+    predicted-duration band, the stock schedulers FIFO)."""
+    cols = ["makespan_vs_exclusive", "sm_util_vs_exclusive", "jct_vs_shared", "jct_mean",
+            "jct_p95", "oom_events"]
+    out = table[["mode", "policy", *[c for c in cols if c in table]]].copy()
+    split = [_order(m) for m in out["mode"]]
+    out.insert(0, "queue", [o for _, o in split])
+    out.insert(0, "arrivals", [b for b, _ in split])
+    out = out.drop(columns="mode")
+    return out.sort_values(["arrivals", "policy", "queue"]).reset_index(drop=True)
+
+
+def plot_queue_orders(runs: list, out: Path) -> list[str]:
+    """Per arrival mode, the JCT CDF of every policy under every queue order but the oracle."""
+    plt = _plt()
+    lines: list[str] = []
+    groups: dict[str, dict[str, list]] = {}
+    for r in runs:
+        if r.mode.endswith("-longest-first"):
+            continue
+        base, order = _order(r.mode)
+        groups.setdefault(base, {}).setdefault(f"{r.policy} ({order})", []).append(r)
+    for base, by in sorted(groups.items()):
+        if len(by) <= len({k.split(" ")[0] for k in by}):
+            continue  # one order per policy: the plain CDF shows it
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for label, rs in sorted(by.items()):
+            jct = np.sort(np.concatenate([r.jct for r in rs]))
+            jct = jct[np.isfinite(jct)]
+            style = "-" if "as shipped" in label else "--"
+            ax.plot(jct / 3600.0, np.arange(1, len(jct) + 1) / max(len(jct), 1), style,
+                    label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("job completion time (h)")
+        ax.set_ylabel("CDF")
+        ax.set_title(f"rec-mix JCT by queue order, {base}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / f"jct-cdf-{base}-queue-orders.png", dpi=120)
+        plt.close(fig)
+        lines += [f"![JCT CDF by queue order, {base}](jct-cdf-{base}-queue-orders.png)", ""]
+    return lines
+
+
+def write_recmix(runs: list, out: Path, command: str = "", note: str = "") -> Path:
     table = recmix_table(runs)
     write_runs_and_summary(runs, table, out)
     seeds = sorted({r.seed for r in runs})
@@ -71,20 +125,35 @@ def write_recmix(runs: list, out: Path, command: str = "") -> Path:
         "over their GPU-seconds on whole GPUs. `original_makespan_vs_exclusive`: the original "
         f"system's published figure; it also claims SM utilisation x{ORIGINAL_UTIL_GAIN} and "
         f"mean JCT x{ORIGINAL_JCT_RATIO} against the default scheduler.", "",
-        md_table(table, "{:.3f}"), "",
-        *explain_markdown(runs),
     ]
+    if note:
+        lines += [note.strip(), ""]
+    orders = queue_order_table(table)
+    if orders["queue"].nunique() > 1:
+        lines += [
+            "## Queue order", "",
+            "`queue`: `as shipped` is what each scheduler does: sparse queues by predicted-"
+            "duration band (extender/queueorder.py, the rule the job controller uses: declared "
+            "steps x the predictor's step time, log-spaced bands over the trace's durations, "
+            "longest band first, FIFO within a band), the stock schedulers (kube-exclusive, "
+            "kube-shared, FGD) FIFO. `fifo`, `bands`, `bands-shortest-first` force that order "
+            "on a policy; their ratios are against the as-shipped (FIFO) kube-exclusive and "
+            "kube-shared. `longest-first` is the oracle (true solo times), its ratios against "
+            "the oracle-ordered baselines.", "",
+            md_table(orders, "{:.3f}"), "", *plot_queue_orders(runs, out),
+        ]
+    lines += ["## All runs", "", md_table(table, "{:.3f}"), "", *explain_markdown(runs)]
     lines += plot_jct_cdfs(runs, out, "rec-mix JCT")
     plt = _plt()
     if "makespan_vs_exclusive" in table:
-        fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+        fig, axes = plt.subplots(1, 3, figsize=(14, 5))
         for ax, col, label in ((axes[0], "makespan_vs_exclusive", "makespan / kube-exclusive"),
                                (axes[1], "sm_util_vs_exclusive",
                                 "SM-weighted util. / kube-exclusive"),
                                (axes[2], "sm_backlog_vs_exclusive",
                                 "same, while jobs wait / kube-exclusive")):
             pivot = table.pivot(index="policy", columns="mode", values=col)
-            pivot.plot.bar(ax=ax, rot=20)
+            pivot.plot.bar(ax=ax, rot=20, legend=False)
             ax.set_ylabel(label)
             ax.axhline(1.0, color="gray", lw=0.8)
             ax.grid(alpha=0.3, axis="y")
@@ -95,7 +164,10 @@ def write_recmix(runs: list, out: Path, command: str = "") -> Path:
                  + width * list(pivot.columns).index(r["mode"]))
             axes[0].plot(x, r["original_makespan_vs_exclusive"], "k_", ms=14, mew=2)
         axes[0].set_title("makespan (black ticks: original system)")
-        fig.tight_layout()
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, title="mode", loc="lower center",
+                   ncol=min(len(labels), 5), fontsize=8)
+        fig.tight_layout(rect=(0, 0.06 * (1 + (len(labels) - 1) // 5), 1, 1))
         fig.savefig(out / "ratios.png", dpi=120)
         plt.close(fig)
         lines += ["![ratios](ratios.png)", ""]

@@ -130,3 +130,39 @@ def test_failed_job_handlers_retry_within_seconds_not_kopfs_default_minute():
     handlers = make_registry(Options("http://extender"), Holder())._changing.get_all_handlers()
     assert {h.reason for h in handlers} >= {"create", "delete"}
     assert all(h.backoff is not None and h.backoff <= 5 for h in handlers)
+
+
+def test_worker_pod_gets_the_queue_band_class_unless_the_template_names_one():
+    pod = worker_pod(JOB, DEMAND, attempt=0, index=1, slot="s", priority_class="sparse-duration-3")
+    assert pod["spec"]["priorityClassName"] == "sparse-duration-3"
+    assert "priorityClassName" not in worker_pod(JOB, DEMAND, attempt=0, index=1, slot="s")["spec"]
+    job = json.loads(json.dumps(JOB))
+    job["spec"]["template"]["spec"]["priorityClassName"] = "team-critical"
+    pod = worker_pod(job, DEMAND, attempt=0, index=0, slot="s", priority_class="sparse-duration-0")
+    assert pod["spec"]["priorityClassName"] == "team-critical"
+
+
+def test_queue_takes_higher_bands_first_then_fifo():
+    long_young = Waiting("ml/long", created=50, waiting_since=None, priority=1003)
+    short_old = Waiting("ml/short", created=0, waiting_since=100, priority=1000)
+    # the long job is ahead: once it has waited past the bound, the short one may not pass it
+    waited = Waiting("ml/long", created=50, waiting_since=60, priority=1003)
+    ok, why = may_try("ml/short", [waited, short_old], now=400, max_pass_over_s=300)
+    assert not ok and "ml/long" in why
+    assert may_try("ml/long", [long_young, short_old], now=10_000, max_pass_over_s=300)[0]
+    same_band = Waiting("ml/long2", created=10, waiting_since=None, priority=1003)
+    assert may_try("ml/long2", [long_young, same_band, short_old], now=0,
+                   max_pass_over_s=300)[0]
+
+
+def test_cli_refuses_bad_queue_band_options():
+    from click.testing import CliRunner
+
+    from controller.cli import duration_bands, main
+
+    res = CliRunner().invoke(main, ["--extender-url", "http://x", "--queue-order",
+                                    "longest-first", "--queue-band-range", "600:60"])
+    assert res.exit_code == 2 and "--queue-band-range" in res.output and "exceed" in res.output
+    assert duration_bands("off", 4, "60:14400", 1000, "p") is None
+    bands = duration_bands("shortest-first", 3, "60:6000", 10, "rel-duration")
+    assert bands.class_name(0) == "rel-duration-0" and bands.priority(0) == 12

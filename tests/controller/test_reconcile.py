@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
+
 from extender.ledger.rules import Allocation, GpuCapacity, Reservation
 
 
@@ -237,3 +239,53 @@ async def test_slots_booked_anew_after_expiry_restart_the_bind_clock(world):
     assert (s["phase"], s["attempt"]) == ("Admitted", 0)  # no GangTimeout from the old clock
     await world.schedule()
     assert (await world.reconcile("dlrm"))["phase"] == "Scheduled"
+
+
+def _banded(world):
+    from controller.reconcile import Config
+    from extender.queueorder import DurationBands
+
+    bands = DurationBands.log_spaced(60, 14_400, 4)
+    world.r.config = Config(slot_ttl_s=60, max_pass_over_s=300, bands=bands)
+    return bands
+
+
+async def test_queue_band_from_declared_steps_goes_on_every_worker(world):
+    bands = _banded(world)
+    world.submit("long", steps=10**7)  # ~10^7 steps: hours at any predicted step time
+    s = await world.reconcile("long")
+    band = s["queueBand"]
+    assert band == {"name": "sparse-duration-3", "band": 3, "priority": 1003,
+                    "predictedSeconds": band["predictedSeconds"]}
+    assert band["predictedSeconds"] / (10**7 * s["demand"]["stepSeconds"]) == pytest.approx(
+        1.0, rel=1e-3)
+    assert bands.band(band["predictedSeconds"]) == 3
+    assert {p["spec"]["priorityClassName"] for p in world.kube.pods.values()} == {
+        "sparse-duration-3"}  # the gang stays in one band
+    queued = [m for _, r, m in world.kube.events if r == "QueueBand"]
+    assert len(queued) == 1 and "sparse-duration-3" in queued[0] and "steps" in queued[0]
+    from controller.reconcile import waiting_entry
+    assert waiting_entry({"metadata": {"name": "x", "namespace": "ml"},
+                          "status": {"queueBand": band}}).priority == 1003
+
+
+async def test_job_without_steps_or_with_bad_steps_gets_the_default_band(world):
+    _banded(world)
+    world.submit("plain")
+    s = await world.reconcile("plain")
+    assert s["queueBand"]["name"] == "sparse-duration-2" and "predictedSeconds" not in \
+        s["queueBand"]
+    world.submit("bad", steps=-4)  # the CRD refuses it; a job stored without it is not lost
+    s = await world.reconcile("bad")
+    assert s["queueBand"]["band"] == 2
+    notes = {m: kind for kind, r, m in world.kube.events if r == "QueueBand"}
+    assert any("declares no spec.steps" in m and k == "Normal" for m, k in notes.items())
+    assert any("spec.steps must be a whole number" in m and k == "Warning"
+               for m, k in notes.items())
+
+
+async def test_bands_off_sets_no_class(world):
+    world.submit("dlrm", steps=1000)
+    s = await world.reconcile("dlrm")
+    assert "queueBand" not in s and s["phase"] == "Admitted"
+    assert all("priorityClassName" not in p["spec"] for p in world.kube.pods.values())

@@ -350,3 +350,37 @@ def test_controller_restarted_mid_admission_reuses_its_slots(stack: Any) -> None
     assert sorted(g for b in held.values() for g in b["gpus"]) == sorted(
         g for gpus in slots.values() for g in gpus)
     assert {x["slot"] for x in job["status"]["placement"]} == set(slots)
+
+
+def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any,
+                                                                     tmp_path: Path) -> None:
+    """The chart's band PriorityClasses exist; a job declaring its steps gets its band's class
+    on every worker, the API server resolves it to the band's priority, and the pods bind."""
+    env, c = stack, stack.cluster
+    helm = helm_path()
+    if not helm.exists():
+        pytest.skip("helm not built (hack/build-helm.sh)")
+    rendered = subprocess.run(
+        [str(helm), "template", "sparse", str(REPO / "charts" / "sparse"), "--namespace",
+         "sparse-system", "--kube-version", versions()["K8S_VERSION"],
+         "--show-only", "templates/priorityclasses.yaml"],
+        capture_output=True, text=True, check=True).stdout
+    classes = [d for d in yaml.safe_load_all(rendered) if d]
+    assert [d["preemptionPolicy"] for d in classes] == ["Never"] * 4
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(classes))
+    env.ctl.stop()
+    env.ctl = Controller(tmp_path, c.kubeconfig, env.ext.url, slot_ttl=SLOT_TTL, name="bands",
+                         extra=("--queue-order", "longest-first")).start()
+    gpu_node(c)
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2,
+                                                                steps=10**8)))
+    job = wait_for(env, lambda: (j := get_job(env, "dlrm"))
+                   and (j.get("status") or {}).get("phase") == "Scheduled" and j, 60,
+                   "job scheduled")
+    assert job["status"]["queueBand"]["name"] == "sparse-duration-3"
+    pods = worker_pods(env)
+    assert {(p["spec"]["priorityClassName"], p["spec"]["priority"]) for p in pods} == {
+        ("sparse-duration-3", 1003)}
+    assert "QueueBand" in job_events(env, "dlrm")
+    c.kubectl("delete", "rdj", "dlrm", "--wait=true", "--timeout=60s")
+    wait_for(env, lambda: not bookings(env), 30, "every GPU released")

@@ -432,3 +432,27 @@ def test_rbac_matches_the_api_calls_in_the_code() -> None:
                    for verb in r["verbs"]}
         assert granted == _api_calls(component), component
     assert _api_calls("webhook") == set()
+
+
+@pytest.mark.parametrize("order", ["longest-first", "shortest-first"])
+def test_queue_band_priority_classes_follow_the_controllers_rule(order: str) -> None:
+    from extender.queueorder import DurationBands
+
+    docs = render(f"controller.queueOrder={order}")
+    classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PriorityClass"}
+    ctl = next(d for d in docs if d["kind"] == "Deployment"
+               and d["metadata"]["name"] == "sparse-controller")
+    args = ctl["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--queue-order={order}" in args and "--priority-class-prefix=sparse-duration" in args
+    bands = DurationBands.log_spaced(60, 14_400, 4, order=order)
+    assert {n: (c["value"], c["preemptionPolicy"], c["globalDefault"])
+            for n, c in classes.items()} == {
+        bands.class_name(i): (bands.priority(i), "Never", False) for i in range(4)}
+
+
+def test_queue_bands_off_or_bad_range() -> None:
+    docs = render("controller.queueOrder=off")
+    assert not [d for d in docs if d["kind"] == "PriorityClass"]
+    _helm()
+    rc, _, err = _render("controller.queueBands.maxSeconds=30")
+    assert rc != 0 and "maxSeconds must exceed" in err

@@ -1,0 +1,128 @@
+"""Queue order by predicted duration: a job's predicted run time -> a priority band. Pure.
+
+kube-scheduler's queue pops pods by priority, then by arrival, so a small fixed set of
+PriorityClasses (non-preempting, far below the system classes) turns "longest first" into
+"FIFO within a duration band". Bands are log-spaced between two durations: band 0 holds the
+shortest jobs, band ``n - 1`` the longest. With ``longest-first`` (the default: a long job
+queued last sets the makespan, so starting long jobs first packs the tail) band ``i`` gets
+priority ``base + i``; with ``shortest-first`` (better mean JCT, worse makespan) ``base + n -
+1 - i``. A job whose duration cannot be predicted goes to ``default_band``.
+
+The job controller (controller/reconcile.py) and the simulator (bench/sim/recmix_replay.py)
+both call :meth:`DurationBands.band` and :meth:`DurationBands.priority`; the chart installs the
+classes with the same rule (charts/sparse/templates/priorityclasses.yaml).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ORDERS = ("longest-first", "shortest-first")
+DEFAULT_BANDS = 4
+DEFAULT_RANGE_S = (60.0, 14_400.0)  # 1 min .. 4 h: bands < 4 min, < 15 min, < 1 h, longer
+DEFAULT_BASE = 1000
+DEFAULT_PREFIX = "sparse-duration"
+MAX_PRIORITY = 1_000_000_000  # user classes stay at or below 1e9; system classes are 2e9+
+
+
+def _finite_positive(value: float, what: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class DurationBands:
+    """``edges_s``: ascending band edges in seconds (``n - 1`` of them for ``n`` bands)."""
+
+    edges_s: tuple[float, ...]
+    order: str = "longest-first"
+    default_band: int | None = None  # None: the middle band (rounded up)
+    base_priority: int = DEFAULT_BASE
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"queue order must be one of {', '.join(ORDERS)}, "
+                             f"got {self.order!r}")
+        edges = [_finite_positive(e, "band edge") for e in self.edges_s]
+        if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+            raise ValueError(f"band edges must increase strictly, got {list(self.edges_s)}")
+        if self.default_band is not None and not 0 <= self.default_band < self.count:
+            raise ValueError(f"default band {self.default_band} is not one of 0.."
+                             f"{self.count - 1}")
+        if not 0 <= self.base_priority <= MAX_PRIORITY - self.count:
+            raise ValueError(f"base priority must be in 0..{MAX_PRIORITY - self.count}, "
+                             f"got {self.base_priority}")
+
+    @classmethod
+    def log_spaced(cls, lo_s: float, hi_s: float, count: int = DEFAULT_BANDS,
+                   **kwargs: object) -> DurationBands:
+        """``count`` bands whose edges split ``[lo_s, hi_s]`` evenly on a log scale."""
+        lo = _finite_positive(lo_s, "shortest band duration")
+        hi = _finite_positive(hi_s, "longest band duration")
+        if hi <= lo:
+            raise ValueError(f"band range {lo_s}..{hi_s}: the end must exceed the start")
+        if not isinstance(count, int) or not 1 <= count <= 16:
+            raise ValueError(f"band count must be an integer in 1..16, got {count!r}")
+        edges = tuple(lo * (hi / lo) ** (k / count) for k in range(1, count))
+        return cls(edges, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def count(self) -> int:
+        return len(self.edges_s) + 1
+
+    @property
+    def fallback(self) -> int:
+        return self.count // 2 if self.default_band is None else self.default_band
+
+    def band(self, duration_s: float | None) -> int:
+        """0 (shortest) .. count - 1 (longest); None -> the default band. Monotone."""
+        if duration_s is None:
+            return self.fallback
+        d = _finite_positive(duration_s, "predicted duration (seconds)")
+        return sum(1 for e in self.edges_s if d >= e)
+
+    def priority(self, band: int) -> int:
+        """The PriorityClass value of ``band``: higher is popped first."""
+        if not 0 <= band < self.count:
+            raise ValueError(f"band {band} is not one of 0..{self.count - 1}")
+        rank = band if self.order == "longest-first" else self.count - 1 - band
+        return self.base_priority + rank
+
+    def class_name(self, band: int) -> str:
+        if not 0 <= band < self.count:
+            raise ValueError(f"band {band} is not one of 0..{self.count - 1}")
+        return f"{self.prefix}-{band}"
+
+    def describe(self, band: int) -> str:
+        """Human range of ``band``, e.g. ``3.9 min - 15.5 min``."""
+        lo = self.edges_s[band - 1] if band > 0 else 0.0
+        hi = self.edges_s[band] if band < len(self.edges_s) else math.inf
+        if hi == math.inf:
+            return f">= {_human(lo)}"
+        return f"< {_human(hi)}" if lo == 0 else f"{_human(lo)} - {_human(hi)}"
+
+
+def predicted_duration(steps: object, step_s: float | None) -> float | None:
+    """Declared training steps x predicted seconds per step; None when either is unknown.
+    A declared value that is not a positive whole number raises ValueError naming it."""
+    if steps is None or step_s is None or not step_s > 0:
+        return None
+    if isinstance(steps, bool) or not isinstance(steps, int | float) or steps != int(steps) \
+            or not 1 <= steps <= 10**12:
+        raise ValueError(f"spec.steps must be a whole number in 1..10^12, got {steps!r}")
+    return float(steps) * float(step_s)
+
+
+def _human(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"

@@ -1,0 +1,75 @@
+"""Queue bands by predicted duration (extender/queueorder.py): the one rule the job controller
+and the simulator share."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from extender.queueorder import DurationBands, predicted_duration
+
+BANDS = DurationBands.log_spaced(60, 14_400, 4)
+
+
+def test_log_spaced_edges_split_the_range_evenly():
+    assert BANDS.count == 4 and len(BANDS.edges_s) == 3
+    ratios = [b / a for a, b in zip((60, *BANDS.edges_s), (*BANDS.edges_s, 14_400),
+                                    strict=True)]
+    assert ratios == pytest.approx([240 ** 0.25] * 4)
+    assert [BANDS.band(d) for d in (1, 60, 235, 237, 1000, 14_400, 10**9)] == [
+        0, 0, 0, 1, 2, 3, 3]
+
+
+@given(st.floats(1e-3, 1e9), st.floats(1e-3, 1e9))
+def test_band_and_longest_first_priority_are_monotone(a, b):
+    lo, hi = sorted((a, b))
+    assert BANDS.band(lo) <= BANDS.band(hi)
+    assert BANDS.priority(BANDS.band(lo)) <= BANDS.priority(BANDS.band(hi))
+    short = DurationBands(BANDS.edges_s, order="shortest-first")
+    assert short.priority(short.band(lo)) >= short.priority(short.band(hi))
+
+
+def test_priorities_classes_and_default_band():
+    assert [BANDS.priority(i) for i in range(4)] == [1000, 1001, 1002, 1003]
+    short = DurationBands(BANDS.edges_s, order="shortest-first", base_priority=10)
+    assert [short.priority(i) for i in range(4)] == [13, 12, 11, 10]
+    assert BANDS.class_name(3) == "sparse-duration-3"
+    assert BANDS.band(None) == 2  # the middle band, rounded up
+    assert DurationBands(BANDS.edges_s, default_band=0).band(None) == 0
+    assert BANDS.describe(0).startswith("<") and BANDS.describe(3).startswith(">=")
+
+
+@pytest.mark.parametrize("bad", [0, -5, math.nan, math.inf, "long"])
+def test_bad_durations_are_refused_with_a_message(bad):
+    with pytest.raises(ValueError, match="predicted duration"):
+        BANDS.band(bad)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"edges_s": (10, 5)}, "increase"),
+    ({"edges_s": (10,), "order": "random"}, "queue order"),
+    ({"edges_s": (10,), "default_band": 2}, "default band"),
+    ({"edges_s": (10,), "base_priority": 2_000_000_000}, "base priority"),
+    ({"edges_s": (0,)}, "band edge"),
+])
+def test_bad_configuration_is_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DurationBands(**kwargs)
+    with pytest.raises(ValueError, match="exceed"):
+        DurationBands.log_spaced(100, 10)
+    with pytest.raises(ValueError, match="count"):
+        DurationBands.log_spaced(10, 100, 0)
+    with pytest.raises(ValueError, match="band 4"):
+        BANDS.priority(4)
+
+
+def test_predicted_duration_from_declared_steps():
+    assert predicted_duration(1000, 0.05) == pytest.approx(50.0)
+    assert predicted_duration(None, 0.05) is None  # nothing declared: the default band
+    assert predicted_duration(1000, None) is None and predicted_duration(1000, 0.0) is None
+    for bad in (0, -3, 2.5, True, "100", 10**13):
+        with pytest.raises(ValueError, match="spec.steps"):
+            predicted_duration(bad, 0.05)
