@@ -233,10 +233,11 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
 @click.option("--queue-order", "queue_orders", multiple=True, default=("product",),
               show_default=True,
               type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
-                                 "longest-first"]),
-              help="rec-mix: queue order; product: sparse by predicted-duration band (longest "
-              "first), the stock schedulers FIFO; fifo / bands / bands-shortest-first force one "
-              "order on every policy (mode <mode>-<order>); longest-first (an oracle that "
+                                 "bands-critical-first", "longest-first"]),
+              help="rec-mix: queue order; product: sparse by predicted-duration band (the "
+              "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
+              "first) / bands-shortest-first / bands-critical-first (the longest band, then the "
+              "others shortest first) force one order on every policy (mode <mode>-<order>); longest-first (an oracle that "
               "knows solo times) is reported as mode <mode>-longest-first, to separate queue "
               "order from placement")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),

@@ -38,17 +38,19 @@ def default_priority() -> int:
 @click.option("--max-pass-over", type=float, default=300.0, show_default=True,
               help="Seconds younger jobs may be admitted past a waiting one (backfill bound).")
 @click.option("--queue-order", default="off", show_default=True,
-              type=click.Choice(["off", "longest-first", "shortest-first"]),
+              type=click.Choice(["off", "longest-first", "shortest-first", "critical-first"]),
               help="Queue jobs by predicted-duration band (spec.steps x predicted step time): "
               "workers get the band's PriorityClass, which must exist (the chart installs "
-              "them); off: FIFO, no class set.")
+              "them); critical-first: the longest band, then the others shortest first; off: "
+              "FIFO, no class set.")
 @click.option("--queue-bands", type=int, default=4, show_default=True,
               help="Number of bands, log-spaced over --queue-band-range.")
 @click.option("--queue-band-range", default="60:14400", show_default=True,
               help="Shortest:longest predicted duration (seconds) the bands split.")
 @click.option("--queue-priority-base", type=int, default=1000, show_default=True,
               help="Priority value of the first band; band i of n is base + i (longest-first)"
-              " or base + n - 1 - i (shortest-first).")
+              ", base + n - 1 - i (shortest-first), or base + n - 1 for the last band and "
+              "base + n - 2 - i for the others (critical-first).")
 @click.option("--priority-class-prefix", default="sparse-duration", show_default=True,
               help="Band i's PriorityClass is <prefix>-<i> (0: shortest jobs).")
 @click.option("--interval", type=float, default=5.0, show_default=True,

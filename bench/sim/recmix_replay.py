@@ -74,7 +74,9 @@ from extender.protocol import Pod
 from extender.queueorder import DEFAULT_BANDS, DurationBands, predicted_duration
 
 OOM_AFTER_S = 120.0
-QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "longest-first")
+QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
+                "longest-first")
+PRODUCT_BAND_ORDER = "longest-first"  # sparse's band order as shipped (the chart's default)
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
 NODE_MEM_MIB = 2 * 1024 * 1024
 
@@ -207,7 +209,8 @@ def run_recmix(
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
     banded = queue_order.startswith("bands") or (queue_order == "product" and base == "sparse")
-    order = "shortest-first" if queue_order == "bands-shortest-first" else "longest-first"
+    order = (queue_order.removeprefix("bands-") if queue_order.startswith("bands-")
+             else "longest-first" if queue_order == "bands" else PRODUCT_BAND_ORDER)
     rank = (queue_rank(jobs, queue_bands, order) if banded
             else np.zeros(len(jobs), dtype=np.int64))
     if longest_first:

@@ -179,3 +179,37 @@ def test_banded_queue_starts_long_predicted_jobs_first_fifo_within_a_band():
     assert not np.allclose(predicted, jobs["duration"], rtol=0.05)  # the predictor's error
     fifo = run_recmix("kube-exclusive", 5, n_jobs=60, queue_order="fifo")
     assert fifo.explain["sm_seconds"] == pytest.approx(run.explain["sm_seconds"])  # same work
+
+
+def test_critical_first_queue_starts_the_longest_band_then_short_before_medium():
+    """Whole GPUs, all jobs at t = 0, critical-first: jobs of the longest predicted band start
+    first, the other bands follow shortest first (FIFO within a band), whatever the
+    submission order."""
+    from bench.sim.recmix_replay import queue_rank
+    from extender.queueorder import DurationBands
+
+    detail: dict = {}
+    run = run_recmix("kube-exclusive", 5, n_jobs=60, queue_order="bands-critical-first",
+                     detail=detail)
+    assert run.mode == "high-load-bands-critical-first"
+    jobs, start = detail["jobs"], detail["first_start"]
+    band = -queue_rank(jobs, order="longest-first") - 1000  # 0 shortest .. 3 longest
+    taken = [3, 0, 1, 2]  # the queue's order of bands
+    assert set(band) == set(taken)
+    place = np.array([taken.index(b) for b in band])
+    assert (queue_rank(jobs, order="critical-first")
+            == -np.array([DurationBands((1.0, 2.0, 3.0), order="critical-first").priority(b)
+                          for b in band])).all()
+    for a in range(len(jobs)):
+        for b in range(a + 1, len(jobs)):  # a was submitted before b
+            if place[a] == place[b]:
+                assert start[a] <= start[b]
+            else:
+                first, then = (a, b) if place[a] < place[b] else (b, a)
+                assert start[first] <= start[then]
+    first_long = min(start[band == 3])
+    assert first_long == 0.0 and max(start[band == 3]) <= min(start[band != 3])
+    assert max(start[band == 0]) <= min(start[band == 1]) <= min(start[band == 2])
+    later_long = [b for b in range(len(jobs)) if band[b] == 3
+                  and any(band[a] < 3 for a in range(b))]
+    assert later_long  # a long job submitted after short ones still started before them

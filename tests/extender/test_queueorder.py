@@ -36,6 +36,8 @@ def test_priorities_classes_and_default_band():
     assert [BANDS.priority(i) for i in range(4)] == [1000, 1001, 1002, 1003]
     short = DurationBands(BANDS.edges_s, order="shortest-first", base_priority=10)
     assert [short.priority(i) for i in range(4)] == [13, 12, 11, 10]
+    critical = DurationBands(BANDS.edges_s, order="critical-first")
+    assert [critical.priority(i) for i in range(4)] == [1002, 1001, 1000, 1003]
     assert BANDS.class_name(3) == "sparse-duration-3"
     assert BANDS.band(None) == 2  # the middle band, rounded up
     assert DurationBands(BANDS.edges_s, default_band=0).band(None) == 0
@@ -73,3 +75,16 @@ def test_predicted_duration_from_declared_steps():
     for bad in (0, -3, 2.5, True, "100", 10**13):
         with pytest.raises(ValueError, match="spec.steps"):
             predicted_duration(bad, 0.05)
+
+
+@given(st.integers(1, 16), st.integers(0, 1000))
+def test_every_order_is_a_permutation_and_critical_first_is_lpt_then_spt(n, base):
+    """Each order gives the ``n`` bands the ``n`` values ``base .. base + n - 1`` (the chart's
+    classes); critical-first puts the longest band first and the others shortest first."""
+    edges = tuple(float(10 * 2 ** k) for k in range(n - 1))
+    for order in ("longest-first", "shortest-first", "critical-first"):
+        b = DurationBands(edges, order=order, base_priority=base)
+        assert sorted(b.priority(i) for i in range(n)) == list(range(base, base + n))
+    critical = DurationBands(edges, order="critical-first", base_priority=base)
+    taken = sorted(range(n), key=critical.priority, reverse=True)  # popped first .. last
+    assert taken == [n - 1, *range(n - 1)]

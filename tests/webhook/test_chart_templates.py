@@ -434,7 +434,7 @@ def test_rbac_matches_the_api_calls_in_the_code() -> None:
     assert _api_calls("webhook") == set()
 
 
-@pytest.mark.parametrize("order", ["longest-first", "shortest-first"])
+@pytest.mark.parametrize("order", ["longest-first", "shortest-first", "critical-first"])
 def test_queue_band_priority_classes_follow_the_controllers_rule(order: str) -> None:
     from extender.queueorder import DurationBands
 
@@ -448,6 +448,20 @@ def test_queue_band_priority_classes_follow_the_controllers_rule(order: str) -> 
     assert {n: (c["value"], c["preemptionPolicy"], c["globalDefault"])
             for n, c in classes.items()} == {
         bands.class_name(i): (bands.priority(i), "Never", False) for i in range(4)}
+
+
+def test_queue_order_schema_is_the_controllers_choice() -> None:
+    """The chart's schema accepts exactly the orders the controller accepts (plus off)."""
+    import click
+
+    from controller.cli import main
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    enum = schema["properties"]["controller"]["properties"]["queueOrder"]["enum"]
+    opt = next(p for p in main.params if p.name == "queue_order")
+    assert isinstance(opt.type, click.Choice) and set(enum) == set(opt.type.choices)
+    assert "critical-first" in enum
+    assert "queueOrder" in render_error("controller.queueOrder=middle-first")
 
 
 def test_queue_bands_off_or_bad_range() -> None:
