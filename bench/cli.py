@@ -236,10 +236,11 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
                                  "bands-critical-first", "longest-first"]),
               help="rec-mix: queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
-              "first) / bands-shortest-first / bands-critical-first (the longest band, then the "
-              "others shortest first) force one order on every policy (mode <mode>-<order>); longest-first (an oracle that "
-              "knows solo times) is reported as mode <mode>-longest-first, to separate queue "
-              "order from placement")
+              "first) / bands-shortest-first / bands-critical-first (the critical bands "
+              "longest first, then the others shortest first) force one order on every "
+              "policy (mode <mode>-<order>); longest-first (an oracle that knows solo "
+              "times) is reported as mode <mode>-longest-first, to separate queue order "
+              "from placement")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
               help="rec-mix: predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--explain", is_flag=True,

@@ -51,6 +51,10 @@ def default_priority() -> int:
               help="Priority value of the first band; band i of n is base + i (longest-first)"
               ", base + n - 1 - i (shortest-first), or base + n - 1 for the last band and "
               "base + n - 2 - i for the others (critical-first).")
+@click.option("--queue-critical-bands", type=click.IntRange(1, 16), default=None,
+              help="critical-first: how many of the longest bands go first; default: the "
+              "longest plus those within the predictor's x2 error of it (2 of 4 bands over "
+              "60 s..4 h).")
 @click.option("--priority-class-prefix", default="sparse-duration", show_default=True,
               help="Band i's PriorityClass is <prefix>-<i> (0: shortest jobs).")
 @click.option("--interval", type=float, default=5.0, show_default=True,
@@ -64,7 +68,8 @@ def main(extender_url: str, extender_ca: str | None, kubeconfig: Path | None,
          namespaces: tuple[str, ...], peering: str | None, priority: int | None,
          scheduler_name: str, slot_ttl: float,
          max_pass_over: float, queue_order: str, queue_bands: int, queue_band_range: str,
-         queue_priority_base: int, priority_class_prefix: str, interval: float,
+         queue_priority_base: int, queue_critical_bands: int | None,
+         priority_class_prefix: str, interval: float,
          pod_delete_grace: int | None, liveness: str | None, log_level: str) -> None:
     """Predict, admit (all workers or none) and run RecommendDLJobs."""
     from controller.operator import Options, run
@@ -78,7 +83,7 @@ def main(extender_url: str, extender_ca: str | None, kubeconfig: Path | None,
         raise click.BadParameter("--slot-ttl and --interval must be positive,"
                                  " --max-pass-over not negative")
     bands = duration_bands(queue_order, queue_bands, queue_band_range, queue_priority_base,
-                           priority_class_prefix)
+                           priority_class_prefix, queue_critical_bands)
     options = Options(
         extender_url=extender_url, kubeconfig=kubeconfig,
         config=Config(scheduler_name=scheduler_name, slot_ttl_s=slot_ttl,
@@ -90,17 +95,18 @@ def main(extender_url: str, extender_ca: str | None, kubeconfig: Path | None,
 
 
 def duration_bands(order: str, count: int, band_range: str, base: int,
-                   prefix: str) -> DurationBands | None:
+                   prefix: str, critical: int | None = None) -> DurationBands | None:
     """The queue bands the options describe (None: off); a bad option is a usage error."""
     if order == "off":
         return None
     try:
         lo, _, hi = band_range.partition(":")
         return DurationBands.log_spaced(float(lo), float(hi), count, order=order,
-                                        base_priority=base, prefix=prefix)
+                                        base_priority=base, prefix=prefix, critical=critical)
     except ValueError as exc:
         raise click.BadParameter(f"{exc} (from --queue-bands {count}, --queue-band-range"
-                                 f" {band_range!r}, --queue-priority-base {base})") from None
+                                 f" {band_range!r}, --queue-priority-base {base},"
+                                 f" --queue-critical-bands {critical})") from None
 
 
 if __name__ == "__main__":

@@ -182,9 +182,9 @@ def test_banded_queue_starts_long_predicted_jobs_first_fifo_within_a_band():
 
 
 def test_critical_first_queue_starts_the_longest_band_then_short_before_medium():
-    """Whole GPUs, all jobs at t = 0, critical-first: jobs of the longest predicted band start
-    first, the other bands follow shortest first (FIFO within a band), whatever the
-    submission order."""
+    """Whole GPUs, all jobs at t = 0, critical-first: the critical bands (the longest two of
+    four) start first, longest first; the other bands follow shortest first (FIFO within a
+    band), whatever the submission order."""
     from bench.sim.recmix_replay import queue_rank
     from extender.queueorder import DurationBands
 
@@ -194,12 +194,12 @@ def test_critical_first_queue_starts_the_longest_band_then_short_before_medium()
     assert run.mode == "high-load-bands-critical-first"
     jobs, start = detail["jobs"], detail["first_start"]
     band = -queue_rank(jobs, order="longest-first") - 1000  # 0 shortest .. 3 longest
-    taken = [3, 0, 1, 2]  # the queue's order of bands
+    taken = [3, 2, 0, 1]  # the queue's order of bands
     assert set(band) == set(taken)
     place = np.array([taken.index(b) for b in band])
+    rule = DurationBands((1.0, 3.9, 15.2), order="critical-first")  # same spacing
     assert (queue_rank(jobs, order="critical-first")
-            == -np.array([DurationBands((1.0, 2.0, 3.0), order="critical-first").priority(b)
-                          for b in band])).all()
+            == -np.array([rule.priority(b) for b in band])).all()
     for a in range(len(jobs)):
         for b in range(a + 1, len(jobs)):  # a was submitted before b
             if place[a] == place[b]:
@@ -208,8 +208,9 @@ def test_critical_first_queue_starts_the_longest_band_then_short_before_medium()
                 first, then = (a, b) if place[a] < place[b] else (b, a)
                 assert start[first] <= start[then]
     first_long = min(start[band == 3])
-    assert first_long == 0.0 and max(start[band == 3]) <= min(start[band != 3])
-    assert max(start[band == 0]) <= min(start[band == 1]) <= min(start[band == 2])
+    assert first_long == 0.0 and max(start[band == 3]) <= min(start[band == 2])
+    assert max(start[band == 2]) <= min(start[band == 0])
+    assert max(start[band == 0]) <= min(start[band == 1])  # short before medium
     later_long = [b for b in range(len(jobs)) if band[b] == 3
                   and any(band[a] < 3 for a in range(b))]
     assert later_long  # a long job submitted after short ones still started before them

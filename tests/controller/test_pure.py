@@ -167,7 +167,13 @@ def test_cli_refuses_bad_queue_band_options():
     bands = duration_bands("shortest-first", 3, "60:6000", 10, "rel-duration")
     assert bands.class_name(0) == "rel-duration-0" and bands.priority(0) == 12
     critical = duration_bands("critical-first", 4, "60:14400", 1000, "sparse-duration")
-    assert [critical.priority(i) for i in range(4)] == [1002, 1001, 1000, 1003]
+    assert [critical.priority(i) for i in range(4)] == [1001, 1000, 1002, 1003]
+    one = duration_bands("critical-first", 4, "60:14400", 1000, "sparse-duration", 1)
+    assert [one.priority(i) for i in range(4)] == [1002, 1001, 1000, 1003]
+    res = CliRunner().invoke(main, ["--extender-url", "http://x", "--queue-order",
+                                    "critical-first", "--queue-bands", "2",
+                                    "--queue-critical-bands", "3"])
+    assert res.exit_code == 2 and "critical bands" in res.output
     res = CliRunner().invoke(main, ["--extender-url", "http://x", "--queue-order",
                                     "critical-first", "--queue-band-range", "600:60"])
     assert res.exit_code == 2 and "exceed" in res.output  # the mode parses; the range does not

@@ -37,7 +37,10 @@ def test_priorities_classes_and_default_band():
     short = DurationBands(BANDS.edges_s, order="shortest-first", base_priority=10)
     assert [short.priority(i) for i in range(4)] == [13, 12, 11, 10]
     critical = DurationBands(BANDS.edges_s, order="critical-first")
-    assert [critical.priority(i) for i in range(4)] == [1002, 1001, 1000, 1003]
+    assert critical.critical_count == 2  # a band spans x3.9: only the next one is within x2
+    assert [critical.priority(i) for i in range(4)] == [1001, 1000, 1002, 1003]
+    only_top = DurationBands(BANDS.edges_s, order="critical-first", critical=1)
+    assert [only_top.priority(i) for i in range(4)] == [1002, 1001, 1000, 1003]
     assert BANDS.class_name(3) == "sparse-duration-3"
     assert BANDS.band(None) == 2  # the middle band, rounded up
     assert DurationBands(BANDS.edges_s, default_band=0).band(None) == 0
@@ -77,14 +80,28 @@ def test_predicted_duration_from_declared_steps():
             predicted_duration(bad, 0.05)
 
 
-@given(st.integers(1, 16), st.integers(0, 1000))
-def test_every_order_is_a_permutation_and_critical_first_is_lpt_then_spt(n, base):
+@given(st.integers(1, 16), st.integers(0, 1000), st.floats(1.1, 10.0), st.data())
+def test_every_order_is_a_permutation_and_critical_first_is_lpt_then_spt(n, base, ratio,
+                                                                       data):
     """Each order gives the ``n`` bands the ``n`` values ``base .. base + n - 1`` (the chart's
-    classes); critical-first puts the longest band first and the others shortest first."""
-    edges = tuple(float(10 * 2 ** k) for k in range(n - 1))
+    classes); critical-first takes its critical bands first, longest first, then the others
+    shortest first."""
+    edges = tuple(10.0 * ratio ** k for k in range(n - 1))
+    c = data.draw(st.integers(1, n))
     for order in ("longest-first", "shortest-first", "critical-first"):
-        b = DurationBands(edges, order=order, base_priority=base)
+        b = DurationBands(edges, order=order, base_priority=base, critical=c)
         assert sorted(b.priority(i) for i in range(n)) == list(range(base, base + n))
-    critical = DurationBands(edges, order="critical-first", base_priority=base)
+    critical = DurationBands(edges, order="critical-first", base_priority=base, critical=c)
     taken = sorted(range(n), key=critical.priority, reverse=True)  # popped first .. last
-    assert taken == [n - 1, *range(n - 1)]
+    assert taken == [*range(n - 1, n - 1 - c, -1), *range(n - c)]
+    auto = DurationBands(edges, order="critical-first").critical_count
+    # the longest band, and a band below it only if x2 on its upper edge reaches the top band
+    assert auto == 1 + sum(1 for e in edges if 2 * e > edges[-1])
+    assert n == 1 or auto >= 2  # the band just below the top ends where the top begins
+
+
+def test_critical_count_is_checked():
+    with pytest.raises(ValueError, match="critical bands"):
+        DurationBands(BANDS.edges_s, order="critical-first", critical=5)
+    with pytest.raises(ValueError, match="critical bands"):
+        DurationBands(BANDS.edges_s, order="critical-first", critical=0)

@@ -448,6 +448,22 @@ def test_queue_band_priority_classes_follow_the_controllers_rule(order: str) -> 
     assert {n: (c["value"], c["preemptionPolicy"], c["globalDefault"])
             for n, c in classes.items()} == {
         bands.class_name(i): (bands.priority(i), "Never", False) for i in range(4)}
+    # critical-first: the chart's criticalBands (default 2) is the controller's own rule
+    assert ("--queue-critical-bands=2" in args) == (order == "critical-first")
+
+
+def test_critical_first_with_another_band_count() -> None:
+    from extender.queueorder import DurationBands
+
+    docs = render("controller.queueOrder=critical-first", "controller.queueBands.count=8",
+                  "controller.queueBands.criticalBands=3")
+    values = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "PriorityClass"}
+    bands = DurationBands.log_spaced(60, 14_400, 8, order="critical-first")
+    assert bands.critical_count == 3  # the value the chart's comment gives for 8 bands
+    assert values == {bands.class_name(i): bands.priority(i) for i in range(8)}
+    rc, _, err = _render("controller.queueOrder=critical-first",
+                         "controller.queueBands.criticalBands=5")
+    assert rc != 0 and "criticalBands must not exceed" in err
 
 
 def test_queue_order_schema_is_the_controllers_choice() -> None:
