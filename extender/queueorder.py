@@ -3,10 +3,10 @@
 kube-scheduler's queue pops pods by priority, then by arrival, so a small fixed set of
 PriorityClasses (non-preempting, far below the system classes) turns "longest first" into
 "FIFO within a duration band". Bands are log-spaced between two durations: band 0 holds the
-shortest jobs, band ``n - 1`` the longest. With ``longest-first`` (the default: a long job
-queued last sets the makespan, so starting long jobs first packs the tail) band ``i`` gets
-priority ``base + i``; with ``shortest-first`` (better mean JCT, worse makespan) ``base + n -
-1 - i``. ``critical-first`` serves both: only jobs whose length is a sizeable part of a
+shortest jobs, band ``n - 1`` the longest. With ``longest-first`` (a long job queued last
+sets the makespan, so starting long jobs first packs the tail) band ``i`` gets priority
+``base + i``; with ``shortest-first`` (better mean JCT, worse makespan) ``base + n - 1 - i``.
+``critical-first`` (the chart's default) serves both: only jobs whose length is a sizeable part of a
 drain set the makespan (a job started late adds its whole length to it), so the *critical*
 bands go first, longest first; the others follow shortest first, which minimises mean JCT
 among them. Critical are the longest band and every band a job could really belong to if the

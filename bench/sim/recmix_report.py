@@ -134,12 +134,14 @@ def write_recmix(runs: list, out: Path, command: str = "", note: str = "") -> Pa
             "## Queue order", "",
             "`queue`: `as shipped` is what each scheduler does: sparse queues by predicted-"
             "duration band (extender/queueorder.py, the rule the job controller uses: declared "
-            "steps x the predictor's step time, log-spaced bands over the trace's durations, "
-            "longest band first, FIFO within a band), the stock schedulers (kube-exclusive, "
-            "kube-shared, FGD) FIFO. `fifo`, `bands`, `bands-shortest-first` force that order "
-            "on a policy; their ratios are against the as-shipped (FIFO) kube-exclusive and "
-            "kube-shared. `longest-first` is the oracle (true solo times), its ratios against "
-            "the oracle-ordered baselines.", "",
+            "steps x the predictor's step time, bands log-spaced over the trace's durations; "
+            "critical-first: the critical bands (the two longest of the default 4), longest "
+            "first, then the others shortest first; FIFO within a band), the stock schedulers "
+            "(kube-exclusive, kube-shared, FGD) FIFO. `fifo`, `bands` (longest band first), "
+            "`bands-shortest-first`, `bands-critical-first` force that order on a policy; "
+            "their ratios are against the as-shipped (FIFO) kube-exclusive and kube-shared. "
+            "`longest-first` is the oracle (true solo times), its ratios against the "
+            "oracle-ordered baselines.", "",
             md_table(orders, "{:.3f}"), "", *plot_queue_orders(runs, out),
         ]
     lines += ["## All runs", "", md_table(table, "{:.3f}"), "", *explain_markdown(runs)]

@@ -214,3 +214,16 @@ def test_critical_first_queue_starts_the_longest_band_then_short_before_medium()
     later_long = [b for b in range(len(jobs)) if band[b] == 3
                   and any(band[a] < 3 for a in range(b))]
     assert later_long  # a long job submitted after short ones still started before them
+
+
+def test_sparse_as_shipped_queues_in_the_charts_default_order():
+    """The simulator's `product` order for sparse is what the chart installs by default."""
+    from pathlib import Path
+
+    import yaml
+
+    from bench.sim.recmix_replay import PRODUCT_BAND_ORDER
+
+    values = yaml.safe_load((Path(__file__).resolve().parents[2] / "charts" / "sparse"
+                             / "values.yaml").read_text())
+    assert values["controller"]["queueOrder"] == PRODUCT_BAND_ORDER == "critical-first"
