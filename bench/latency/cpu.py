@@ -20,6 +20,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from bench.latency.cluster import request_bodies, synthetic_inventory
 from bench.latency.servers import extender_app, null_app
 from extender.cli import use_fast_event_loop
+from extender.http.keys import SCHEDULER
+from extender.protocol import ExtenderArgs, FilterResult, HostPriority
 
 WARM_UP = 100  # pods per server before measuring (fills the extender's shape cache)
 HEADERS = {"Content-Type": "application/json"}
@@ -55,6 +57,20 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes]
     return {kind: 1000 * s / max(len(bodies) - WARM_UP, 1) for kind, s in spent.items()}
 
 
+def answer_without_placement(app: web.Application) -> None:
+    """Filter passes every candidate, prioritize scores each 0: what is left is the HTTP
+    layer (admission, read, decode, metrics, encode) against the null server's."""
+
+    async def filter_(args: ExtenderArgs) -> FilterResult:
+        return FilterResult(NodeNames=args.node_names)
+
+    async def prioritize(args: ExtenderArgs) -> list[HostPriority]:
+        return [HostPriority(n, 0) for n in args.node_names]
+
+    app[SCHEDULER].filter = filter_
+    app[SCHEDULER].prioritize = prioritize
+
+
 @click.command()
 @click.option("--nodes", "scales", multiple=True, type=int, default=(500, 5000),
               show_default=True)
@@ -64,7 +80,10 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes]
               help="Measured pods with NodeNames (a fifth of it with full Nodes).")
 @click.option("--full/--no-full", default=True, show_default=True,
               help="Also measure full Node objects.")
-def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool) -> None:
+@click.option("--stub-verbs", is_flag=True,
+              help="Answer filter and prioritize without placement: the HTTP layer alone.")
+def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
+         stub_verbs: bool) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -76,6 +95,8 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
             n = count if not is_full else max(count // 5, 20)
             bodies = request_bodies(inventory, n + WARM_UP, picks, is_full)
             apps = {"extender": extender_app(nodes, gpus), "null": null_app()}
+            if stub_verbs:
+                answer_without_placement(apps["extender"])
             row = asyncio.run(cpu_per_pod(apps, bodies))
             click.echo(f"{nodes:>6} nodes, {picks} {mode:10}: extender {row['extender']:.2f}"
                        f" ms CPU/pod, null {row['null']:.2f} ms, ratio"
