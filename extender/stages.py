@@ -26,14 +26,20 @@ def recording() -> Iterator[dict[str, float]]:
         _current.reset(token)
 
 
-@contextmanager
-def stage(name: str) -> Iterator[None]:
-    times = _current.get()
-    if times is None:
-        yield
-        return
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        times[name] = times.get(name, 0.0) + time.perf_counter() - started
+class stage:  # noqa: N801 - used as a function: ``with stage("decode"):``
+    """Time the block into the current request's stages (a class: a generator-based context
+    manager costs about twice as much, and a request times a dozen blocks)."""
+
+    __slots__ = ("name", "times", "started")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        self.times = _current.get()
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        times = self.times
+        if times is not None:
+            times[self.name] = times.get(self.name, 0.0) + time.perf_counter() - self.started

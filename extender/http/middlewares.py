@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from aiohttp import web
 
@@ -16,6 +17,16 @@ log = logging.getLogger("sparse.http")
 
 def make_middleware(prefix: str) -> web.middleware:
     verbs = {f"{prefix}/{v}": v for v in ("filter", "prioritize", "bind", "preempt")}
+    children: dict[tuple[object, str, int], tuple[Any, Any]] = {}  # labels() once per pair
+
+    def count(metrics: Any, verb: str, status: int, seconds: float) -> None:
+        key = (metrics, verb, status)
+        pair = children.get(key)
+        if pair is None:
+            pair = children[key] = (metrics.latency.labels(verb),
+                                    metrics.requests.labels(verb, str(status)))
+        pair[0].observe(seconds)
+        pair[1].inc()
 
     @web.middleware
     async def middleware(request: web.Request, handler):  # type: ignore[no-untyped-def]
@@ -45,7 +56,6 @@ def make_middleware(prefix: str) -> web.middleware:
                                 status=500, content_type="application/json")
         finally:
             if verb != "other":
-                metrics.latency.labels(verb).observe(time.perf_counter() - started)
-                metrics.requests.labels(verb, str(status)).inc()
+                count(metrics, verb, status, time.perf_counter() - started)
 
     return middleware

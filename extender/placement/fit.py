@@ -42,6 +42,10 @@ class FitResult:
 def candidate_gpus(state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     starts, stops = state.node_start[nodes], state.node_stop[nodes]
     counts = stops - starts
+    if len(counts) and counts.min() == counts.max():  # the common case: alike nodes
+        k = int(counts[0])
+        return ((starts[:, None] + np.arange(k)).ravel(),
+                np.repeat(np.arange(len(nodes)), k))
     owner = np.repeat(np.arange(len(nodes)), counts)
     # GPU index = node start + position within node, built without a Python loop.
     offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)

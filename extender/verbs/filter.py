@@ -65,7 +65,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         result.failed.update(misses)
         fitting = np.array([i for i in fitting.tolist() if names[i] not in misses],
                            dtype=np.int64)
-    passed = [names[i] for i in fitting.tolist()]  # Python ints: indexing with NumPy's is slow
+    # Python ints: indexing with NumPy's is slow; all fit: the request's own list
+    passed = (names if len(fitting) == len(names)
+              else [names[i] for i in fitting.tolist()])
     if not passed:
         why = summarize(result.failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from builders import free_port, gpu_node, inventory, node_object, pod
 
 from extender.config import Settings
-from extender.errors import InvalidDemand, InvalidInventory, LedgerUnavailable
+from extender.errors import InvalidDemand, InvalidInventory, InvalidRequest, LedgerUnavailable
 from extender.http.app import build_scheduler, make_app
 from extender.http.keys import DECODER
 from extender.interference import default_matrix
@@ -267,6 +267,21 @@ async def test_big_bodies_are_decoded_in_the_worker_process():
         assert await post(c, "bind", big_bind) == {"Error": ""}
         assert (await c.get("/healthz")).status == 200
     assert decoder._proc is None  # stopped with the app
+
+
+async def test_prioritize_reuses_filters_decoding_only_for_the_same_body():
+    from extender.http.offload import BodyDecoder
+
+    decoder = BodyDecoder()
+    body = json.dumps({"Pod": pod("r", mem=1000, milli=100), "NodeNames": ["n1", "n2"]})
+    filtered = await decoder.decode("filter", bytearray(body.encode()))
+    assert await decoder.decode("prioritize", body.encode()) is filtered
+    other = json.dumps({"Pod": pod("r", mem=1000, milli=100), "NodeNames": ["n2"]})
+    fresh = await decoder.decode("prioritize", other.encode())
+    assert fresh is not filtered and fresh.node_names == ["n2"]
+    assert decoder.reused == 1
+    with pytest.raises(InvalidRequest):  # a malformed body is never answered from the cache
+        await decoder.decode("prioritize", body.encode()[:-1])
 
 
 # --- trust model: a request never rewrites the inventory unless the operator opts in -----

@@ -218,7 +218,8 @@ class FGD:
         share_delta = np.zeros(len(masks.gpus))
         sel = np.flatnonzero(masks.share)
         if demand.has_share and len(sel):
-            left_all = state.milli_free[masks.gpus[sel]]
+            share_gpus = masks.gpus[sel]  # milli_free of these only (not of every GPU)
+            left_all = state.milli_cap[share_gpus] - state.milli_used[share_gpus]
             # GPUs of one node with the same milli left give the same node after the share.
             keys, first, inverse = np.unique(
                 masks.owner[sel] * 2048 + left_all, return_index=True, return_inverse=True)

@@ -1,0 +1,108 @@
+"""python -m bench.latency.cpu: CPU time per filter + prioritize pod, in-process.
+
+The real extender app and the null server (``bench.latency.servers``), each behind aiohttp's
+test client on loopback in this one process, one scheduling cycle (filter, then prioritize)
+at a time. What is reported is process CPU time per pod (client and server together), which
+moves far less with the machine's load than wall-clock latency; the two servers take turns
+pod by pod so that whatever else runs on the machine weighs on both alike. The null server's
+figure is the floor any aiohttp extender pays; the difference is the extender's own work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import click
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from bench.latency.cluster import request_bodies, synthetic_inventory
+from bench.latency.servers import extender_app, null_app
+from extender.cli import use_fast_event_loop
+from extender.http.keys import SCHEDULER
+from extender.protocol import ExtenderArgs, FilterResult, HostPriority
+
+WARM_UP = 100  # pods per server before measuring (fills the extender's shape cache)
+HEADERS = {"Content-Type": "application/json"}
+
+
+async def _cycle(client: TestClient, body: bytes) -> None:
+    for verb in ("filter", "prioritize"):
+        resp = await client.post(f"/scheduler/{verb}", data=body, headers=HEADERS)
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{verb} -> HTTP {resp.status}")
+
+
+async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes]
+                      ) -> dict[str, float]:
+    """CPU ms per pod for each app over ``bodies[WARM_UP:]``, the apps taking turns."""
+    clients = {kind: TestClient(TestServer(app)) for kind, app in apps.items()}
+    spent = dict.fromkeys(apps, 0.0)
+    try:
+        for client in clients.values():
+            await client.start_server()
+        for body in bodies[:WARM_UP]:
+            for client in clients.values():
+                await _cycle(client, body)
+        for body in bodies[WARM_UP:]:
+            for kind, client in clients.items():
+                started = time.process_time()
+                await _cycle(client, body)
+                spent[kind] += time.process_time() - started
+    finally:
+        for client in clients.values():
+            await client.close()
+    return {kind: 1000 * s / max(len(bodies) - WARM_UP, 1) for kind, s in spent.items()}
+
+
+def answer_without_placement(app: web.Application) -> None:
+    """Filter passes every candidate, prioritize scores each 0: what is left is the HTTP
+    layer (admission, read, decode, metrics, encode) against the null server's."""
+
+    async def filter_(args: ExtenderArgs) -> FilterResult:
+        return FilterResult(NodeNames=args.node_names)
+
+    async def prioritize(args: ExtenderArgs) -> list[HostPriority]:
+        return [HostPriority(n, 0) for n in args.node_names]
+
+    app[SCHEDULER].filter = filter_
+    app[SCHEDULER].prioritize = prioritize
+
+
+@click.command()
+@click.option("--nodes", "scales", multiple=True, type=int, default=(500, 5000),
+              show_default=True)
+@click.option("--gpus", default=8, show_default=True)
+@click.option("--candidates", default=500, show_default=True)
+@click.option("--requests", "count", default=300, show_default=True,
+              help="Measured pods with NodeNames (a fifth of it with full Nodes).")
+@click.option("--full/--no-full", default=True, show_default=True,
+              help="Also measure full Node objects.")
+@click.option("--stub-verbs", is_flag=True,
+              help="Answer filter and prioritize without placement: the HTTP layer alone.")
+def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
+         stub_verbs: bool) -> None:
+    """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
+    use_fast_event_loop()
+    for nodes in scales:
+        inventory = synthetic_inventory(nodes, gpus)
+        picks = min(candidates, nodes)
+        for mode, is_full in (("NodeNames", False), ("full Nodes", True)):
+            if is_full and not full:
+                continue
+            n = count if not is_full else max(count // 5, 20)
+            bodies = request_bodies(inventory, n + WARM_UP, picks, is_full)
+            apps = {"extender": extender_app(nodes, gpus), "null": null_app()}
+            if stub_verbs:
+                answer_without_placement(apps["extender"])
+            row = asyncio.run(cpu_per_pod(apps, bodies))
+            click.echo(f"{nodes:>6} nodes, {picks} {mode:10}: extender {row['extender']:.2f}"
+                       f" ms CPU/pod, null {row['null']:.2f} ms, ratio"
+                       f" {row['extender'] / row['null']:.2f}x, above null"
+                       f" {row['extender'] - row['null']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
