@@ -24,15 +24,21 @@ Model (figures in ``bench/data/locality/topology.yaml``):
 * Misses share the store's egress, the racks' uplinks and the zones' interconnects
   (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
   recommendation job starts or ends, the links are re-spread over the running ones and their
-  fetch times move. A job's hit ratio is fixed when it starts (its cache's content then).
+  fetch times move. A job's hit ratio is set when it starts (its cache's content then) and
+  again when a job starting on its node takes cache room from its tables.
+* Hit ratios count the rows a step *fetches*: a batch's ids are deduplicated, so a hot row
+  drawn many times is fetched once, and the cached top ``c`` rows serve a smaller share of the
+  fetched rows than of the draws (``fetched_hit``).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -65,24 +71,57 @@ def zipf_mass(c: float, n: float, alpha: float) -> float:
     return min(1.0, zipf_norm(min(c, n), alpha) / zipf_norm(n, alpha))
 
 
+@lru_cache(maxsize=512)
+def step_rows(n: float, alpha: float, unique: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """One step of a table: ``(draws, log rank grid, distinct rows by rank)``. A step draws
+    ``draws`` Zipf(alpha) ids over ``n`` rows, ``unique`` of them distinct (what it fetches: a
+    batch's ids are deduplicated); row k is among them with probability
+    ``1 - exp(-draws p_k)``, so the cumulative curve gives how many of the step's distinct rows
+    are among the top ``c`` ranks. Hot rows are drawn many times but fetched once, so a cache
+    of the top ``c`` rows serves far less of the fetched rows than of the draws."""
+    unique = min(unique, 0.99 * n)
+    p1 = 1.0 / zipf_norm(n, alpha)
+    x = np.geomspace(1.0, n, 2048)
+
+    def cumulative(draws: float) -> np.ndarray:
+        f = -np.expm1(-draws * p1 * x ** -alpha)
+        return np.concatenate([[f[0]], f[0] + np.cumsum((f[1:] + f[:-1]) / 2 * np.diff(x))])
+
+    lo, hi = unique, unique * 1e6
+    for _ in range(80):  # bisection in log space on the draws giving ``unique`` distinct rows
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if cumulative(mid)[-1] < unique else (lo, mid)
+    return hi, np.log(x), cumulative(hi)
+
+
+def fetched_hit(cached: np.ndarray | float, n: float, alpha: float, unique: float
+                ) -> np.ndarray:
+    """Share of one step's fetched (distinct) rows that a cache holding the table's ``cached``
+    hottest rows serves."""
+    _, log_rank, cum = step_rows(float(n), float(alpha), float(unique))
+    c = np.minimum(np.asarray(cached, dtype=np.float64), n)
+    return np.where(c >= 1, np.interp(np.log(np.maximum(c, 1.0)), log_rank, cum) / cum[-1], 0.0)
+
+
 def mean_hit(cached: int, target: int, n: int, alpha: float, unique: float, steps: float
              ) -> float:
-    """Mean hit ratio over a job's steps on a cache that holds ``cached`` of the table's hottest
-    rows at the start and fills to ``target``: after s steps of ``unique`` Zipf draws the rows
-    down to rank (s unique p_1)^(1/alpha) have been fetched once (p_1 = the top row's
+    """Mean share of the fetched rows served by a cache that holds ``cached`` of the table's
+    hottest rows at the start and fills to ``target``: after s steps of ``draws`` Zipf draws
+    the rows down to rank (s draws p_1)^(1/alpha) have been fetched once (p_1 = the top row's
     probability), so the cache holds min(target, max(cached, that rank)) rows."""
     if target <= 0:
         return 0.0
+    draws = step_rows(float(n), float(alpha), float(unique))[0]
     p1 = 1.0 / zipf_norm(n, alpha)
     grid = np.geomspace(1.0, max(steps, 1.0), 24)
-    seen = (grid * unique * p1) ** (1.0 / alpha)
+    seen = (grid * draws * p1) ** (1.0 / alpha)
     held = np.minimum(target, np.maximum(cached, seen))
-    h = np.array([zipf_mass(c, n, alpha) for c in held])
+    h = fetched_hit(held, n, alpha, unique)
     if len(grid) == 1 or steps <= 1:
         return float(h[-1])
     # Trapezoid over the steps (the first step at the starting content).
     xs = np.concatenate([[0.0], grid])
-    ys = np.concatenate([[zipf_mass(cached, n, alpha)], h])
+    ys = np.concatenate([fetched_hit(min(cached, target), n, alpha, unique)[None], h])
     return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / xs[-1])
 
 
@@ -266,15 +305,16 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     cls_idx = np.array([matrix.index(c) for c in classes])
     norm = matrix.norm
 
-    def fetch_parts(j: int, node: str, before: dict[str, int]) -> tuple[float, float, float]:
-        """Per step on ``node`` (means over the job's steps): seconds not spent on missed
-        bytes (latencies, hits at local speed), missed bytes, and their seconds on an idle
-        network (the node's tier bandwidth to the store)."""
+    def fetch_parts(j: int, node: str, before: dict[str, int], left: float | None = None
+                    ) -> tuple[float, float, float]:
+        """Per step on ``node`` (means over the job's ``left`` steps, all by default):
+        seconds not spent on missed bytes (latencies, hits at local speed), missed bytes, and
+        their seconds on an idle network (the node's tier bandwidth to the store)."""
         tier = net[topo.tier(node)]
         free = miss = 0.0
         for t in tables[j]:
             h = mean_hit(before.get(t, 0), caches.held[node].get(t, 0), rows[t],
-                         cfg_t["id_alpha"], unique, steps[j])
+                         cfg_t["id_alpha"], unique, steps[j] if left is None else left)
             bytes_ = unique * row_bytes
             free += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"] * GBPS)
                      + (tier["latency_ms"] / 1e3 if h < 1 else 0.0))
@@ -359,9 +399,17 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         if tables[j]:
             before = {t: caches.held[node].get(t, 0) for t in tables[j]}
             cache_hit[j] = all(before.values())
+            held = dict(caches.held[node])
             caches.start(node, tables[j])
             fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, before)
             fetch[j] = fetch_free[j] + miss_s[j]
+            shrunk = {t for t, c in held.items() if caches.held[node].get(t, 0) < c}
+            for k in paths:  # co-runners whose tables lost cache room to this job's
+                if node_of[k] == node and shrunk & set(tables[k]):
+                    left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
+                    now_held = {t: caches.held[node].get(t, 0) for t in tables[k]}
+                    fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, now_held,
+                                                                          left)
             paths[j] = links.path(node)
             in_rack[j] = topo.tier(node) == "rack"
             publish(node)
