@@ -139,8 +139,18 @@ class Topology:
     rack: dict[str, str]
 
     @classmethod
-    def load(cls, path: str | Path | None, seed: int) -> Topology:
+    def load(cls, path: str | Path | None, seed: int, overrides: dict | None = None
+             ) -> Topology:
+        """``overrides``: dotted keys (``links.store_gbps``) replacing the file's values."""
         raw = yaml.safe_load(Path(path or TOPOLOGY).read_text())
+        for key, value in (overrides or {}).items():
+            *parents, leaf = key.split(".")
+            node = raw
+            for k in parents:
+                node = node[k]
+            if leaf not in node:
+                raise KeyError(f"topology has no {key!r}")
+            node[leaf] = value
         places = [(z, f"rack-{r}") for z in raw["zones"] for r in range(raw["racks_per_zone"])]
         slots = [(z, r) for z, r in places for _ in range(raw["nodes_per_rack"])]
         perm = np.random.default_rng(seed).permutation(len(slots))
@@ -179,10 +189,13 @@ class NodeCaches:
         self.held: dict[str, OrderedDict[str, int]] = {n: OrderedDict() for n in topo.names}
         self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
 
-    def start(self, node: str, tables: tuple[str, ...]) -> None:
+    def start(self, node: str, tables: tuple[str, ...]) -> set[str]:
+        """Book a starting job's tables; returns the other tables that lost rows to them."""
+        held = dict(self.held[node])
         for t in tables:
             self.active[node][t] = self.active[node].get(t, 0) + 1
         self._rebalance(node, tables)
+        return {t for t, c in held.items() if self.held[node].get(t, 0) < c} - set(tables)
 
     def stop(self, node: str, tables: tuple[str, ...]) -> None:
         for t in tables:
@@ -249,15 +262,16 @@ def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, 
 def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = True,
                  scenario: str = "recommendation", n_jobs: int = 400, rec_share: float = 0.7,
                  load: float = 0.9, topology: str | None = None, policy: str = "sparse",
-                 weights: LocalityWeights | None = None, mode: str = "continuous"
-                 ) -> LocalityRun:
+                 weights: LocalityWeights | None = None, mode: str = "continuous",
+                 overrides: dict | None = None) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
     ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
     ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
-    submitted at t = 0: queueing dominates, as in ``replay``)."""
+    submitted at t = 0: queueing dominates, as in ``replay``). ``overrides``: topology values
+    by dotted key (``Topology.load``)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    topo = Topology.load(topology, seed)
+    topo = Topology.load(topology, seed, overrides)
     cfg_t, cfg_j, net = topo.raw["tables"], topo.raw["jobs"], topo.raw["network"]
     matrix = default_matrix()
     jobs = sample_jobs(load_pods(workload_path(workload)), n_jobs, rng)
@@ -399,11 +413,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         if tables[j]:
             before = {t: caches.held[node].get(t, 0) for t in tables[j]}
             cache_hit[j] = all(before.values())
-            held = dict(caches.held[node])
-            caches.start(node, tables[j])
+            shrunk = caches.start(node, tables[j])
             fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, before)
             fetch[j] = fetch_free[j] + miss_s[j]
-            shrunk = {t for t, c in held.items() if caches.held[node].get(t, 0) < c}
             for k in paths:  # co-runners whose tables lost cache room to this job's
                 if node_of[k] == node and shrunk & set(tables[k]):
                     left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
