@@ -243,6 +243,7 @@ class LocalityRun(JctRun):
     rec_jct_mean: float
     placed_cache_hit: float  # recommendation jobs starting where their tables were cached
     placed_store_rack: float
+    store_rack_rec_work: float  # share of the store racks' GPU work that reads embeddings
     link_stretch: float  # time-weighted stretch of the most loaded link (1 = no contention)
     seconds: float
     jct: list = field(default_factory=list)
@@ -355,7 +356,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     gpu_jobs: dict[int, set[int]] = {}
     job_gpu: dict[int, int] = {}
     cache_hit = np.zeros(len(jobs), dtype=bool)
-    in_rack = np.zeros(len(jobs), dtype=bool)
+    in_rack = np.zeros(len(jobs), dtype=bool)  # any job, in a rack of the store's shards
     events: list[tuple[float, int, int, int]] = [(float(arrive[j]), 1, j, 0)
                                                  for j in range(len(jobs))]
     heapq.heapify(events)
@@ -409,6 +410,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             return False
         node = str(sim.names[placed.node])
         node_of[j] = node
+        in_rack[j] = topo.tier(node) == "rack"
         started[j] = last[j] = now
         if tables[j]:
             before = {t: caches.held[node].get(t, 0) for t in tables[j]}
@@ -423,7 +425,6 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                     fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, now_held,
                                                                           left)
             paths[j] = links.path(node)
-            in_rack[j] = topo.tier(node) == "rack"
             publish(node)
         if d.has_share:
             g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
@@ -462,6 +463,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     rec = np.array([bool(t) for t in tables]) & ~np.isnan(done)
     run_time = done - started
     fetch_s = fetched
+    gpu_s = np.nan_to_num(request * run_time)
     return LocalityRun(
         workload=workload_name(workload), scenario=scenario, mode=mode, locality=locality,
         seed=seed,
@@ -472,5 +474,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         rec_jct_mean=float(np.nanmean(jct[rec])) if rec.any() else float("nan"),
         placed_cache_hit=float(cache_hit[rec].mean()) if rec.any() else float("nan"),
         placed_store_rack=float(in_rack[rec].mean()) if rec.any() else float("nan"),
+        store_rack_rec_work=float((gpu_s * in_rack * rec).sum() / max((gpu_s * in_rack).sum(),
+                                                                      1e-9)),
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0,
         seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])
