@@ -88,11 +88,27 @@ class SweepRun:
         return asdict(self)
 
 
+def parse_set(items: tuple[str, ...] | list[str]) -> dict:
+    """``KEY=VALUE`` topology overrides (dotted keys; values read as YAML)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
 def sweep_job(args: tuple) -> SweepRun:
+    """One run: ``(sweep, value, seed, locality, kw)``; ``kw['base']``: overrides under the
+    sweep's own."""
     sweep, value, seed, locality, kw = args
+    kw = dict(kw)
+    base = kw.pop("base", None) or {}
     s = sweeps(kw.get("topology"))[sweep]
     raw = yaml.safe_load(Path(kw.get("topology") or TOPOLOGY).read_text())
-    r = run_locality(seed=seed, locality=locality, overrides=s.overrides(raw, value), **kw)
+    r = run_locality(seed=seed, locality=locality,
+                     overrides={**base, **s.overrides(raw, value)}, **kw)
     return SweepRun(sweep, value, seed, locality, r.jct_mean, r.rec_jct_mean, r.makespan,
                     r.fetch_share, r.placed_store_rack, r.link_stretch)
 

@@ -82,8 +82,11 @@ def test_topology_overrides_replace_file_values():
 
 
 def test_sweep_cli_writes_ratios_and_plot(tmp_path):
+    bad = CliRunner().invoke(bench_cli, ["locality-sweep", "--set", "links.nope=1"])
+    assert bad.exit_code == 2 and "links.nope" in bad.output
     out = CliRunner().invoke(bench_cli, ["locality-sweep", "--sweep", "store-racks", "--seeds",
-                                         "5", "--jobs", "24", "-j", "1", "--out",
+                                         "5", "--jobs", "24", "-j", "1", "--set",
+                                         "links.rack_uplink_gbps=100", "--out",
                                          str(tmp_path)])
     assert out.exit_code == 0, out.output
     table = pd.read_csv(tmp_path / "sweep.csv")
