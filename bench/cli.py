@@ -332,6 +332,40 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
     click.echo(f"report: {path}")
 
 
+@main.command("locality-sweep")
+@click.option("--sweep", "names", multiple=True,
+              type=click.Choice(["uplink", "cache", "store-racks", "store-gbps", "fetch"]),
+              default=("uplink", "cache", "store-racks", "store-gbps", "fetch"),
+              show_default=True, help="topology parameter to move (others as in the file)")
+@click.option("--topology", default=None, help="topology YAML (default: "
+              "bench/data/locality/topology.yaml)")
+@click.option("--seeds", default="42-44", show_default=True)
+@click.option("--jobs", "n_jobs", default=400, show_default=True)
+@click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="topology value under every point, e.g. links.store_gbps=100")
+@click.option("--out", default=None, help="results folder (default results/locality-sweep-<time>)")
+def locality_sweep(names, topology, seeds, n_jobs, workers, sets, out) -> None:
+    """Embedding locality: mean JCT with / without the term against topology parameters."""
+    from bench.sim.locality import Topology
+    from bench.sim.locality_sweep import parse_set, points, sweep_job, write_sweep
+
+    try:
+        base = parse_set(sets)
+        Topology.load(topology, 0, base)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from None
+    kw = {"n_jobs": n_jobs, "topology": topology, "base": base}
+    jobs = [(n, v, s, loc, kw) for n, v, s in points(list(names), parse_seeds(seeds), topology)
+            for loc in (False, True)]
+    folder = _out_dir(out, "locality-sweep")
+    runs = _run_all(jobs, sweep_job, workers,
+                    lambda j: f"{j[0]}={j[1]:g} {'on' if j[3] else 'off'} seed {j[2]}",
+                    folder / "runs.jsonl")
+    path = write_sweep(runs, folder, "sparse-bench " + shlex.join(sys.argv[1:]), topology)
+    click.echo(f"report: {path}")
+
+
 @main.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--out", required=True, help="folder for the merged report")

@@ -24,15 +24,21 @@ Model (figures in ``bench/data/locality/topology.yaml``):
 * Misses share the store's egress, the racks' uplinks and the zones' interconnects
   (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
   recommendation job starts or ends, the links are re-spread over the running ones and their
-  fetch times move. A job's hit ratio is fixed when it starts (its cache's content then).
+  fetch times move. A job's hit ratio is set when it starts (its cache's content then) and
+  again when a job starting on its node takes cache room from its tables.
+* Hit ratios count the rows a step *fetches*: a batch's ids are deduplicated, so a hot row
+  drawn many times is fetched once, and the cached top ``c`` rows serve a smaller share of the
+  fetched rows than of the draws (``fetched_hit``).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -65,24 +71,57 @@ def zipf_mass(c: float, n: float, alpha: float) -> float:
     return min(1.0, zipf_norm(min(c, n), alpha) / zipf_norm(n, alpha))
 
 
+@lru_cache(maxsize=512)
+def step_rows(n: float, alpha: float, unique: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """One step of a table: ``(draws, log rank grid, distinct rows by rank)``. A step draws
+    ``draws`` Zipf(alpha) ids over ``n`` rows, ``unique`` of them distinct (what it fetches: a
+    batch's ids are deduplicated); row k is among them with probability
+    ``1 - exp(-draws p_k)``, so the cumulative curve gives how many of the step's distinct rows
+    are among the top ``c`` ranks. Hot rows are drawn many times but fetched once, so a cache
+    of the top ``c`` rows serves far less of the fetched rows than of the draws."""
+    unique = min(unique, 0.99 * n)
+    p1 = 1.0 / zipf_norm(n, alpha)
+    x = np.geomspace(1.0, n, 2048)
+
+    def cumulative(draws: float) -> np.ndarray:
+        f = -np.expm1(-draws * p1 * x ** -alpha)
+        return np.concatenate([[f[0]], f[0] + np.cumsum((f[1:] + f[:-1]) / 2 * np.diff(x))])
+
+    lo, hi = unique, unique * 1e6
+    for _ in range(80):  # bisection in log space on the draws giving ``unique`` distinct rows
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if cumulative(mid)[-1] < unique else (lo, mid)
+    return hi, np.log(x), cumulative(hi)
+
+
+def fetched_hit(cached: np.ndarray | float, n: float, alpha: float, unique: float
+                ) -> np.ndarray:
+    """Share of one step's fetched (distinct) rows that a cache holding the table's ``cached``
+    hottest rows serves."""
+    _, log_rank, cum = step_rows(float(n), float(alpha), float(unique))
+    c = np.minimum(np.asarray(cached, dtype=np.float64), n)
+    return np.where(c >= 1, np.interp(np.log(np.maximum(c, 1.0)), log_rank, cum) / cum[-1], 0.0)
+
+
 def mean_hit(cached: int, target: int, n: int, alpha: float, unique: float, steps: float
              ) -> float:
-    """Mean hit ratio over a job's steps on a cache that holds ``cached`` of the table's hottest
-    rows at the start and fills to ``target``: after s steps of ``unique`` Zipf draws the rows
-    down to rank (s unique p_1)^(1/alpha) have been fetched once (p_1 = the top row's
+    """Mean share of the fetched rows served by a cache that holds ``cached`` of the table's
+    hottest rows at the start and fills to ``target``: after s steps of ``draws`` Zipf draws
+    the rows down to rank (s draws p_1)^(1/alpha) have been fetched once (p_1 = the top row's
     probability), so the cache holds min(target, max(cached, that rank)) rows."""
     if target <= 0:
         return 0.0
+    draws = step_rows(float(n), float(alpha), float(unique))[0]
     p1 = 1.0 / zipf_norm(n, alpha)
     grid = np.geomspace(1.0, max(steps, 1.0), 24)
-    seen = (grid * unique * p1) ** (1.0 / alpha)
+    seen = (grid * draws * p1) ** (1.0 / alpha)
     held = np.minimum(target, np.maximum(cached, seen))
-    h = np.array([zipf_mass(c, n, alpha) for c in held])
+    h = fetched_hit(held, n, alpha, unique)
     if len(grid) == 1 or steps <= 1:
         return float(h[-1])
     # Trapezoid over the steps (the first step at the starting content).
     xs = np.concatenate([[0.0], grid])
-    ys = np.concatenate([[zipf_mass(cached, n, alpha)], h])
+    ys = np.concatenate([fetched_hit(min(cached, target), n, alpha, unique)[None], h])
     return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / xs[-1])
 
 
@@ -100,8 +139,18 @@ class Topology:
     rack: dict[str, str]
 
     @classmethod
-    def load(cls, path: str | Path | None, seed: int) -> Topology:
+    def load(cls, path: str | Path | None, seed: int, overrides: dict | None = None
+             ) -> Topology:
+        """``overrides``: dotted keys (``links.store_gbps``) replacing the file's values."""
         raw = yaml.safe_load(Path(path or TOPOLOGY).read_text())
+        for key, value in (overrides or {}).items():
+            *parents, leaf = key.split(".")
+            node = raw
+            for k in parents:
+                node = node[k]
+            if leaf not in node:
+                raise KeyError(f"topology has no {key!r}")
+            node[leaf] = value
         places = [(z, f"rack-{r}") for z in raw["zones"] for r in range(raw["racks_per_zone"])]
         slots = [(z, r) for z, r in places for _ in range(raw["nodes_per_rack"])]
         perm = np.random.default_rng(seed).permutation(len(slots))
@@ -140,10 +189,13 @@ class NodeCaches:
         self.held: dict[str, OrderedDict[str, int]] = {n: OrderedDict() for n in topo.names}
         self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
 
-    def start(self, node: str, tables: tuple[str, ...]) -> None:
+    def start(self, node: str, tables: tuple[str, ...]) -> set[str]:
+        """Book a starting job's tables; returns the other tables that lost rows to them."""
+        held = dict(self.held[node])
         for t in tables:
             self.active[node][t] = self.active[node].get(t, 0) + 1
         self._rebalance(node, tables)
+        return {t for t, c in held.items() if self.held[node].get(t, 0) < c} - set(tables)
 
     def stop(self, node: str, tables: tuple[str, ...]) -> None:
         for t in tables:
@@ -191,6 +243,7 @@ class LocalityRun(JctRun):
     rec_jct_mean: float
     placed_cache_hit: float  # recommendation jobs starting where their tables were cached
     placed_store_rack: float
+    store_rack_rec_work: float  # share of the store racks' GPU work that reads embeddings
     link_stretch: float  # time-weighted stretch of the most loaded link (1 = no contention)
     seconds: float
     jct: list = field(default_factory=list)
@@ -210,15 +263,16 @@ def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, 
 def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = True,
                  scenario: str = "recommendation", n_jobs: int = 400, rec_share: float = 0.7,
                  load: float = 0.9, topology: str | None = None, policy: str = "sparse",
-                 weights: LocalityWeights | None = None, mode: str = "continuous"
-                 ) -> LocalityRun:
+                 weights: LocalityWeights | None = None, mode: str = "continuous",
+                 overrides: dict | None = None) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
     ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
     ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
-    submitted at t = 0: queueing dominates, as in ``replay``)."""
+    submitted at t = 0: queueing dominates, as in ``replay``). ``overrides``: topology values
+    by dotted key (``Topology.load``)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    topo = Topology.load(topology, seed)
+    topo = Topology.load(topology, seed, overrides)
     cfg_t, cfg_j, net = topo.raw["tables"], topo.raw["jobs"], topo.raw["network"]
     matrix = default_matrix()
     jobs = sample_jobs(load_pods(workload_path(workload)), n_jobs, rng)
@@ -266,15 +320,16 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     cls_idx = np.array([matrix.index(c) for c in classes])
     norm = matrix.norm
 
-    def fetch_parts(j: int, node: str, before: dict[str, int]) -> tuple[float, float, float]:
-        """Per step on ``node`` (means over the job's steps): seconds not spent on missed
-        bytes (latencies, hits at local speed), missed bytes, and their seconds on an idle
-        network (the node's tier bandwidth to the store)."""
+    def fetch_parts(j: int, node: str, before: dict[str, int], left: float | None = None
+                    ) -> tuple[float, float, float]:
+        """Per step on ``node`` (means over the job's ``left`` steps, all by default):
+        seconds not spent on missed bytes (latencies, hits at local speed), missed bytes, and
+        their seconds on an idle network (the node's tier bandwidth to the store)."""
         tier = net[topo.tier(node)]
         free = miss = 0.0
         for t in tables[j]:
             h = mean_hit(before.get(t, 0), caches.held[node].get(t, 0), rows[t],
-                         cfg_t["id_alpha"], unique, steps[j])
+                         cfg_t["id_alpha"], unique, steps[j] if left is None else left)
             bytes_ = unique * row_bytes
             free += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"] * GBPS)
                      + (tier["latency_ms"] / 1e3 if h < 1 else 0.0))
@@ -301,7 +356,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     gpu_jobs: dict[int, set[int]] = {}
     job_gpu: dict[int, int] = {}
     cache_hit = np.zeros(len(jobs), dtype=bool)
-    in_rack = np.zeros(len(jobs), dtype=bool)
+    in_rack = np.zeros(len(jobs), dtype=bool)  # any job, in a rack of the store's shards
     events: list[tuple[float, int, int, int]] = [(float(arrive[j]), 1, j, 0)
                                                  for j in range(len(jobs))]
     heapq.heapify(events)
@@ -355,15 +410,21 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             return False
         node = str(sim.names[placed.node])
         node_of[j] = node
+        in_rack[j] = topo.tier(node) == "rack"
         started[j] = last[j] = now
         if tables[j]:
             before = {t: caches.held[node].get(t, 0) for t in tables[j]}
             cache_hit[j] = all(before.values())
-            caches.start(node, tables[j])
+            shrunk = caches.start(node, tables[j])
             fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, before)
             fetch[j] = fetch_free[j] + miss_s[j]
+            for k in paths:  # co-runners whose tables lost cache room to this job's
+                if node_of[k] == node and shrunk & set(tables[k]):
+                    left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
+                    now_held = {t: caches.held[node].get(t, 0) for t in tables[k]}
+                    fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, now_held,
+                                                                          left)
             paths[j] = links.path(node)
-            in_rack[j] = topo.tier(node) == "rack"
             publish(node)
         if d.has_share:
             g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
@@ -402,6 +463,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     rec = np.array([bool(t) for t in tables]) & ~np.isnan(done)
     run_time = done - started
     fetch_s = fetched
+    gpu_s = np.nan_to_num(request * run_time)
     return LocalityRun(
         workload=workload_name(workload), scenario=scenario, mode=mode, locality=locality,
         seed=seed,
@@ -412,5 +474,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         rec_jct_mean=float(np.nanmean(jct[rec])) if rec.any() else float("nan"),
         placed_cache_hit=float(cache_hit[rec].mean()) if rec.any() else float("nan"),
         placed_store_rack=float(in_rack[rec].mean()) if rec.any() else float("nan"),
+        store_rack_rec_work=float((gpu_s * in_rack * rec).sum() / max((gpu_s * in_rack).sum(),
+                                                                      1e-9)),
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0,
         seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])

@@ -26,7 +26,7 @@ def summary(runs: list) -> pd.DataFrame:
             continue
 
         def mean(group, key, seeds=seeds):
-            return float(np.mean([getattr(group[s], key) for s in seeds]))
+            return float(np.mean([getattr(group[s], key, np.nan) for s in seeds]))
 
         rows.append({
             "mode": mode, "scenario": scenario, "seeds": len(seeds),
@@ -43,6 +43,8 @@ def summary(runs: list) -> pd.DataFrame:
             "on_cache_on": mean(on, "placed_cache_hit"),
             "store_rack_off": mean(off, "placed_store_rack"),
             "store_rack_on": mean(on, "placed_store_rack"),
+            "rack_rec_work_off": mean(off, "store_rack_rec_work"),
+            "rack_rec_work_on": mean(on, "store_rack_rec_work"),
             "link_stretch_off": mean(off, "link_stretch"),
             "link_stretch_on": mean(on, "link_stretch"),
         })
@@ -129,7 +131,8 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
              "(mean over seeds). `fetch_share`: share of the recommendation jobs' run time spent "
              "fetching embeddings; `on_cache`: recommendation jobs that started on a node whose "
              "cache held all their tables; `store_rack`: those placed in a rack of the store's "
-             "shards; `link_stretch`: time-weighted stretch of the most loaded shared link "
+             "shards; `rack_rec_work`: share of the GPU work run in those racks that reads "
+             "embeddings; `link_stretch`: time-weighted stretch of the most loaded shared link "
              "(store egress, rack uplink, zone link, node NIC; 1 = no contention).", "",
              md_table(table, "{:.3f}"), ""]
     seeds = per_seed(runs)

@@ -8,7 +8,7 @@ import pytest
 
 from bench.embed.belady import belady_hits, next_use
 from bench.embed.zipf import ZipfIds
-from bench.sim.locality import mean_hit, zipf_mass
+from bench.sim.locality import fetched_hit, mean_hit, step_rows, zipf_mass
 
 
 def brute_min(trace: list[int], capacity: int) -> int:
@@ -58,8 +58,25 @@ def test_zipf_mass_and_warmup():
     assert zipf_mass(0, n, 1.05) == 0 and zipf_mass(2 * n, n, 1.05) == 1
     warm = mean_hit(200_000, 200_000, n, 1.05, 50_000, 1000)
     cold = mean_hit(0, 200_000, n, 1.05, 50_000, 1000)
-    assert warm == pytest.approx(zipf_mass(200_000, n, 1.05))
+    assert warm == pytest.approx(fetched_hit(200_000, n, 1.05, 50_000), rel=1e-6)
     assert 0 < cold < warm
+
+
+def test_hits_count_the_rows_a_step_fetches_not_its_draws():
+    # A step's ids are deduplicated before the fetch: a hot row drawn often is fetched once, so
+    # the cached top rows serve less of the fetched rows than of the draws.
+    n, alpha, unique = 1_000_000, 1.05, 50_000
+    draws, _, _ = step_rows(n, alpha, unique)
+    p = np.arange(1, n + 1, dtype=float) ** -alpha
+    p /= p.sum()
+    present = -np.expm1(draws * np.log1p(-p))  # P(row k among the step's ids)
+    assert present.sum() == pytest.approx(unique, rel=0.01)
+    for c in (10_000, 100_000, 500_000):
+        exact = present[:c].sum() / present.sum()
+        assert fetched_hit(c, n, alpha, unique) == pytest.approx(exact, abs=0.01)
+        assert 1 - fetched_hit(c, n, alpha, unique) > 2 * (1 - zipf_mass(c, n, alpha))
+    assert fetched_hit(0, n, alpha, unique) == 0
+    assert fetched_hit(n, n, alpha, unique) == pytest.approx(1.0)
 
 
 def test_zipf_ranks_invert_the_id_bijection():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from bench.cli import main as bench_cli
-from bench.sim.locality import Topology, run_locality
+from bench.sim.locality import NodeCaches, Topology, run_locality
 
 
 def test_topology_names_do_not_follow_racks():
@@ -55,3 +57,41 @@ def test_shared_links_stretch_misses_only_when_loaded():
     carried = (miss / (free + alone * 0.1 * f)).sum()
     assert (f > 1).all()
     assert abs(carried - 10 * GBPS) < 0.01 * 10 * GBPS  # four jobs share the link at capacity
+
+
+def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
+    topo = Topology.load(None, seed=1)
+    rows = {"a": 10**9, "b": 10**9, "c": 10**9}
+    caches = NodeCaches(topo, rows, row_bytes=256)
+    node = topo.names[0]
+    assert caches.start(node, ("a",)) == set()
+    assert caches.held[node]["a"] == caches.capacity  # alone: the whole cache
+    assert caches.start(node, ("b", "c")) == {"a"}  # a's running job loses room (re-rated)
+    assert caches.held[node]["a"] <= caches.capacity // 3 + 1
+    assert sum(caches.held[node].values()) <= caches.capacity
+
+
+def test_topology_overrides_replace_file_values():
+    topo = Topology.load(None, seed=1, overrides={"links.store_gbps": 7.0,
+                                                  "store.racks": ["zone-b/rack-1"]})
+    assert topo.raw["links"]["store_gbps"] == 7.0
+    assert {n for n in topo.names if topo.tier(n) == "rack"} == {
+        n for n in topo.names if (topo.zone[n], topo.rack[n]) == ("zone-b", "rack-1")}
+    with pytest.raises(KeyError):
+        Topology.load(None, seed=1, overrides={"links.nope": 1})
+
+
+def test_sweep_cli_writes_ratios_and_plot(tmp_path):
+    bad = CliRunner().invoke(bench_cli, ["locality-sweep", "--set", "links.nope=1"])
+    assert bad.exit_code == 2 and "links.nope" in bad.output
+    out = CliRunner().invoke(bench_cli, ["locality-sweep", "--sweep", "store-racks", "--seeds",
+                                         "5", "--jobs", "24", "-j", "1", "--set",
+                                         "links.rack_uplink_gbps=100", "--out",
+                                         str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    table = pd.read_csv(tmp_path / "sweep.csv")
+    assert table["value"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert table["jct_ratio"].between(0.2, 2.0).all()
+    # Store shards in every rack: every job is in a store rack with or without the term.
+    assert table["store_rack_off"].iloc[-1] == table["store_rack_on"].iloc[-1] == 1.0
+    assert (tmp_path / "sweep.png").exists()
