@@ -84,6 +84,7 @@ class Sparse:
     mix_weigh: str = "pods"
     mem_step: int = MEM_STEP
     cpu_weight: float = 0.0
+    fill: bool = False
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
@@ -93,6 +94,7 @@ class Sparse:
             raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
         self._mix.weigh = self.mix_weigh
         self._mix.mem_step = self.mem_step
+        self._frag.fill = self.fill
         self.set_workload(default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
