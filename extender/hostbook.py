@@ -38,6 +38,7 @@ def allocatable_of(allocatable: dict | None) -> tuple[int, int] | None:
 class HostBook:
     def __init__(self) -> None:
         self._alloc: dict[str, tuple[int, int]] = {}
+        self._raw: dict[str, tuple[object, object]] = {}  # as last given: skip re-parsing
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> node, cpu, mem
         self._used: dict[str, list[int]] = {}  # node -> [cpu, mem, pods]
         self._dirty: set[str] = set()
@@ -49,7 +50,13 @@ class HostBook:
 
     def set_node(self, name: str, allocatable: dict | None) -> None:
         """A Node seen (watch, relist or a filter request's Nodes): its allocatable."""
+        raw = (allocatable.get("cpu"), allocatable.get("memory")) if allocatable else None
+        if raw is not None and self._raw.get(name) == raw:
+            return  # every full-Node request repeats it: no parsing on the hot path
+        self._raw.pop(name, None)
         value = allocatable_of(allocatable)
+        if value is not None:
+            self._raw[name] = raw
         if value is None:
             if self._alloc.pop(name, None) is not None:
                 self._dirty.add(name)
@@ -58,6 +65,7 @@ class HostBook:
             self._dirty.add(name)
 
     def forget_node(self, name: str) -> None:
+        self._raw.pop(name, None)
         if self._alloc.pop(name, None) is not None:
             self._dirty.add(name)
 
