@@ -39,6 +39,7 @@ class HostBook:
     def __init__(self) -> None:
         self._alloc: dict[str, tuple[int, int]] = {}
         self._raw: dict[str, tuple[object, object]] = {}  # as last given: skip re-parsing
+        self._watched: set[str] = set()  # nodes the API server's watch described
         self._pods: dict[str, tuple[str, int, int]] = {}  # uid -> node, cpu, mem
         self._used: dict[str, list[int]] = {}  # node -> [cpu, mem, pods]
         self._dirty: set[str] = set()
@@ -48,8 +49,13 @@ class HostBook:
     def __len__(self) -> int:
         return len(self._alloc)
 
-    def set_node(self, name: str, allocatable: dict | None) -> None:
-        """A Node seen (watch, relist or a filter request's Nodes): its allocatable."""
+    def set_node(self, name: str, allocatable: dict | None, watched: bool = True) -> None:
+        """A Node seen (watch or relist; ``watched=False``: a filter request's Nodes, which
+        never override what the watch said): its allocatable."""
+        if watched:
+            self._watched.add(name)
+        elif name in self._watched:
+            return
         raw = (allocatable.get("cpu"), allocatable.get("memory")) if allocatable else None
         if raw is not None and self._raw.get(name) == raw:
             return  # every full-Node request repeats it: no parsing on the hot path
@@ -66,6 +72,7 @@ class HostBook:
 
     def forget_node(self, name: str) -> None:
         self._raw.pop(name, None)
+        self._watched.discard(name)
         if self._alloc.pop(name, None) is not None:
             self._dirty.add(name)
 

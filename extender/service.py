@@ -293,12 +293,12 @@ class Scheduler:
         return len(changed)
 
     def observe_allocatable(self, nodes: Iterable[NodeLite]) -> None:
-        """Full Node objects (a filter request's, the watch's): their allocatable CPU and
-        memory; the next view carries them."""
+        """Full Node objects of a filter request: their allocatable CPU and memory, for nodes
+        the API server's watch has not described; the next view carries them."""
         for node in nodes:
             status = node.status
             if status is not None and status.allocatable is not None:
-                self.hosts.set_node(node.metadata.name, status.allocatable)
+                self.hosts.set_node(node.metadata.name, status.allocatable, watched=False)
 
     def remove_node(self, name: str) -> None:
         self.hosts.forget_node(name)

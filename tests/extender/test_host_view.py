@@ -128,3 +128,11 @@ async def test_watches_feed_allocatable_and_bound_pods():
     assert s.hosts.left("gpu-a") == (4000, 792 * 1024)
     await kube._on_node("DELETED", node_with("gpu-a", "4"))
     assert s.hosts.left("gpu-a") is None
+
+
+def test_request_nodes_never_override_the_watch():
+    book = HostBook()
+    book.set_node("a", {"cpu": "8", "memory": "1Gi"})  # the watch
+    book.set_node("a", {"cpu": "1000", "memory": "1Ti"}, watched=False)  # a request
+    book.set_node("b", {"cpu": "4", "memory": "1Gi"}, watched=False)  # no watch: taken
+    assert book.left("a") == (8000, 1024) and book.left("b") == (4000, 1024)
