@@ -29,7 +29,7 @@ from extender.annotations import (
 )
 from extender.errors import InvalidDemand
 from extender.protocol import Container, Pod
-from extender.quantity import parse_int_quantity
+from extender.quantity import parse_int_quantity, parse_scaled_quantity
 
 MILLI_PER_GPU = 1000
 MAX_WHOLE_GPUS = 64
@@ -91,6 +91,10 @@ class PodDemand:
     job_class: str = UNKNOWN_CLASS
     prediction: Prediction | None = None
     share_containers: tuple[ContainerRequest, ...] = field(default=())  # booked per-container
+    # What kube-scheduler accounts the pod on its node (effective requests): placement reads
+    # them against the node's CPU and memory left where the adapter knows those.
+    cpu_milli: int = 0
+    host_mem_mib: int = 0
 
     @property
     def has_share(self) -> bool:
@@ -150,6 +154,32 @@ def _spread(total: int, weights: list[int]) -> list[int]:
     return parts
 
 
+def _host_request(container: Container) -> tuple[int, int]:
+    """A container's CPU (milli) and memory (MiB, rounded up) request; a resource only in
+    limits counts as requested (Kubernetes defaulting)."""
+    resources = container.resources
+    if resources is None:
+        return 0, 0
+    table = dict(resources.limits or {})
+    table.update(resources.requests or {})
+    name = container.name or "?"
+    cpu = parse_scaled_quantity(table["cpu"], f"container {name}: cpu", 1000) \
+        if "cpu" in table else 0
+    mem = parse_scaled_quantity(table["memory"], f"container {name}: memory", 1 / 2**20) \
+        if "memory" in table else 0
+    return cpu, mem
+
+
+def host_requests(pod: Pod) -> tuple[int, int]:
+    """The pod's effective CPU (milli) and memory (MiB) request, as kube-scheduler counts it:
+    the larger of the app containers' sum and any one init container's."""
+    app = [_host_request(c) for c in pod.spec.containers]
+    init = [_host_request(c) for c in pod.spec.initContainers or ()]
+    cpu = max([sum(c for c, _ in app), *(c for c, _ in init)])
+    mem = max([sum(m for _, m in app), *(m for _, m in init)])
+    return cpu, mem
+
+
 def parse_allowed_models(value: str | None) -> frozenset[str] | None:
     if value is None or not value.strip():
         return None
@@ -194,6 +224,7 @@ def pod_demand(pod: Pod, prediction: Prediction | None = None) -> PodDemand:
             strict=True,
         )
     )
+    cpu, host_mem = host_requests(pod)
     job_class = annotations.get(ANN_JOB_CLASS, "").strip().lower()
     if not job_class and prediction is not None and prediction.job_class:
         job_class = prediction.job_class
@@ -211,6 +242,8 @@ def pod_demand(pod: Pod, prediction: Prediction | None = None) -> PodDemand:
         job_class=job_class or UNKNOWN_CLASS,
         prediction=prediction if sharing else None,
         share_containers=booked,
+        cpu_milli=cpu,
+        host_mem_mib=host_mem,
     )
 
 

@@ -69,10 +69,15 @@ class Pod(msgspec.Struct, omit_defaults=True, gc=False):
     status: PodStatus | None = None
 
 
+class NodeStatusLite(msgspec.Struct, omit_defaults=True):
+    allocatable: dict[str, Quantity] | None = None
+
+
 class NodeLite(msgspec.Struct, gc=False):
     """The part of a Node object the extender reads; everything else is skipped."""
 
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    status: NodeStatusLite | None = None
 
 
 class _RawNodeList(msgspec.Struct):

@@ -56,3 +56,24 @@ def parse_int_quantity(value: object, resource: str) -> int:
     if number > MAX_VALUE:
         raise InvalidDemand(f"{resource}: quantity {value!r} is implausibly large")
     return int(number)
+
+
+def parse_scaled_quantity(value: object, resource: str, scale: float | int) -> int:
+    """A CPU or memory quantity times ``scale``, rounded up (CPU: scale 1000 gives milli-CPU;
+    memory: scale 2**-20 gives MiB). Fractions are allowed, as Kubernetes allows them."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidDemand(f"{resource}: quantity must be a string or number, got {value!r}")
+    text = str(value).strip()
+    match = _QUANTITY.match(text) if len(text) <= 64 else None
+    if not match:
+        raise InvalidDemand(f"{resource}: {value!r} is not a Kubernetes quantity")
+    try:
+        number = Decimal(match.group(1)) * _SUFFIX[match.group(2)]
+        if not number.is_finite() or abs(number.adjusted()) > 30:
+            raise InvalidDemand(f"{resource}: quantity {value!r} is out of range")
+        scaled = (number * Decimal(scale)).to_integral_value(rounding="ROUND_CEILING")
+    except DecimalException as exc:
+        raise InvalidDemand(f"{resource}: {value!r} is not a Kubernetes quantity") from exc
+    if scaled < 0:
+        raise InvalidDemand(f"{resource}: quantity {value!r} is negative")
+    return int(min(scaled, MAX_VALUE))

@@ -19,6 +19,7 @@ from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
 from extender.errors import InvalidInventory, LedgerUnavailable, ReservationConflict
+from extender.hostbook import HostBook
 from extender.interference import InterferenceMatrix
 from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook, parse_profile
@@ -37,6 +38,7 @@ from extender.protocol import (
     ExtenderArgs,
     FilterResult,
     HostPriority,
+    NodeLite,
     Pod,
     PreemptionArgs,
     PreemptionResult,
@@ -135,6 +137,9 @@ class Scheduler:
         pair_model = default_pair_model()
         self.profiles = ProfileBook(pair_model) if pair_model is not None else None
         self._state.profiles = self.profiles
+        # Each node's CPU and memory left (allocatable minus bound pods' requests), fed by
+        # the watches, full Nodes in requests and our own binds; attached to every view.
+        self.hosts = HostBook()
 
     # --- verbs (one module each) ----------------------------------------------------------
 
@@ -214,6 +219,7 @@ class Scheduler:
                     state.apply(reservation)  # replaces an earlier booking of the pod
             state.version = version
         self._state.profiles = self.profiles
+        self.hosts.attach(self._state)
         return self._state
 
     async def _rebuild(self, disruptions: int) -> ClusterState:
@@ -286,7 +292,16 @@ class Scheduler:
         self.set_inventory(Inventory(merged))
         return len(changed)
 
+    def observe_allocatable(self, nodes: Iterable[NodeLite]) -> None:
+        """Full Node objects of a filter request: their allocatable CPU and memory, for nodes
+        the API server's watch has not described; the next view carries them."""
+        for node in nodes:
+            status = node.status
+            if status is not None and status.allocatable is not None:
+                self.hosts.set_node(node.metadata.name, status.allocatable, watched=False)
+
     def remove_node(self, name: str) -> None:
+        self.hosts.forget_node(name)
         self._seen_annotation.pop(name, None)
         self.locality.forget_node(name)
         if name in self.inventory.nodes:
@@ -364,6 +379,8 @@ class Scheduler:
         version, dropped = await self.ledger.release_change(pod_uid, only_if)
         if dropped is not None:
             self.after_change(version, drop=pod_uid)
+        if only_if is None or dropped is not None:
+            self.hosts.release(pod_uid)
         if not keep_pending:
             self._pending.pop(pod_uid, None)
             if self.profiles is not None:

@@ -99,10 +99,9 @@ def parse_spec(spec: str) -> frozenset[str] | None:
 
 @dataclass(frozen=True, slots=True)
 class TraceDemand(PodDemand):
-    """A PodDemand with what kube-scheduler's in-tree filters and the baselines read."""
+    """A PodDemand with what the baselines read (per-GPU milli and GPU count as the trace
+    states them; CPU and host memory are the PodDemand's)."""
 
-    cpu_milli: int = 0
-    host_mem_mib: int = 0
     gpu_milli: int = 0  # per GPU, as in the trace
     num_gpu: int = 0
 

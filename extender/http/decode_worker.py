@@ -42,7 +42,7 @@ def handle(verb: str, body: bytes, keep_annotations: bool) -> WorkerReply:
     if args.raw_nodes is not None:
         spans = _spans(body, args)
         if not keep_annotations:  # names are all the scheduler-facing path needs
-            args.nodes = [NodeLite(metadata=ObjectMeta(name=n.metadata.name))
+            args.nodes = [NodeLite(metadata=ObjectMeta(name=n.metadata.name), status=n.status)
                           for n in args.nodes or []]
     args.raw_nodes = None
     return WorkerReply(extender=WireExtenderArgs(args=args, spans=spans))

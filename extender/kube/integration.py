@@ -7,10 +7,13 @@ import contextlib
 import logging
 from typing import Any
 
+import msgspec
 from kubernetes_asyncio import client
 
 from extender.annotations import LABEL_EMBEDDING_STORE
 from extender.config import Settings
+from extender.demand import host_requests
+from extender.errors import InvalidDemand
 from extender.inventory import Inventory
 from extender.kube.assignment import pod_is_finished, reservation_from_pod
 from extender.kube.binder import KubeBinder
@@ -19,6 +22,7 @@ from extender.kube.events import EventRecorder
 from extender.kube.stores import StoreShards
 from extender.kube.watching import Watcher
 from extender.ledger.rules import STATE_BOUND, STATE_RESERVED
+from extender.protocol import Pod
 from extender.service import Scheduler
 
 log = logging.getLogger("sparse.kube")
@@ -84,6 +88,10 @@ class KubeIntegration:
         self.scheduler.update_nodes(
             ((m.get("name", ""), m.get("annotations"), m.get("labels")) for m in metas),
             base=self._file_inventory)
+        hosts = self.scheduler.hosts
+        for node, meta in zip(items, metas, strict=True):
+            hosts.set_node(meta.get("name", ""), (node.get("status") or {}).get("allocatable"))
+        hosts.retain_nodes({m.get("name", "") for m in metas})
 
     async def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         meta = node.get("metadata") or {}
@@ -91,8 +99,10 @@ class KubeIntegration:
         if kind == "DELETED":
             if name not in self._file_inventory.nodes:
                 self.scheduler.remove_node(name)
+            self.scheduler.hosts.forget_node(name)
             return
         self.scheduler.update_node(name, meta.get("annotations"), meta.get("labels"))
+        self.scheduler.hosts.set_node(name, (node.get("status") or {}).get("allocatable"))
 
     # --- pods -------------------------------------------------------------------------------
 
@@ -105,7 +115,9 @@ class KubeIntegration:
                 await self.scheduler.release(uid)
                 continue
             live.add(uid)
+            self._count_host(pod)
             await self._adopt(pod)
+        self.scheduler.hosts.retain_pods(live)
         _, reservations = await self.scheduler.ledger.snapshot()
         for uid, r in reservations.items():
             # Reserved-but-unbound ones belong to binds in flight (maybe on another replica):
@@ -113,6 +125,19 @@ class KubeIntegration:
             if r.state == STATE_BOUND and uid not in live:
                 log.info("releasing %s/%s: pod no longer exists", r.namespace, r.name)
                 await self.scheduler.release(uid)
+
+    def _count_host(self, pod: dict[str, Any]) -> None:
+        """A pod bound to a node takes its CPU and memory requests there (HostBook)."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return
+        try:
+            cpu, mem = host_requests(msgspec.convert(pod, Pod, strict=False))
+        except (msgspec.ValidationError, InvalidDemand) as exc:
+            log.warning("pod %s: requests not counted on %s: %s",
+                        (pod.get("metadata") or {}).get("name"), node, exc)
+            return
+        self.scheduler.hosts.bind((pod.get("metadata") or {}).get("uid", ""), node, cpu, mem)
 
     async def _adopt(self, pod: dict[str, Any]) -> None:
         if not (pod.get("spec") or {}).get("nodeName"):
@@ -132,10 +157,12 @@ class KubeIntegration:
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
         if kind == "DELETED" or pod_is_finished(pod):
+            self.scheduler.hosts.release(uid)
             if await self.scheduler.release(uid) is not None:
                 log.info("released GPUs of %s/%s", pod["metadata"].get("namespace"),
                          pod["metadata"].get("name"))
             return
+        self._count_host(pod)
         await self._adopt(pod)
 
 

@@ -112,9 +112,29 @@ def fit(
     bad = np.flatnonzero(~fits)
     if explain and len(bad):
         _explain(state, demand, nodes, masks, bad, known, failed, unresolvable)
+    host = getattr(state, "host", None)
+    cpu, mem = getattr(demand, "cpu_milli", 0), getattr(demand, "host_mem_mib", 0)
+    if host is not None and (cpu or mem) and n:
+        # The node's CPU and memory as the adapter knows them (the extender: allocatable
+        # minus the pods bound there; the simulator pre-filters, so this never bites there).
+        cpu_left, mem_left = host.cpu_left[nodes], host.mem_left[nodes]
+        short = fits & ((cpu_left < cpu) | (mem_left < mem))
+        if short.any():
+            fits = fits & ~short
+            if explain:
+                for i in np.flatnonzero(short).tolist():
+                    failed[known[i]] = _host_reason(cpu, mem, int(cpu_left[i]),
+                                                    int(mem_left[i]))
     return FitResult(
         nodes=nodes, names=known, fits=fits, masks=masks, failed=failed, unresolvable=unresolvable
     )
+
+
+def _host_reason(cpu: int, mem: int, cpu_left: int, mem_left: int) -> str:
+    if cpu_left < cpu:
+        return f"node CPU: needs {cpu}m, {max(cpu_left, 0)}m left beside the pods bound there"
+    return (f"node memory: needs {mem} MiB, {max(mem_left, 0)} MiB left beside the pods bound"
+            " there")
 
 
 def _nodes(names: list[str], members: list[int], closest: int | None) -> str:

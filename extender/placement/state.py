@@ -121,6 +121,12 @@ class ClusterState:
                     self.resident_pods.pop(i, None)
             self.node_stamp[self.gpu_node[i]] = next(_STAMPS)
 
+    def touch(self, nodes: np.ndarray) -> None:
+        """Renew the nodes' stamps: something a policy reads of them (their CPU or memory
+        left) changed without a GPU booking."""
+        for i in np.asarray(nodes, dtype=np.int64).tolist():
+            self.node_stamp[i] = next(_STAMPS)
+
     def apply(self, reservation: Reservation) -> None:
         if reservation.pod_uid in self.reservations or reservation.pod_uid in self.orphans:
             self.unapply(reservation.pod_uid)

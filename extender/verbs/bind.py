@@ -80,6 +80,9 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     except ReservationConflict as exc:
         s.notify(Outcome("bind", *ref, False, str(exc)))
         return BindingResult(Error=f"bind {key}: {exc}")
+    demand = s.pending_demand(args.pod_uid)
+    if demand is not None:  # its CPU and memory count on the node before the watch says so
+        s.hosts.bind(args.pod_uid, args.node, demand.cpu_milli, demand.host_mem_mib)
     s.forget_pending(args.pod_uid)
     s.notify(Outcome("bind", *ref, True, reservation=confirmed, interference=loss))
     return BindingResult()

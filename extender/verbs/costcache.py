@@ -34,7 +34,8 @@ from extender.placement import ClusterState, Policy
 from extender.placement.fit import GpuMasks, gpu_masks
 
 # Policies whose costs for a node read only that node's GPUs in the ClusterState (and
-# inventory-wide constants): no randomness, no host view, no cross-node term.
+# inventory-wide constants), and its CPU and memory left where a host view renews the node's
+# stamp with them (``HostView.stamped``): no randomness, no cross-node term.
 CACHED_POLICIES = frozenset({"sparse", "fgd"})
 
 
@@ -84,8 +85,9 @@ class CostCache:
               ) -> tuple[np.ndarray, np.ndarray]:
         """``policy.costs(state, demand, masks)``, from the cache where it still holds."""
         key = shape_key(demand)
+        host = getattr(state, "host", None)
         if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
-                or getattr(state, "host", None) is not None or not len(masks.gpus)):
+                or (host is not None and not host.stamped) or not len(masks.gpus)):
             return policy.costs(state, demand, masks)
         note = getattr(policy, "note", None)
         if note is not None:  # first: feeding a learned mix may replace what the epoch reads

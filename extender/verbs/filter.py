@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     pod = args.pod
+    if args.nodes is not None:  # full Nodes: their allocatable CPU and memory (HostBook)
+        s.observe_allocatable(args.nodes)
     if args.nodes is not None and s.trust_request_inventory:  # see docs/security.md
         s.update_nodes((n.metadata.name, n.metadata.annotations, n.metadata.labels)
                        for n in args.nodes)

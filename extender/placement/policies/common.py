@@ -45,6 +45,9 @@ class HostView:
     mem_left: np.ndarray
     pods: np.ndarray
     tag_count: np.ndarray = field(default=None)  # type: ignore[assignment]
+    # True when every change of a node's CPU or memory also renews its ``node_stamp`` in the
+    # state (the extender's HostBook does): cost caches keyed by node stamps stay valid.
+    stamped: bool = False
 
     def __post_init__(self) -> None:
         if self.tag_count is None:

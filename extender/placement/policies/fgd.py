@@ -84,10 +84,23 @@ def default_tasks() -> TypicalTasks:
 
 
 class FragModel:
-    """Vectorised F_n(m) with the per-node aggregates it needs, for many nodes at once."""
+    """Vectorised F_n(m) with the per-node aggregates it needs, for many nodes at once.
 
-    def __init__(self, tasks: TypicalTasks) -> None:
+    ``fill=True`` measures what repeated pods of each typical shape could not take instead
+    (sparse's measure; ``fill_frag``): per node two aggregates per task, ``a`` and ``b``, summed
+    over its GPUs (``gpu_terms``); FGD's are (GPUs with left >= m.milli, left on the others),
+    the fill measure's (slots of m.milli, unused)."""
+
+    def __init__(self, tasks: TypicalTasks, fill: bool = False) -> None:
         self.tasks = tasks
+        self.fill = fill
+        milli = tasks.milli
+        self._slot_milli = np.where(milli > 0, milli, np.inf)
+        self._cpu = np.where(tasks.cpu > 0, tasks.cpu, np.nan)
+        self._mem = None if tasks.mem is None else np.where(tasks.mem > 0, tasks.mem, np.nan)
+        a0, b0 = self.gpu_terms(np.zeros(1))
+        a1, b1 = self.gpu_terms(np.full(1, 1000.0))
+        self.full_delta = (a0[0] - a1[0], b0[0] - b1[0])  # one free GPU booked whole
         self._model_ok: tuple[int, np.ndarray] | None = None
         self._memo: tuple | None = None  # (key, left, count_ge, lt, u) for a whole state
 
@@ -127,17 +140,27 @@ class FragModel:
         """Host memory left on the nodes, where the tasks test it (None otherwise)."""
         return None if self.tasks.mem is None else host.mem_left[nodes].astype(np.float64)
 
-    def aggregates(self, left: np.ndarray, owner: np.ndarray, n: int):
-        """count_ge (n, M): GPUs with left >= m.milli; lt (n, M): their complement's sum."""
+    def gpu_terms(self, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU and task (len(left), M): FGD's (left >= m.milli, left where not), or the fill
+        measure's (slots of m.milli the GPU has left, zeros)."""
+        if self.fill:
+            slots = np.floor(left[:, None] / self._slot_milli[None, :])
+            return slots, np.zeros_like(slots)
         ge = left[:, None] >= self.tasks.milli[None, :]
-        count_ge = segment_sum(ge, owner, n)
-        lt = segment_sum(np.where(ge, 0.0, left[:, None]), owner, n)
-        return count_ge, lt
+        return ge.astype(np.float64), np.where(ge, 0.0, left[:, None])
+
+    def aggregates(self, left: np.ndarray, owner: np.ndarray, n: int):
+        """count_ge (n, M): GPUs with left >= m.milli; lt (n, M): their complement's sum
+        (fill measure: slots of m.milli, zeros)."""
+        a, b = self.gpu_terms(left)
+        return segment_sum(a, owner, n), segment_sum(b, owner, n)
 
     def frag(self, count_ge, lt, u_total, cpu_left, node_model_ok, mem_left=None
              ) -> np.ndarray:
         """F_n(M) for rows of aggregates (any leading shape). Tasks that carry host memory
         (``tasks.mem``) also need ``mem_left`` of it where it is given."""
+        if self.fill:
+            return self.fill_frag(count_ge, u_total, cpu_left, node_model_ok, mem_left)
         t = self.tasks
         ok = (
             (t.milli > 0)
@@ -148,6 +171,27 @@ class FragModel:
         if t.mem is not None and mem_left is not None:
             ok &= mem_left[..., None] >= t.mem
         return np.where(ok, lt, u_total[..., None]) @ t.p
+
+    def fill_frag(self, slots, u_total, cpu_left, node_model_ok, mem_left=None) -> np.ndarray:
+        """sum_m p_m (U_n - m.num x m.milli x copies_n(m)): the free GPU capacity that pods
+        of shape m, arriving again and again, could not take; copies_n(m) is how many fit at
+        once, bounded by the GPU slots of m.milli (m.num per pod), the node's CPU and its
+        host memory. FGD's measure asks only whether one more fits; this one also counts the
+        GPUs whose CPU (or memory) the shape would run out of first, and the remainders that
+        repeated shares leave, so a pod's growth of it charges exactly the capacity it
+        strands against the mix it is measured with. Shapes of a model the node lacks count
+        all of U_n."""
+        t = self.tasks
+        copies = np.floor(slots / np.maximum(t.num, 1))
+        with np.errstate(invalid="ignore"):
+            cpu_copies = np.floor(np.maximum(cpu_left, 0)[..., None] / self._cpu)
+        copies = np.fmin(copies, cpu_copies)  # NaN (a shape asking no CPU): GPUs decide
+        if self._mem is not None and mem_left is not None:
+            with np.errstate(invalid="ignore"):
+                copies = np.fmin(copies, np.floor(np.maximum(mem_left, 0)[..., None] / self._mem))
+        ok = (t.milli > 0) & node_model_ok
+        used = np.where(ok, np.maximum(copies, 0) * t.num * t.milli, 0.0)
+        return (u_total[..., None] - used) @ t.p
 
     def node_frag(self, state: ClusterState, nodes: np.ndarray | None = None) -> np.ndarray:
         """F_n(M) of the given state nodes (all by default), from the state as it is."""
@@ -180,11 +224,12 @@ class FGD:
     name = NAME
     score_step = 1.0
 
-    def __init__(self, tasks: TypicalTasks | None = None) -> None:
+    def __init__(self, tasks: TypicalTasks | None = None, fill: bool = False) -> None:
+        self.fill = fill  # measure with ``FragModel.fill_frag`` (sparse's), not FGD's
         self.set_workload(tasks or default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
-        self.model = FragModel(tasks)
+        self.model = FragModel(tasks, self.fill)
 
     def cache_epoch(self, state: ClusterState, demand: PodDemand) -> tuple[object, ...]:
         """What the costs read besides the nodes' own GPUs and the inventory: the typical
@@ -211,8 +256,9 @@ class FGD:
         w = demand.whole_gpus
         if w or not demand.has_share:
             # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
-            whole_delta = before - fm.frag(count_ge - w, lt, u - 1000.0 * w, cpu - c_p, mok,
-                                           mem_after)
+            full_a, full_b = fm.full_delta
+            whole_delta = before - fm.frag(count_ge + w * full_a, lt + w * full_b,
+                                           u - 1000.0 * w, cpu - c_p, mok, mem_after)
         else:  # a share alone: whole-GPU costs are never read
             whole_delta = np.zeros(len(nodes))
         share_delta = np.zeros(len(masks.gpus))
@@ -225,13 +271,13 @@ class FGD:
                 masks.owner[sel] * 2048 + left_all, return_index=True, return_inverse=True)
             o = masks.owner[sel][first]
             left = left_all[first].astype(np.float64)
-            milli = fm.tasks.milli
             m_p = float(demand.share_milli)
             new = left - m_p
-            ge_old = left[:, None] >= milli
-            ge_new = new[:, None] >= milli
-            cge = count_ge[o] - w - ge_old + ge_new
-            lt2 = lt[o] - np.where(ge_old, 0.0, left[:, None]) + np.where(ge_new, 0.0, new[:, None])
+            a_old, b_old = fm.gpu_terms(left)
+            a_new, b_new = fm.gpu_terms(new)
+            full_a, full_b = fm.full_delta
+            cge = count_ge[o] + w * full_a - a_old + a_new
+            lt2 = lt[o] + w * full_b - b_old + b_new
             after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o],
                             None if mem_after is None else mem_after[o])
             share_delta[sel] = (before[o] - after)[inverse.reshape(-1)]

@@ -17,9 +17,18 @@ For whole jobs a share joins a GPU when the pair together does more than one GPU
 (loss < 1) and opens an empty GPU otherwise; small shares interfere little and pack. A
 resident of unknown class counts as the mean of the matrix.
 
-``dF`` is the growth of the node's expected fragmentation (FGD's measure, Weng et al. ATC '23,
-see ``fgd.py``) in milli-GPU, so ``dF / 1000`` is in GPUs, the unit of the interference term:
-GPUs that typical pods can no longer use. It is exact (no score quantisation); a constant (the
+``dF`` is the growth of the node's expected fragmentation in milli-GPU, so ``dF / 1000`` is in
+GPUs, the unit of the interference term: GPUs that typical pods can no longer use. With
+``fill`` (the default) the measure is ``FragModel.fill_frag``: for each typical shape, the
+node's free GPU capacity that pods of that shape, arriving again and again, could not take,
+because the GPU remainders are smaller than the shape, because the node has too few GPUs left
+for it, or because the node's CPU or host memory would run out first. FGD's own measure
+(Weng et al. ATC '23, see ``fgd.py``; ``fill=False``) asks only whether one more pod of the
+shape fits, so it charges a pod nothing for the CPU it takes until the node's CPU falls below a
+whole task's, and nothing for the remainder a share leaves that only part of a GPU's worth of
+the shape can use. The fill measure's weights are the learned mix's popularities, nothing else:
+the CPU a pod takes costs the GPU capacity it strands for the shapes that need that CPU.
+It is exact (no score quantisation); a constant (the
 largest node's GPU count) is added per slot so costs stay non-negative, as the core's
 infeasibility test needs, without changing any comparison. The typical pods are the mix the
 policy keeps itself (``adaptive``, ``sparse_mix.DemandMix``): a decayed histogram of the pods
@@ -28,12 +37,13 @@ from a generic mix or from the cluster's own where ``set_workload`` gives it (th
 simulator does). With ``adaptive=False`` the starting mix stays fixed, as in FGD. The mix's
 shapes carry the pods' host memory where they state it (``mem_step``, 0 = leave it out), so a
 node whose memory is gone counts as fragmented for the shapes that need it (sparse_mix.py).
-``cpu_weight`` (off by default, kept for the experiment in bench/README.md) charges a pod's CPU
-for the GPUs it strands in expectation: the node's GPU capacity left free after the pod times
+``cpu_weight`` (off by default, kept for the experiment in bench/README.md; the fill measure
+does the same from the mix, without a weight) charges a pod's CPU for the GPUs it strands in
+expectation: the node's GPU capacity left free after the pod times
 the fraction of the node's remaining CPU it takes. FGD's CPU test only counts a node once its
 CPU falls below a whole task's; on the trace the fillable gaps that remain at the end sit on
-nodes whose CPU is gone. Like the memory test it needs the host view the simulator gives the
-core (the extender gives none, so there both are inert).
+nodes whose CPU is gone. Like the memory test it needs a host view: the simulator's, or the
+extender's (``extender.hostbook``: allocatable minus the requests of the pods bound there).
 ``frag_weight = 0`` gives the policy without the fragmentation term. ``order_weight`` adds
 ``order_weight * node position / max(node count, ORDER_SPAN)`` (nodes sorted by name): a fixed
 node order that fills nodes one after another unless another node is better by more than that,
@@ -84,6 +94,7 @@ class Sparse:
     mix_weigh: str = "pods"
     mem_step: int = MEM_STEP
     cpu_weight: float = 0.0
+    fill: bool = True
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
@@ -93,6 +104,7 @@ class Sparse:
             raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
         self._mix.weigh = self.mix_weigh
         self._mix.mem_step = self.mem_step
+        self._frag.fill = self.fill
         self.set_workload(default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:

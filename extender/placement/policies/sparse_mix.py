@@ -25,8 +25,8 @@ the GPUs left idle beside the slivers sit mostly on nodes whose host memory is g
 one-GPU pod asks 48 GiB), which FGD's measure does not see. A node that can no longer give a
 shape its memory counts all its free GPU capacity as fragmented for that shape, like FGD's CPU
 test. Without that, multi-GPU-heavy mixes lost to FGD (multigpu50, 10 seeds: 0.985x FGD, 2
-seeds worse; with it 0.936x, none worse). Pods that do not say their host memory (the
-extender's demands) leave it out of the test.
+seeds worse; with it 0.936x, none worse). Pods that request no host memory leave it out
+of the test (the extender's demands carry the pod's memory request).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class DemandMix:
             covered += w
             if covered >= self.coverage * total:
                 break
-        # No pod said how much host memory it needs (the extender's demands do not): no test.
+        # No pod said how much host memory it needs: no test.
         return TypicalTasks.of(rows, mems if any(mems) else None)
 
     def popularity(self) -> dict[Shape, float]:

@@ -77,16 +77,19 @@ def used_nodes(state):
 def test_multi_gpu_pod_still_finds_a_whole_node_after_a_stream_of_shares():
     """A policy that has seen 8-GPU pods among the recent ones keeps a node whole through a
     stream of shares that fits in the other nodes; with FGD's generic mix (no 8-GPU task) it
-    strands two GPUs on every node and the next 8-GPU pod finds no room."""
+    strands two GPUs on every node and the next 8-GPU pod finds no room (FGD's measure; the
+    fill measure keeps the node whole with either mix)."""
     nodes = [gpu_node(f"n{i}", 8, "G2") for i in range(5)]
-    learned = Sparse(_mix=DemandMix(half_life=40, refresh=4))
-    generic = Sparse(adaptive=False)
+    learned = Sparse(fill=False, _mix=DemandMix(half_life=40, refresh=4))
+    generic = Sparse(adaptive=False, fill=False)
+    fill_generic = Sparse(adaptive=False)
     scratch = ClusterState.build(inventory(*nodes), default_matrix())
     for i in range(40):  # recent pods, scored by the same core call: one in four of 8 GPUs
         d = demand(f"h{i}", 1000, 8) if i % 4 == 0 else demand(f"h{i}", 400)
         node_costs(scratch, d, fit(scratch, d, scratch.node_names), learned)
     outcome = {}
-    for name, policy in (("learned", learned), ("generic", generic)):
+    for name, policy in (("learned", learned), ("generic", generic),
+                         ("fill generic", fill_generic)):
         state = ClusterState.build(inventory(*nodes), default_matrix())
         for i in range(2):
             assert place(state, demand(f"b{i}", 1000, 8), policy) is not None
@@ -96,6 +99,7 @@ def test_multi_gpu_pod_still_finds_a_whole_node_after_a_stream_of_shares():
     assert outcome["learned"][0] == 4
     assert outcome["learned"][1] is not None
     assert outcome["generic"] == (5, None)
+    assert outcome["fill generic"][0] == 4 and outcome["fill generic"][1] is not None
 
 
 def test_adaptive_mix_can_be_switched_off():
@@ -120,11 +124,12 @@ def test_shapes_carry_host_memory_rounded_up_unless_left_out():
 def test_node_whose_host_memory_is_gone_keeps_no_room_for_the_mix():
     """Two 2-GPU nodes; the first has too little host memory left for a second one-GPU pod of
     the mix (48 GiB each). A small pod goes to the second node only when the mix knows the
-    pods' memory: on the first it would strand a whole GPU."""
+    pods' memory: on the first it would strand a whole GPU (FGD's measure; under the fill
+    measure either node loses one slot of the mix's shape, a tie)."""
     nodes = [gpu_node("a", 2, "G2"), gpu_node("b", 2, "G2")]
     chosen = {}
     for step in (4096, 0):
-        policy = Sparse(mem_step=step, _mix=DemandMix(half_life=50, refresh=1))
+        policy = Sparse(mem_step=step, fill=False, _mix=DemandMix(half_life=50, refresh=1))
         state = ClusterState.build(inventory(*nodes), default_matrix())
         cpu = np.array([64_000, 64_000])
         mem = np.array([60_000, 200_000])
@@ -140,11 +145,12 @@ def test_node_whose_host_memory_is_gone_keeps_no_room_for_the_mix():
 
 def test_cpu_weight_sends_cpu_heavy_pods_where_no_gpu_needs_the_cpu():
     """Node a still has free GPUs, node b's are all booked: a pod without GPUs goes to a by
-    the node order alone, to b once its CPU is charged for the GPUs it would strand."""
+    the node order alone under FGD's measure, to b once its CPU is charged for the GPUs it
+    would strand: by ``cpu_weight``, or by the fill measure without any weight."""
     nodes = [gpu_node("a", 2, "G2"), gpu_node("b", 2, "G2")]
     picks = {}
-    for weight in (0.0, 1.0):
-        policy = Sparse(cpu_weight=weight)
+    for weight, fill in ((0.0, False), (1.0, False), (0.0, True)):
+        policy = Sparse(cpu_weight=weight, fill=fill)
         state = ClusterState.build(inventory(*nodes), default_matrix())
         cpu = np.array([32_000, 32_000])
         mem = np.array([200_000, 200_000])
@@ -153,5 +159,25 @@ def test_cpu_weight_sends_cpu_heavy_pods_where_no_gpu_needs_the_cpu():
         state.apply(reservation_for(full, assign(state, full, "b", policy), state, 0.0, None))
         cpu_pod = make_demand("cpu", 16_000, 1024, 0, 0, "", MODELS)
         costs = policy.host_costs(state, cpu_pod, np.arange(2))
-        picks[weight] = state.node_names[int(np.argmin(costs))]
-    assert picks == {0.0: "a", 1.0: "b"}
+        picks[weight, fill] = state.node_names[int(np.argmin(costs))]
+    assert picks == {(0.0, False): "a", (1.0, False): "b", (0.0, True): "b"}
+
+
+def test_fill_measure_counts_remainders_and_cpu_stranded_gpus():
+    """Per shape, the free capacity repeated pods of it could not take: GPU remainders, and
+    GPUs whose node runs out of CPU first."""
+    from extender.placement.policies.fgd import FragModel
+
+    tasks = TypicalTasks.of([(4000, 470, 1, None, 0.5), (8000, 1000, 2, None, 0.5)])
+    fm = FragModel(tasks, fill=True)
+    left = np.array([1000.0, 1000.0, 530.0])  # one node, three GPUs: 2530 milli free
+    slots, _ = fm.aggregates(left, np.zeros(3, dtype=np.int64), 1)
+    ok = np.ones((1, 2), dtype=bool)
+    u = np.array([2530.0])
+    # plenty of CPU: 470s fill 5 slots (60 left on each GPU: 180); 2 whole GPUs -> 1 pod (530)
+    assert fm.frag(slots, None, u, np.array([10**9]), ok) == 0.5 * 180 + 0.5 * 530
+    # 8 cores: two 470-milli pods, or one 2-GPU pod
+    assert fm.frag(slots, None, u, np.array([8000]), ok) == 0.5 * (2530 - 940) + 0.5 * 530
+    fgd = FragModel(tasks)  # FGD: one more pod of each fits, only the sub-470 remainders count
+    ge, lt = fgd.aggregates(left, np.zeros(3, dtype=np.int64), 1)
+    assert fgd.frag(ge, lt, u, np.array([8000]), ok) == 0.5 * 530  # CPU not seen
