@@ -12,6 +12,7 @@ there, for jobs that export none. The extender reads the estimates for its next 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -53,8 +54,13 @@ class JobSample:
 
 async def query(session: aiohttp.ClientSession, base: str, expr: str) -> list[dict]:
     async with session.get(f"{base.rstrip('/')}/api/v1/query", params={"query": expr}) as resp:
-        doc = await resp.json(content_type=None)
-    if doc.get("status") != "success":
+        text = await resp.text()
+    try:  # a Prometheus that is still starting answers 503 in plain text, not JSON
+        doc = json.loads(text)
+    except ValueError:
+        raise RuntimeError(f"Prometheus query {expr!r}: HTTP {resp.status}: {text[:200]!r}"
+                           ) from None
+    if not isinstance(doc, dict) or doc.get("status") != "success":
         raise RuntimeError(f"Prometheus query {expr!r} failed: {doc.get('error', doc)}")
     return doc["data"]["result"]
 

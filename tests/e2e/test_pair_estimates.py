@@ -87,7 +87,8 @@ async def _wait_for_series(url: str, expected: int, timeout_s: float = 90.0) -> 
             try:
                 async with session.get(f"{url}/api/v1/query",
                                        params={"query": "sparse_job_step_seconds"}) as r:
-                    doc = await r.json(content_type=None)
+                    # a Prometheus still replaying its WAL answers 503 in plain text
+                    doc = await r.json(content_type=None) if r.status == 200 else {}
                 if len(doc.get("data", {}).get("result", [])) >= expected:
                     return
             except aiohttp.ClientError:

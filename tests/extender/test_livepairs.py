@@ -141,3 +141,22 @@ async def test_solo_profile_annotation_steers_placement_through_the_pair_model()
         await sched.demand_of(annotated("bad", "lots"))
     await sched.release(new.metadata.uid)
     assert sched.profiles.id_of(new.metadata.uid) == -1
+
+
+async def test_a_prometheus_still_starting_gives_a_clear_error_not_a_json_trace():
+    """Prometheus answers 503 in plain text while it replays its WAL: the worker's query names
+    the status (the worker logs it and tries again) instead of failing to decode JSON."""
+    import aiohttp
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from extender.pairworker import query
+
+    async def starting(_: web.Request) -> web.Response:
+        return web.Response(status=503, text="Service Unavailable")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", starting)
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        with pytest.raises(RuntimeError, match="HTTP 503.*Service Unavailable"):
+            await query(session, str(server.make_url("/")), "sparse_job_step_seconds")
