@@ -327,6 +327,17 @@ def format_table(ev: Evaluation) -> str:
     return "\n".join(lines)
 
 
+def _by_family(plt, ax, y: np.ndarray, p: np.ndarray, fam: np.ndarray) -> tuple[float, float]:
+    """Measured vs predicted, one colour per family, and the y = x line; the axes' range."""
+    cmap = plt.get_cmap("tab20")
+    for k, f in enumerate(sorted(set(fam))):
+        m = fam == f
+        ax.scatter(y[m], p[m], s=10, alpha=0.75, color=cmap(k % 20), label=f)
+    lo, hi = float(min(y.min(), p.min())) * 0.8, float(max(y.max(), p.max())) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    return lo, hi
+
+
 def plot(ev: Evaluation, out_dir: Path) -> list[Path]:
     """One predicted-vs-measured log-log plot per input level (PNG), coloured by family."""
     import matplotlib
@@ -338,12 +349,7 @@ def plot(ev: Evaluation, out_dir: Path) -> list[Path]:
     paths = []
     for level, (y, p, fam) in ev.points.items():
         fig, ax = plt.subplots(figsize=(7, 6))
-        cmap = plt.get_cmap("tab20")
-        for k, f in enumerate(sorted(set(fam))):
-            m = fam == f
-            ax.scatter(y[m], p[m], s=10, alpha=0.75, color=cmap(k % 20), label=f)
-        lo, hi = float(min(y.min(), p.min())) * 0.8, float(max(y.max(), p.max())) * 1.25
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        lo, hi = _by_family(plt, ax, y, p, fam)
         ax.plot([lo, hi], [lo * 0.95, hi * 0.95], "k:", lw=0.6)
         ax.plot([lo, hi], [lo * 1.05, hi * 1.05], "k:", lw=0.6)
         overall = ev.memory[level][-1]
@@ -360,12 +366,7 @@ def plot(ev: Evaluation, out_dir: Path) -> list[Path]:
         paths.append(path)
     for gpu_model, (y, p, fam) in ev.allocator_points.items():
         fig, ax = plt.subplots(figsize=(7, 6))
-        cmap = plt.get_cmap("tab20")
-        for k, f in enumerate(sorted(set(fam))):
-            m = fam == f
-            ax.scatter(y[m], p[m], s=10, alpha=0.75, color=cmap(k % 20), label=f)
-        lo, hi = float(min(y.min(), p.min())) * 0.8, float(max(y.max(), p.max())) * 1.25
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        lo, hi = _by_family(plt, ax, y, p, fam)
         overall = ev.allocator[gpu_model][-1]
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
                xlabel=f"measured max_memory_reserved on {gpu_model} (MiB)",

@@ -10,7 +10,14 @@ import pandas as pd
 
 from bench.sim.recmix_explain import baseline_mode, explain_markdown
 from bench.sim.replay import ANCHORS
-from bench.sim.report import _plt, md_table, plot_jct_cdfs, report_header, write_runs_and_summary
+from bench.sim.report import (
+    _plt,
+    md_table,
+    plot_jct_cdf,
+    plot_jct_cdfs,
+    report_header,
+    write_runs_and_summary,
+)
 
 METRICS = ["makespan", "jct_mean", "jct_p95", "queue_mean", "alloc_mean", "sm_util_mean",
            "sm_util_backlog", "share_stretch", "oom_events", "work_bound"]
@@ -72,7 +79,6 @@ def queue_order_table(table: pd.DataFrame) -> pd.DataFrame:
 
 def plot_queue_orders(runs: list, out: Path) -> list[str]:
     """Per arrival mode, the JCT CDF of every policy under every queue order but the oracle."""
-    plt = _plt()
     lines: list[str] = []
     groups: dict[str, dict[str, list]] = {}
     for r in runs:
@@ -83,22 +89,10 @@ def plot_queue_orders(runs: list, out: Path) -> list[str]:
     for base, by in sorted(groups.items()):
         if len(by) <= len({k.split(" ")[0] for k in by}):
             continue  # one order per policy: the plain CDF shows it
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for label, rs in sorted(by.items()):
-            jct = np.sort(np.concatenate([r.jct for r in rs]))
-            jct = jct[np.isfinite(jct)]
-            style = "-" if "as shipped" in label else "--"
-            ax.plot(jct / 3600.0, np.arange(1, len(jct) + 1) / max(len(jct), 1), style,
-                    label=label)
-        ax.set_xscale("log")
-        ax.set_xlabel("job completion time (h)")
-        ax.set_ylabel("CDF")
-        ax.set_title(f"rec-mix JCT by queue order, {base}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / f"jct-cdf-{base}-queue-orders.png", dpi=120)
-        plt.close(fig)
+        curves = [(label, rs, "-" if "as shipped" in label else "--")
+                  for label, rs in sorted(by.items())]
+        plot_jct_cdf(curves, out / f"jct-cdf-{base}-queue-orders.png",
+                     f"rec-mix JCT by queue order, {base}", figsize=(7.5, 4.5), legend_size=7)
         lines += [f"![JCT CDF by queue order, {base}](jct-cdf-{base}-queue-orders.png)", ""]
     return lines
 

@@ -54,26 +54,33 @@ def write_runs_and_summary(runs: list, table: pd.DataFrame, out: Path) -> None:
 def plot_jct_cdfs(runs: list, out: Path, title: str = "JCT") -> list[str]:
     """One JCT CDF per mode (every policy a line, all seeds pooled) as ``jct-cdf-<mode>.png``;
     the report lines that show them."""
-    plt = _plt()
     lines: list[str] = []
     for mode in sorted({r.mode for r in runs}):
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for policy in sorted({r.policy for r in runs if r.mode == mode}):
-            jct = np.sort(np.concatenate([r.jct for r in runs
-                                          if r.mode == mode and r.policy == policy]))
-            jct = jct[np.isfinite(jct)]
-            ax.plot(jct / 3600.0, np.arange(1, len(jct) + 1) / max(len(jct), 1), label=policy)
-        ax.set_xscale("log")
-        ax.set_xlabel("job completion time (h)")
-        ax.set_ylabel("CDF")
-        ax.set_title(f"{title}, {mode}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / f"jct-cdf-{mode}.png", dpi=120)
-        plt.close(fig)
+        curves = [(policy, [r for r in runs if r.mode == mode and r.policy == policy], "-")
+                  for policy in sorted({r.policy for r in runs if r.mode == mode})]
+        plot_jct_cdf(curves, out / f"jct-cdf-{mode}.png", f"{title}, {mode}")
         lines += [f"![JCT CDF {mode}](jct-cdf-{mode}.png)", ""]
     return lines
+
+
+def plot_jct_cdf(curves: list[tuple[str, list, str]], path: Path, title: str,
+                 figsize: tuple[float, float] = (7, 4.2), legend_size: int = 8) -> None:
+    """One figure of JCT CDFs: a (label, runs pooled, line style) per curve, hours on a log axis."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=figsize)
+    for label, rs, style in curves:
+        jct = np.sort(np.concatenate([r.jct for r in rs]))
+        jct = jct[np.isfinite(jct)]
+        ax.plot(jct / 3600.0, np.arange(1, len(jct) + 1) / max(len(jct), 1), style, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h)")
+    ax.set_ylabel("CDF")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def validation(runs: list) -> pd.DataFrame:
