@@ -59,14 +59,14 @@ class HostBook:
         raw = (allocatable.get("cpu"), allocatable.get("memory")) if allocatable else None
         if raw is not None and self._raw.get(name) == raw:
             return  # every full-Node request repeats it: no parsing on the hot path
-        self._raw.pop(name, None)
         value = allocatable_of(allocatable)
-        if value is not None:
-            self._raw[name] = raw
         if value is None:
+            self._raw.pop(name, None)
             if self._alloc.pop(name, None) is not None:
                 self._dirty.add(name)
-        elif self._alloc.get(name) != value:
+            return
+        self._raw[name] = raw
+        if self._alloc.get(name) != value:
             self._alloc[name] = value
             self._dirty.add(name)
 
@@ -136,11 +136,12 @@ class HostBook:
         if not self._dirty:
             return
         index = state.node_index
-        rows = [index[n] for n in self._dirty if n in index]
+        rows = []
         for name in self._dirty:
             i = index.get(name)
             if i is not None:
                 self._fill(view, i, name)
+                rows.append(i)
         self._dirty.clear()
         state.touch(np.array(rows, dtype=np.int64))
 
