@@ -124,8 +124,10 @@ class Pods:
         self.env = {
             "PATH": f"{shims}:{os.environ['PATH']}", "REDIS_PASSWORD": PASSWORD,
             "REDISCLI_AUTH": PASSWORD, "STATEFULSET": "r", "HEADLESS": "h", "NAMESPACE": "n",
-            "REPLICAS": str(n), "MASTER_NAME": "m", "QUORUM": "1", "DOWN_AFTER_MS": "1000",
-            "FAILOVER_TIMEOUT_MS": "5000",
+            "REPLICAS": str(n), "MASTER_NAME": "m", "QUORUM": "1",
+            # 1 s let a loaded machine's slow ping mark a just-promoted primary down and fail
+            # back at once; 3 s keeps the test quick without that false alarm.
+            "DOWN_AFTER_MS": "3000", "FAILOVER_TIMEOUT_MS": "10000",
             "SHIM": json.dumps({"redis": self.redis_ports, "sentinel": self.sentinel_ports,
                                 "real": shutil.which("redis-server"),
                                 "cli": shutil.which("redis-cli")}),
@@ -179,6 +181,21 @@ def _until(what: str, check, pods: Pods, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+def _switched(pods: Pods, old: int, new: int) -> bool:
+    line = f"+switch-master m 127.0.0.1 {old} 127.0.0.1 {new}"
+    return any(line in pods.log(pod, "sentinel") for pod in (0, 1))
+
+
+def _settled(pods: Pods) -> bool:
+    primary = pods.master_port(0)
+    if not primary or pods.master_port(1) != primary:
+        return False
+    roles = {str(pods.redis_ports[str(pod)]): pods.role(pod) for pod in (0, 1)}
+    return primary in roles and all(
+        role == ("master" if port == primary else f"replica-of:{primary}")
+        for port, role in roles.items())
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
 def test_sentinel_scripts_elect_replicate_and_fail_over(tmp_path: Path) -> None:
     pods = Pods(tmp_path, 2)
@@ -211,12 +228,14 @@ def test_sentinel_scripts_elect_replicate_and_fail_over(tmp_path: Path) -> None:
         pods.procs["redis-0"].send_signal(signal.SIGKILL)
         pods.procs["redis-0"].wait(10)
         pods.start(0, "redis")
-        _until("pod 1 promoted", lambda: pods.role(1) == "master", pods)
-        _until("pod 0 rejoins as replica of pod 1", lambda: pods.role(0) == f"replica-of:{r1}",
-               pods)
-        assert "replica of r-1.h.n.svc" in pods.log(0, "redis")
-        assert pods.master_port(0) == pods.master_port(1) == str(r1)
-        assert pods.cli(r1, "get", "booking") == "gpu-7"
-        _until("data back on pod 0", lambda: pods.cli(r0, "get", "booking") == "gpu-7", pods)
+        _until("pod 1 promoted", lambda: _switched(pods, r0, r1), pods)
+        _until("pod 0 restarts as pod 1's replica",
+               lambda: "replica of r-1.h.n.svc" in pods.log(0, "redis"), pods)
+        # Then the pair settles: both sentinels name one primary, the other pod replicates it and
+        # holds the booking. (On a loaded machine the sentinels may fail over once more, back to
+        # pod 0 after it has synced from pod 1; the data survives either way.)
+        _until("one primary, one replica, sentinels agree", lambda: _settled(pods), pods)
+        for port in (r0, r1):
+            assert pods.cli(port, "get", "booking") == "gpu-7"
     finally:
         pods.stop()
