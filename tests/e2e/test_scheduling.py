@@ -27,6 +27,16 @@ async def wait_nodes(ext: Extender, names: list[str], timeout: float = 20) -> No
         await asyncio.sleep(0.2)
 
 
+async def wait_released(ext: Extender, pod: str, timeout: float = 20) -> None:
+    """Until no GPU in the extender's ledger holds ``pod`` (its delete was seen)."""
+    deadline = time.monotonic() + timeout
+    while any(p["pod"] == pod for n in ext.inspect()["nodes"] for g in n["gpus"]
+              for p in g["pods"]):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"extender still holds {pod}")
+        await asyncio.sleep(0.2)
+
+
 def make_nodes(cluster: e2e_cluster.LocalCluster, prefix: str, n: int, **kw: Any) -> list[str]:
     return cluster.create_gpu_nodes(n, prefix=prefix, **kw)
 
@@ -164,7 +174,9 @@ async def test_prioritize_avoids_bad_co_runner(cluster, core, extender):
                                      annotations={"sparse.io/job-class": "recommendation"})
         placed = await wait_all_bound(core, [name])
         assert placed[name] == "pair-1", "recommendation pod joined the ResNet-50 GPU"
-        await e2e_cluster.delete_pod(core, name)  # keep both GPUs equally free for the next
+        # Keep both GPUs equally free for the next: wait until the extender has released it.
+        await e2e_cluster.delete_pod(core, name)
+        await wait_released(extender, f"default/{name}")
 
 
 async def test_unplaceable_pod_stays_pending_with_reason(cluster, core, extender):
