@@ -109,6 +109,15 @@ def wait_for(env: Any, check: Callable[[], Any], timeout: float, what: str) -> A
         time.sleep(0.3)
 
 
+def delete_job(env: Any, name: str) -> None:
+    """``kubectl delete --wait``; a loaded machine may stall the API server for a minute."""
+    try:
+        env.cluster.kubectl("delete", "rdj", name, "--wait=true", "--timeout=150s", timeout=180)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"job {name} not deleted in 150 s\n--- controller ---\n"
+                             f"{env.ctl.tail()}\n--- extender ---\n{env.ext.tail()}") from exc
+
+
 def get_job(env: Any, name: str) -> dict[str, Any]:
     return env.cluster.request("GET", f"{JOBS}/{name}", expect=(200, 404)) or {}
 
@@ -215,7 +224,7 @@ def test_gang_waits_for_a_free_slot_then_runs_and_delete_releases(stack: Any) ->
     assert {"Predicted", "NotAdmitted", "Admitted", "Scheduled", "Running"} <= set(
         job_events(env, "dlrm"))
 
-    c.kubectl("delete", "rdj", "dlrm", "--wait=true", "--timeout=60s")
+    delete_job(env, "dlrm")
     wait_for(env, lambda: not worker_pods(env), 30, "worker pods deleted")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")
 
@@ -315,7 +324,7 @@ def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) 
              60, "job scheduled by the least-privileged controller")
     log = ctl.tail(400)  # a bare "403" may be part of a port number: match the status alone
     assert "Forbidden" not in log and not re.search(r"\b403\b", log), log
-    c.kubectl("delete", "rdj", "dlrm", "--wait=true", "--timeout=60s")
+    delete_job(env, "dlrm")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")
 
 
@@ -382,5 +391,5 @@ def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any
     assert {(p["spec"]["priorityClassName"], p["spec"]["priority"]) for p in pods} == {
         ("sparse-duration-3", 1003)}
     assert "QueueBand" in job_events(env, "dlrm")
-    c.kubectl("delete", "rdj", "dlrm", "--wait=true", "--timeout=60s")
+    delete_job(env, "dlrm")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")
