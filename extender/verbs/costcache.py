@@ -10,14 +10,18 @@ rounds by the length of the block it gets, as the policy's own answer already va
 candidate list); only deterministic, node-local policies are cached (``CACHED_POLICIES``).
 
 Some inputs are global and change without any node's bookings changing: the policy says which
-(``cache_epoch(state, demand)``: objects compared by identity, e.g. sparse's fragmentation model,
-replaced whenever its learned pod mix is re-read or ``set_workload`` is called, and
-``state.matrix``, replaced by live pair estimates). A shape's costs are kept only while every
-one of them is the same object; ``cache_epoch`` answering None (sparse with the pod's own solo
-profile known: the learned pair model reads other pods' profiles) bypasses the cache. A policy
+(objects compared by identity, e.g. sparse's fragmentation model, replaced whenever its learned
+pod mix is re-read or ``set_workload`` is called, and ``state.matrix``, replaced by live pair
+estimates). A policy that splits its costs into terms (``cost_terms``, see
+``extender.placement.policies.terms``) gets each term kept apart, keyed by the demand fields
+that term reads and checked against the term's own epoch: sparse's interference term is shared
+by every pod of one class and share size and survives a re-read mix, its fragmentation term is
+shared across classes. A term without a key (sparse's learned pair model, which reads other
+pods' solo profiles) is computed every time. Other policies are one term keyed by the whole
+shape, with ``cache_epoch(state, demand)`` as its epoch (None: not cached at all). A policy
 that learns from the pods it scores (sparse's mix) is told of each pod through ``note`` before
-the epoch is read, also when nothing is recomputed. Memory: two floats per GPU and a stamp per
-node for each shape kept; as many shapes as fit in ``budget_bytes`` (64 MiB: about 100 shapes at
+the terms are read, also when nothing is recomputed. Memory: at most two floats per GPU and a
+stamp per node for each term kept; as many as fit in ``budget_bytes`` (64 MiB: about 100 at
 40,000 GPUs), at most ``shapes``, least recently used dropped first.
 """
 
@@ -32,6 +36,7 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement import ClusterState, Policy
 from extender.placement.fit import GpuMasks, gpu_masks
+from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 
 # Policies whose costs for a node read only that node's GPUs in the ClusterState (and
 # inventory-wide constants), and its CPU and memory left where a host view renews the node's
@@ -61,9 +66,9 @@ def shape_key(demand: PodDemand) -> Hashable | None:
 class _Entry:
     def __init__(self, n_gpus: int, n_nodes: int) -> None:
         self.share = np.zeros(n_gpus)
-        self.whole = np.zeros(n_gpus)
+        self.whole: np.ndarray | None = None  # allocated once a whole term comes
         self.stamp = np.zeros(n_nodes, dtype=np.int64)  # node stamps the costs were made at
-        self.epoch: tuple[object, ...] = ()  # the policy's global inputs they were made with
+        self.epoch: tuple[object, ...] = ()  # the global inputs they were made with
 
     def holds(self, epoch: tuple[object, ...]) -> bool:
         """Whether the costs were made with these very objects (held: no id reuse)."""
@@ -77,9 +82,9 @@ class CostCache:
         self.budget_bytes = budget_bytes
         self._entries: OrderedDict[tuple[int, Hashable], _Entry] = OrderedDict()
         self._inventory: list[str] | None = None  # the state's GPU list (held: no id reuse)
-        self.computed_nodes = 0  # nodes the policy was asked about
-        self.reused_gpus = 0  # candidate GPUs answered from the cache
-        self.bypassed = 0  # calls the policy's cache_epoch kept out of the cache
+        self.computed_nodes = 0  # nodes the policy was asked about (per cached term)
+        self.reused_gpus = 0  # candidate GPUs answered from the cache (per cached term)
+        self.bypassed = 0  # calls with a term that reads more than the nodes' own state
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -92,15 +97,36 @@ class CostCache:
         note = getattr(policy, "note", None)
         if note is not None:  # first: feeding a learned mix may replace what the epoch reads
             note(demand)
-        epoch_of = getattr(policy, "cache_epoch", None)
-        epoch = epoch_of(state, demand) if epoch_of is not None else None
-        if epoch is None:  # the costs read more than the nodes' own GPUs: not cacheable
+        terms = self._terms(policy, state, demand, key)
+        if terms is None:  # the costs read more than the nodes' own state: not cacheable
             self.bypassed += 1
             return policy.costs(state, demand, masks)
         if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
             self._inventory = state.gpu_uuid
             self._entries.clear()
-        entry_key = (id(policy), key)
+        if any(t.key is None for t in terms):
+            self.bypassed += 1
+        return add_terms(len(masks.gpus), [
+            t.compute(state, demand, masks) if t.key is None
+            else self._term(policy, t, state, demand, masks) for t in terms])
+
+    @staticmethod
+    def _terms(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
+               ) -> list[CostTerm] | None:
+        """The policy's terms (``cost_terms``), or its costs as one term keyed by the whole
+        shape and ``cache_epoch``; None when that says the costs cannot be cached."""
+        terms_of = getattr(policy, "cost_terms", None)
+        if terms_of is not None:
+            return terms_of(state, demand)
+        epoch_of = getattr(policy, "cache_epoch", None)
+        epoch = epoch_of(state, demand) if epoch_of is not None else None
+        if epoch is None:
+            return None
+        return [CostTerm(key, tuple(epoch), policy.costs)]
+
+    def _term(self, policy: Policy, term: CostTerm, state: ClusterState, demand: PodDemand,
+              masks: GpuMasks) -> TermValues:
+        entry_key = (id(policy), term.key)
         entry = self._entries.get(entry_key)
         if entry is None:
             entry = _Entry(len(state.gpu_uuid), len(state.node_names))
@@ -108,9 +134,9 @@ class CostCache:
             while len(self._entries) > self._room(state):
                 self._entries.popitem(last=False)
         self._entries.move_to_end(entry_key)
-        if not entry.holds(epoch):  # a global input changed: every node is stale
+        if not entry.holds(term.epoch):  # a global input changed: every node is stale
             entry.stamp[:] = 0
-            entry.epoch = tuple(epoch)
+            entry.epoch = term.epoch
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
         if masks.nodes is not None:  # the candidate nodes (distinct): compare per node
             nodes = masks.nodes
@@ -123,17 +149,20 @@ class CostCache:
             stale_count = int(stale_gpus.sum())
         if len(stale):
             sub = gpu_masks(state, demand, stale)
-            share, whole = policy.costs(state, demand, sub)
+            share, whole = term.compute(state, demand, sub)
             entry.share[sub.gpus] = share
-            entry.whole[sub.gpus] = whole
+            if whole is not None:
+                if entry.whole is None:
+                    entry.whole = np.zeros(len(entry.share))
+                entry.whole[sub.gpus] = whole
             entry.stamp[stale] = state.node_stamp[stale]
         self.computed_nodes += len(stale)
         self.reused_gpus += len(masks.gpus) - stale_count
-        return entry.share[masks.gpus], entry.whole[masks.gpus]
-
+        gpus = masks.gpus
+        return entry.share[gpus], None if entry.whole is None else entry.whole[gpus]
 
     def _room(self, state: ClusterState) -> int:
-        """Shapes kept at this inventory's size: the budget's worth, at least a few."""
+        """Terms kept at this inventory's size: the budget's worth, at least a few."""
         per_shape = 16 * len(state.gpu_uuid) + 8 * len(state.node_names)
         return max(4, min(self.shapes, self.budget_bytes // max(per_shape, 1)))
 

@@ -196,12 +196,15 @@ async def test_scheduler_filters_price_with_the_current_mix_and_matrix() -> None
         np.testing.assert_allclose(costs, expected, rtol=1e-12, atol=1e-12)
         return costs
 
+    cache = s.cost_cache
     await filtered("g-0")
+    computed = cache.computed_nodes
     policy.set_workload(TypicalTasks.of([(0, 1000, 4, None, 1.0)]))
     await filtered("g-1")
+    assert cache.computed_nodes == computed + 6  # the fragmentation term, on every node
     prior = s.matrix
     s.matrix = s.state.matrix = InterferenceMatrix(prior.classes, prior.norm ** 4)
     await filtered("g-2")
-    assert s.cost_cache.reused_gpus == 0  # every filter above had to recompute
+    assert cache.computed_nodes == computed + 12  # the interference term, on every node
     await filtered("g-3")
-    assert s.cost_cache.reused_gpus > 0  # nothing changed since: reused
+    assert cache.computed_nodes == computed + 12  # nothing changed since: all reused

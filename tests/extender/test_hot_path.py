@@ -44,6 +44,8 @@ async def test_prioritize_after_filter_re_costs_nodes_booked_in_between() -> Non
     await _book(s, "old", "gpu-2")
     args = _args("p-1")
     assert (await s.filter(args)).NodeNames == NAMES
+    filtered = s.cost_cache.computed_nodes
+    terms = len(s.policy.cost_terms(s.state, s.pending_demand("p-1")))
     # Other pods are booked on two candidates between this pod's filter and prioritize.
     await _book(s, "new-a", "gpu-0", milli=700)
     await _book(s, "new-b", "gpu-4", gpu=1, milli=900)
@@ -56,7 +58,8 @@ async def test_prioritize_after_filter_re_costs_nodes_booked_in_between() -> Non
     fresh = await s.prioritize(args)
     assert [(h.Host, h.Score) for h in reused] == [(h.Host, h.Score) for h in fresh]
     assert len({h.Score for h in reused}) > 1  # the booked nodes do score differently
-    assert shape_misses <= len(NAMES) + 2  # filter costed all, prioritize only the two
+    assert filtered == terms * len(NAMES)  # filter costed all nodes (each term) ...
+    assert shape_misses == filtered + terms * 2  # ... prioritize only the two booked
 
 
 async def test_prioritize_reuses_filter_costs_unchanged_when_nothing_was_booked() -> None:

@@ -1,0 +1,48 @@
+"""A policy's per-GPU costs as a sum of terms, each saying what it reads. Pure.
+
+A term reads part of the demand (``key``: e.g. only the share size and the pod's CPU, not its
+job class), the candidate GPUs' and nodes' own state, and some global inputs (``epoch``:
+objects compared by identity, such as the fragmentation model that the learned pod mix
+replaces now and then, or the interference matrix). A cost cache can then keep each term
+apart: pods that differ only in what a term does not read share its values, and a new
+fragmentation model makes only the fragmentation term stale, not the interference term.
+``add_terms`` sums the values in the policy's own order, so the total is bit for bit what
+the policy computes in one go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement.fit import GpuMasks
+from extender.placement.state import ClusterState
+
+# (share, whole) per GPU of the masks; whole None: the term adds nothing to whole-GPU slots.
+TermValues = tuple[np.ndarray, np.ndarray | None]
+
+
+@dataclass(frozen=True)
+class CostTerm:
+    """One addend of the costs. ``compute(state, demand, masks)`` answers every GPU of
+    ``masks.gpus`` from that GPU's and its node's state alone (never from which other nodes
+    are candidates, nor from ``masks.share``/``masks.free``), so it can be filled node by
+    node. ``key`` None: not cacheable (it reads more than that; computed every time)."""
+
+    key: Hashable | None
+    epoch: tuple[object, ...]
+    compute: Callable[[ClusterState, PodDemand, GpuMasks], TermValues]
+
+
+def add_terms(size: int, values: list[TermValues]) -> tuple[np.ndarray, np.ndarray]:
+    """The costs: each term's values added in order, starting from zeros."""
+    share = np.zeros(size)
+    whole = np.zeros(size)
+    for term_share, term_whole in values:
+        share = share + term_share
+        if term_whole is not None:
+            whole = whole + term_whole
+    return share, whole
