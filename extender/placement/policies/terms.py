@@ -8,6 +8,13 @@ apart: pods that differ only in what a term does not read share its values, and 
 fragmentation model makes only the fragmentation term stale, not the interference term.
 ``add_terms`` sums the values in the policy's own order, so the total is bit for bit what
 the policy computes in one go.
+
+A term may also come in two steps, ``raw`` then ``finish``: values per GPU that do not depend
+on what changes often (sparse's fragmentation per typical task, before the learned
+popularities weigh them), and the cheap step that makes the term's values of them. A cache
+then keeps the raw values, and they stay valid while only the cheap step's inputs change
+(the popularities, re-read every few hundred pods). ``finish(raw(...))`` equals ``compute``
+up to rounding (the weighted sum is taken in another order).
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ class CostTerm:
     key: Hashable | None
     epoch: tuple[object, ...]
     compute: Callable[[ClusterState, PodDemand, GpuMasks], TermValues]
+    # Optional two-step form for caches: raw arrays per GPU (a leading GPU axis; ``epoch``
+    # then says what they depend on), and the step from raw rows to the term's values.
+    raw: Callable[[ClusterState, PodDemand, GpuMasks], TermValues] | None = None
+    finish: Callable[[np.ndarray | None, np.ndarray | None], TermValues] | None = None
 
 
 def add_terms(size: int, values: list[TermValues]) -> tuple[np.ndarray, np.ndarray]:
