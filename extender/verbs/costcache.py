@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
@@ -135,7 +135,7 @@ class CostCache:
         if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
             self._inventory = state.gpu_uuid
             self._entries.clear()
-        if any(t.key is None for t in terms):
+        if any(t.epoch is None for t in terms):
             self.bypassed += 1
         return add_terms(len(masks.gpus), [
             t.compute(state, demand, masks) if t.key is None
@@ -157,14 +157,36 @@ class CostCache:
 
     def _term(self, policy: Policy, term: CostTerm, state: ClusterState, demand: PodDemand,
               masks: GpuMasks) -> TermValues:
-        entry_key = (id(policy), term.key)
+        raw = self._filled((id(policy), term.key), term.epoch, term.raw or term.compute,
+                           state, demand, masks)
+        if term.finish is None:
+            return _gather(raw, masks.gpus)
+        if masks.nodes is None:
+            return term.finish(*_gather(raw, masks.gpus))
+
+        def finish(state: ClusterState, demand: PodDemand, sub: GpuMasks) -> TermValues:
+            return term.finish(*_gather(raw, sub.gpus))
+
+        # The finished values too, while the finishing step's inputs stand (sparse: the
+        # mix's popularities): a plain gather per call, no weighting.
+        done = self._filled((id(policy), term.key, "finished"),
+                            (*term.epoch, *term.finish_epoch), finish, state, demand, masks,
+                            within=raw)
+        return _gather(done, masks.gpus)
+
+    def _filled(self, entry_key: tuple, epoch: tuple[object, ...],
+                compute: Callable[[ClusterState, PodDemand, GpuMasks], TermValues],
+                state: ClusterState, demand: PodDemand, masks: GpuMasks,
+                within: _Entry | None = None) -> _Entry:
+        """The entry, valid on every candidate node: the stale ones computed now. ``within``:
+        the entry this one is made from (only nodes valid there may be filled)."""
         entry = self._entries.get(entry_key)
         if entry is None:
             entry = _Entry(len(state.gpu_uuid), len(state.node_names))
             self._entries[entry_key] = entry
         self._entries.move_to_end(entry_key)
-        if not entry.holds(term.epoch):  # a global input changed: every node is stale
-            entry.reset(term.epoch)
+        if not entry.holds(epoch):  # a global input changed: every node is stale
+            entry.reset(epoch)
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
         if masks.nodes is not None:  # the candidate nodes (distinct): compare per node
             nodes = masks.nodes
@@ -175,13 +197,16 @@ class CostCache:
             stale_gpus = entry.stamp[owners] != state.node_stamp[owners]
             stale = np.unique(owners[stale_gpus]) if stale_gpus.any() else owners[:0]
             stale_count = int(stale_gpus.sum())
-        self.reused_gpus += len(masks.gpus) - stale_count
+        if within is None:
+            self.reused_gpus += len(masks.gpus) - stale_count
         candidates = len(masks.nodes) if masks.nodes is not None else len(stale)
         if 2 * len(stale) > candidates and len(entry.stamp) <= FILL_ALL * candidates:
             # Mostly unknown (new, or made with other global inputs): price every node now,
             # in one vectorised pass, rather than window by window as candidates come.
-            stale = np.flatnonzero(entry.stamp != state.node_stamp)
-        compute = term.raw if term.raw is not None else term.compute
+            unknown = entry.stamp != state.node_stamp
+            if within is not None:
+                unknown &= within.stamp == state.node_stamp
+            stale = np.flatnonzero(unknown)
         if len(stale):
             sub = gpu_masks(state, demand, stale)
             before = entry.nbytes
@@ -189,11 +214,9 @@ class CostCache:
             entry.stamp[stale] = state.node_stamp[stale]
             if entry.nbytes != before:
                 self._evict(state)
-        self.computed_nodes += len(stale)
-        gpus = masks.gpus
-        share = None if entry.share is None else entry.share[gpus]
-        whole = None if entry.whole is None else entry.whole[gpus]
-        return term.finish(share, whole) if term.finish is not None else (share, whole)
+        if within is None:
+            self.computed_nodes += len(stale)
+        return entry
 
     def _evict(self, state: ClusterState) -> None:
         """Least recently used terms out while over the count or the memory budget (the
@@ -203,6 +226,12 @@ class CostCache:
                 len(self._entries) > room
                 or sum(e.nbytes for e in self._entries.values()) > self.budget_bytes):
             self._entries.popitem(last=False)
+
+
+def _gather(entry: _Entry, gpus: np.ndarray) -> TermValues:
+    # take: rows of a 2-D array (raw terms) gather several times faster than [gpus]
+    return (None if entry.share is None else entry.share.take(gpus, axis=0),
+            None if entry.whole is None else entry.whole.take(gpus, axis=0))
 
 
 class CachedPolicy:

@@ -45,7 +45,8 @@ async def test_prioritize_after_filter_re_costs_nodes_booked_in_between() -> Non
     args = _args("p-1")
     assert (await s.filter(args)).NodeNames == NAMES
     filtered = s.cost_cache.computed_nodes
-    terms = len(s.policy.cost_terms(s.state, s.pending_demand("p-1")))
+    terms = sum(t.key is not None  # the cached ones
+                for t in s.policy.cost_terms(s.state, s.pending_demand("p-1")))
     # Other pods are booked on two candidates between this pod's filter and prioritize.
     await _book(s, "new-a", "gpu-0", milli=700)
     await _book(s, "new-b", "gpu-4", gpu=1, milli=900)

@@ -100,6 +100,7 @@ class Sparse:
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
+    _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
@@ -153,7 +154,7 @@ class Sparse:
             terms.append(CostTerm(None, (), self._fit_term))
         if self.interference_weight:
             if self._learned(state, demand):  # reads the residents' profiles: never cached
-                terms.append(CostTerm(None, (), self._learned_term))
+                terms.append(CostTerm(None, None, self._learned_term))
             elif state.matrix.knows(demand.job_class):
                 terms.append(CostTerm(("pair", demand.job_class, demand.share_milli),
                                       (state.matrix,), self._pair_term))
@@ -162,11 +163,11 @@ class Sparse:
                    pod_cpu(demand), pod_mem(demand))
             model = self._frag.model
             terms.append(CostTerm(key, (model.columns,), self._frag_term, self._frag_raw,
-                                  self._frag_finish(state, demand, model.tasks.p)))
+                                  self._frag_finish(state, demand, model.tasks.p), (model,)))
         if self.cpu_weight and getattr(state, "host", None) is not None:
             terms.append(CostTerm(None, (), self._cpu_term))
-        if self.order_weight:
-            terms.append(CostTerm(("order", demand.whole_gpus), (), self._order_term))
+        if self.order_weight:  # two multiplications: cheaper than a cache lookup
+            terms.append(CostTerm(None, (), self._order_term))
         return terms
 
     def _learned(self, state: ClusterState, demand: PodDemand) -> bool:
@@ -257,8 +258,13 @@ class Sparse:
 
     def _order_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                     ) -> TermValues:
-        order = self.order_weight * state.gpu_node[masks.gpus] / self._span(state)
-        return order, order / max(demand.whole_gpus, 1)
+        held = self._order.get("per_gpu")
+        if held is None or held[0] is not state.gpu_node:  # once per inventory
+            held = (state.gpu_node, self.order_weight * state.gpu_node / self._span(state))
+            self._order["per_gpu"] = held
+        order = held[1][masks.gpus]
+        slots = max(demand.whole_gpus, 1)
+        return order, order / slots if slots > 1 else order
 
     def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
         """Pods without GPUs (simulator only; kube-scheduler places them in a real cluster):

@@ -37,23 +37,26 @@ class CostTerm:
     """One addend of the costs. ``compute(state, demand, masks)`` answers every GPU of
     ``masks.gpus`` from that GPU's and its node's state alone (never from which other nodes
     are candidates, nor from ``masks.share``/``masks.free``), so it can be filled node by
-    node. ``key`` None: not cacheable (it reads more than that; computed every time)."""
+    node. ``key`` None: computed every time (cheap, or not cacheable); ``epoch`` None: not
+    cacheable, it reads more than the nodes' own state (e.g. other pods' profiles)."""
 
     key: Hashable | None
-    epoch: tuple[object, ...]
+    epoch: tuple[object, ...] | None
     compute: Callable[[ClusterState, PodDemand, GpuMasks], TermValues]
     # Optional two-step form for caches: raw arrays per GPU (a leading GPU axis; ``epoch``
     # then says what they depend on), and the step from raw rows to the term's values.
     raw: Callable[[ClusterState, PodDemand, GpuMasks], TermValues] | None = None
     finish: Callable[[np.ndarray | None, np.ndarray | None], TermValues] | None = None
+    finish_epoch: tuple[object, ...] = ()  # what ``finish`` reads, compared by identity
 
 
 def add_terms(size: int, values: list[TermValues]) -> tuple[np.ndarray, np.ndarray]:
     """The costs: each term's values added in order, starting from zeros."""
-    share = np.zeros(size)
-    whole = np.zeros(size)
+    share = whole = None  # 0 + x is x: the first term's values are copied, not added
     for term_share, term_whole in values:
-        share = share + term_share
+        share = term_share.copy() if share is None else np.add(share, term_share, out=share)
         if term_whole is not None:
-            whole = whole + term_whole
-    return share, whole
+            whole = (term_whole.copy() if whole is None
+                     else np.add(whole, term_whole, out=whole))
+    return (np.zeros(size) if share is None else share,
+            np.zeros(size) if whole is None else whole)
