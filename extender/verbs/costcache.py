@@ -20,9 +20,18 @@ shared across classes. A term without a key (sparse's learned pair model, which 
 pods' solo profiles) is computed every time. Other policies are one term keyed by the whole
 shape, with ``cache_epoch(state, demand)`` as its epoch (None: not cached at all). A policy
 that learns from the pods it scores (sparse's mix) is told of each pod through ``note`` before
-the terms are read, also when nothing is recomputed. Memory: at most two floats per GPU and a
-stamp per node for each term kept; as many as fit in ``budget_bytes`` (64 MiB: about 100 at
-40,000 GPUs), at most ``shapes``, least recently used dropped first.
+the terms are read, also when nothing is recomputed.
+
+A term given in two steps (``raw``, ``finish``) is kept raw, valid while its epoch stands, and
+finished, valid while ``finish_epoch`` stands too: sparse's fragmentation per typical task
+survives the mix being re-read every few hundred pods (only the popularities change; its tasks
+rarely do), and re-weighting it is a gather and a small matrix product, not the policy's work.
+A term that is mostly unknown on the candidates (new, or made with other global inputs) is
+priced on every node of the inventory at once (``FILL_ALL``): kube-scheduler's candidate window
+moves with every pod, so the next pods' windows need those nodes, and one vectorised pass
+costs less than ten windows' worth. Memory: each entry holds its arrays (one or two floats per
+GPU, per typical task for raw terms) and a stamp per node; at most ``shapes`` entries and
+``budget_bytes`` (64 MiB) in all, least recently used dropped first.
 """
 
 from __future__ import annotations

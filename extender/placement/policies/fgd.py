@@ -119,28 +119,28 @@ class FragModel:
 
     def state_aggregates(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """count_ge, lt (nodes, M) and U (nodes,) for every node of the state. Memoised: only
-        nodes whose GPUs changed since the previous call (same inventory) are recomputed."""
-        left = state.milli_free
-        key = (id(state.gpu_uuid), id(state.node_start), len(left))
+        nodes whose stamp changed since the previous call (same inventory) are recomputed
+        (``ClusterState.node_stamp``: equal stamps, equal bookings)."""
+        key = (id(state.gpu_uuid), id(state.node_start), len(state.gpu_uuid))
         memo = self._memo
         if memo is None or memo[0] != key:
+            left = state.milli_free
             n = len(state.node_names)
             count_ge, lt = self.aggregates(left.astype(np.float64), state.gpu_node, n)
             u = segment_sum(left, state.gpu_node, n)
-            self._memo = (key, left.copy(), count_ge, lt, u)
+            self._memo = (key, state.node_stamp.copy(), count_ge, lt, u)
             return count_ge, lt, u
-        _, old, count_ge, lt, u = memo
-        changed = np.flatnonzero(left != old)
-        if len(changed):
-            nodes = np.unique(state.gpu_node[changed])
+        _, stamps, count_ge, lt, u = memo
+        nodes = np.flatnonzero(state.node_stamp != stamps)
+        if len(nodes):
             counts = state.node_stop[nodes] - state.node_start[nodes]
             owner = np.repeat(np.arange(len(nodes)), counts)
             gpus = np.repeat(state.node_start[nodes], counts) + (
                 np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
-            sub = left[gpus].astype(np.float64)
+            sub = (state.milli_cap[gpus] - state.milli_used[gpus]).astype(np.float64)
             count_ge[nodes], lt[nodes] = self.aggregates(sub, owner, len(nodes))
             u[nodes] = segment_sum(sub, owner, len(nodes))
-            old[changed] = left[changed]
+            stamps[nodes] = state.node_stamp[nodes]
         return count_ge, lt, u
 
     def model_ok(self, state: ClusterState) -> np.ndarray:
