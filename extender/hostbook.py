@@ -70,6 +70,15 @@ class HostBook:
             self._alloc[name] = value
             self._dirty.add(name)
 
+    def request_nodes(self, nodes: list[tuple[str, object, object]]) -> None:
+        """The Nodes of a filter request, (name, allocatable cpu, memory) each: one tuple
+        comparison per node with what was last given; only nodes that differ are parsed (and
+        never override the watch). Every full-Node request repeats them all."""
+        raw = self._raw
+        for name, cpu, mem in [n for n in nodes if raw.get(n[0]) != n[1:]]:
+            given = {k: v for k, v in (("cpu", cpu), ("memory", mem)) if v is not None}
+            self.set_node(name, given, watched=False)
+
     def forget_node(self, name: str) -> None:
         self._raw.pop(name, None)
         self._watched.discard(name)

@@ -69,8 +69,15 @@ class Pod(msgspec.Struct, omit_defaults=True, gc=False):
     status: PodStatus | None = None
 
 
+class Allocatable(msgspec.Struct, omit_defaults=True, gc=False):
+    """A Node's allocatable CPU and memory; its other resources are skipped when decoding."""
+
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+
+
 class NodeStatusLite(msgspec.Struct, omit_defaults=True):
-    allocatable: dict[str, Quantity] | None = None
+    allocatable: Allocatable | None = None
 
 
 class NodeLite(msgspec.Struct, gc=False):

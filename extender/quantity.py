@@ -28,8 +28,39 @@ _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m
 MAX_VALUE = 10**15
 
 
+# Parsed values by (type, text[, scale]): every pod of a job repeats the same few quantities,
+# and Decimal parsing is most of the cost of reading a pod's demand. Bounded; only values that
+# parsed are kept (a bad one raises with its own resource name every time).
+_MEMO: dict[tuple, int] = {}
+MEMO_SIZE = 4096
+
+
+def _memoised(key: tuple, parse, *args) -> int:  # type: ignore[no-untyped-def]
+    hit = _MEMO.get(key)
+    if hit is None:
+        hit = parse(*args)
+        if len(_MEMO) >= MEMO_SIZE:
+            _MEMO.clear()
+        _MEMO[key] = hit
+    return hit
+
+
 def parse_int_quantity(value: object, resource: str) -> int:
     """Parse a quantity that must be a non-negative integer (extended resources are integers)."""
+    if type(value) in (str, int):
+        return _memoised((type(value), value), _parse_int, value, resource)
+    return _parse_int(value, resource)
+
+
+def parse_scaled_quantity(value: object, resource: str, scale: float | int) -> int:
+    """A CPU or memory quantity times ``scale``, rounded up (CPU: scale 1000 gives milli-CPU;
+    memory: scale 2**-20 gives MiB). Fractions are allowed, as Kubernetes allows them."""
+    if type(value) in (str, int, float):
+        return _memoised((type(value), value, scale), _parse_scaled, value, resource, scale)
+    return _parse_scaled(value, resource, scale)
+
+
+def _parse_int(value: object, resource: str) -> int:
     if isinstance(value, bool):
         raise InvalidDemand(f"{resource}: quantity must be a string or integer, got {value!r}")
     if isinstance(value, int):
@@ -58,9 +89,7 @@ def parse_int_quantity(value: object, resource: str) -> int:
     return int(number)
 
 
-def parse_scaled_quantity(value: object, resource: str, scale: float | int) -> int:
-    """A CPU or memory quantity times ``scale``, rounded up (CPU: scale 1000 gives milli-CPU;
-    memory: scale 2**-20 gives MiB). Fractions are allowed, as Kubernetes allows them."""
+def _parse_scaled(value: object, resource: str, scale: float | int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise InvalidDemand(f"{resource}: quantity must be a string or number, got {value!r}")
     text = str(value).strip()

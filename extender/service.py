@@ -295,10 +295,9 @@ class Scheduler:
     def observe_allocatable(self, nodes: Iterable[NodeLite]) -> None:
         """Full Node objects of a filter request: their allocatable CPU and memory, for nodes
         the API server's watch has not described; the next view carries them."""
-        for node in nodes:
-            status = node.status
-            if status is not None and status.allocatable is not None:
-                self.hosts.set_node(node.metadata.name, status.allocatable, watched=False)
+        self.hosts.request_nodes([
+            (node.metadata.name, alloc.cpu, alloc.memory) for node in nodes
+            if node.status is not None and (alloc := node.status.allocatable) is not None])
 
     def remove_node(self, name: str) -> None:
         self.hosts.forget_node(name)

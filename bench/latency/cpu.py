@@ -6,12 +6,16 @@ at a time. What is reported is process CPU time per pod (client and server toget
 moves far less with the machine's load than wall-clock latency; the two servers take turns
 pod by pod so that whatever else runs on the machine weighs on both alike. The null server's
 figure is the floor any aiohttp extender pays; the difference is the extender's own work.
+Bodies over a MiB (full Node objects) are decoded in the extender's decode worker process:
+its CPU time is read from /proc and counted with the extender's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 import click
 from aiohttp import web
@@ -20,7 +24,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from bench.latency.cluster import request_bodies, synthetic_inventory
 from bench.latency.servers import extender_app, null_app
 from extender.cli import use_fast_event_loop
-from extender.http.keys import SCHEDULER
+from extender.http.keys import DECODER, SCHEDULER
 from extender.protocol import ExtenderArgs, FilterResult, HostPriority
 
 WARM_UP = 100  # pods per server before measuring (fills the extender's shape cache)
@@ -35,9 +39,24 @@ async def _cycle(client: TestClient, body: bytes) -> None:
             raise RuntimeError(f"{verb} -> HTTP {resp.status}")
 
 
+def helper_cpu_s(app: web.Application) -> float:
+    """CPU seconds of the app's decode worker process (big bodies are decoded there, out of
+    this process's own CPU time), from /proc; 0 when it has none or /proc is unreadable."""
+    decoder = app.get(DECODER)
+    proc = getattr(decoder, "_proc", None)
+    if proc is None or proc.returncode is not None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes]
                       ) -> dict[str, float]:
-    """CPU ms per pod for each app over ``bodies[WARM_UP:]``, the apps taking turns."""
+    """CPU ms per pod for each app over ``bodies[WARM_UP:]``, the apps taking turns; the
+    decode worker's CPU counts with its app."""
     clients = {kind: TestClient(TestServer(app)) for kind, app in apps.items()}
     spent = dict.fromkeys(apps, 0.0)
     try:
@@ -46,11 +65,14 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes]
         for body in bodies[:WARM_UP]:
             for client in clients.values():
                 await _cycle(client, body)
+        helpers = {kind: helper_cpu_s(app) for kind, app in apps.items()}
         for body in bodies[WARM_UP:]:
             for kind, client in clients.items():
                 started = time.process_time()
                 await _cycle(client, body)
                 spent[kind] += time.process_time() - started
+        for kind, app in apps.items():  # clock ticks: summed over the run, not per pod
+            spent[kind] += helper_cpu_s(app) - helpers[kind]
     finally:
         for client in clients.values():
             await client.close()

@@ -18,14 +18,28 @@ from extender.protocol import (
     decode_verb,
 )
 
+SEPARATORS = frozenset(b" \t\r\n,")
+
 
 def _spans(body: bytes, args: ExtenderArgs) -> list[tuple[int, int]]:
-    spans, position = [], 0
+    """Where each Node object lies in the body. Items are in body order: the first is
+    found by its text, each next one begins after the separators (commas, JSON whitespace)
+    that follow the one before (the body was validated as JSON: nothing else can come
+    between two items of the array); its first and last bytes are checked."""
+    spans: list[tuple[int, int]] = []
+    position = -1
     for raw in args.raw_nodes or []:
-        text = bytes(raw)
-        start = body.find(text, position)  # items are in body order: found where it begins
-        position = start + len(text)
-        spans.append((start, position))
+        text = memoryview(raw)
+        size = len(text)
+        if position < 0:
+            position = body.find(text)
+        else:
+            while body[position] in SEPARATORS:
+                position += 1
+            if body[position] != text[0] or body[position + size - 1] != text[-1]:
+                position = body.find(text, position)  # never for valid JSON: search
+        spans.append((position, position + size))
+        position += size
     return spans
 
 

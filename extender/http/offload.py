@@ -62,6 +62,9 @@ class BodyDecoder:
     async def decode(self, verb: str, body: bytes | bytearray) -> Decoded:
         if len(body) <= self.inline_bytes:
             return self._inline(verb, body)
+        reused = self._reused(verb, body)
+        if reused is not None:
+            return reused
         async with self._lock:  # one body at a time through the pipe
             try:
                 reply = await self._exchange(verb, body)
@@ -71,17 +74,28 @@ class BodyDecoder:
             except BaseException:
                 await self.close()  # cancelled mid-exchange: the pipe is out of step
                 raise
-        return _unpack(reply, body)
+        args = _unpack(reply, body)
+        if verb == "filter":  # the body itself (its Nodes' spans point into it: no copy)
+            self._last_filter = (body, args)
+        return args
+
+    def _reused(self, verb: str, body: bytes | bytearray) -> Decoded | None:
+        """Prioritize normally gets the very body filter got a moment before (the same pod
+        and, when every candidate passed, the same names or Node objects): that body's
+        ExtenderArgs are reused (nothing downstream changes them), compared byte for byte."""
+        if verb != "prioritize":
+            return None
+        last = self._last_filter
+        if last is None or last[0] != body:
+            return None
+        self.reused += 1
+        return last[1]
 
     def _inline(self, verb: str, body: bytes | bytearray) -> Decoded:
-        """Decoded here. Prioritize normally gets the very body filter got a moment before
-        (the same pod and, when every candidate passed, the same names): that body's
-        ExtenderArgs are reused (nothing downstream changes them), compared byte for byte."""
-        if verb == "prioritize":
-            last = self._last_filter
-            if last is not None and last[0] == body:
-                self.reused += 1
-                return last[1]
+        """Decoded here (or reused: ``_reused``)."""
+        reused = self._reused(verb, body)
+        if reused is not None:
+            return reused
         args = decode_verb(verb, body)
         if verb == "filter":
             self._last_filter = (bytes(body), args)

@@ -27,6 +27,7 @@ class GpuMasks:
     free: np.ndarray  # can take a whole slot
     share: np.ndarray  # can take the share slot
     nodes: np.ndarray | None = None  # the candidate nodes (state indexes)
+    alike: int = 0  # GPUs per candidate node when every one has as many (0: they differ)
 
 
 @dataclass(frozen=True)
@@ -39,17 +40,20 @@ class FitResult:
     unresolvable: dict[str, str]  # waiting cannot help (no such node, model, or size)
 
 
-def candidate_gpus(state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def candidate_gpus(state: ClusterState, nodes: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The candidates' GPUs, each one's position in the candidate list, and the GPUs per
+    node when every candidate has as many (0 when they differ)."""
     starts, stops = state.node_start[nodes], state.node_stop[nodes]
     counts = stops - starts
     if len(counts) and counts.min() == counts.max():  # the common case: alike nodes
         k = int(counts[0])
         return ((starts[:, None] + np.arange(k)).ravel(),
-                np.repeat(np.arange(len(nodes)), k))
+                np.repeat(np.arange(len(nodes)), k), k)
     owner = np.repeat(np.arange(len(nodes)), counts)
     # GPU index = node start + position within node, built without a Python loop.
     offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    return np.repeat(starts, counts) + offsets, owner
+    return np.repeat(starts, counts) + offsets, owner, 0
 
 
 def model_mask(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.ndarray:
@@ -60,7 +64,7 @@ def model_mask(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.n
 
 
 def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuMasks:
-    gpus, owner = candidate_gpus(state, nodes)
+    gpus, owner, alike = candidate_gpus(state, nodes)
     model_ok = model_mask(state, demand, gpus)
     mem_used, milli_used = state.mem_used[gpus], state.milli_used[gpus]
     free = model_ok & (mem_used == 0) & (milli_used == 0)
@@ -72,10 +76,12 @@ def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuM
     if not demand.has_share:
         share = np.zeros(len(gpus), dtype=bool)
     return GpuMasks(gpus=gpus, owner=owner, model_ok=model_ok, free=free, share=share,
-                    nodes=nodes)
+                    nodes=nodes, alike=alike)
 
 
-def _per_node(mask: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+def _per_node(mask: np.ndarray, owner: np.ndarray, n: int, alike: int = 0) -> np.ndarray:
+    if alike:  # contiguous runs of one length: a row sum
+        return mask.reshape(n, alike).sum(axis=1, dtype=np.int64)
     return np.bincount(owner, weights=mask, minlength=n).astype(np.int64)
 
 
@@ -100,14 +106,16 @@ def fit(
                 unresolvable[name] = "node has no GPU inventory known to sparse"
     masks = gpu_masks(state, demand, nodes)
     n = len(nodes)
-    count_free = _per_node(masks.free, masks.owner, n)
-    count_share = _per_node(masks.share, masks.owner, n)
-    count_either = _per_node(masks.free | masks.share, masks.owner, n)
     w = demand.whole_gpus
-    if demand.has_share:
+    if demand.has_share and not w:  # a share alone: one GPU that can take it
+        fits = _per_node(masks.share, masks.owner, n, masks.alike) >= 1
+    elif demand.has_share:
+        count_free = _per_node(masks.free, masks.owner, n, masks.alike)
+        count_share = _per_node(masks.share, masks.owner, n, masks.alike)
+        count_either = _per_node(masks.free | masks.share, masks.owner, n, masks.alike)
         fits = (count_free >= w) & (count_share >= 1) & (count_either >= w + 1)
     else:
-        fits = count_free >= w
+        fits = _per_node(masks.free, masks.owner, n, masks.alike) >= w
     failed: dict[str, str] = {}
     bad = np.flatnonzero(~fits)
     if explain and len(bad):

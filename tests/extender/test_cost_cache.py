@@ -196,12 +196,40 @@ async def test_scheduler_filters_price_with_the_current_mix_and_matrix() -> None
         np.testing.assert_allclose(costs, expected, rtol=1e-12, atol=1e-12)
         return costs
 
+    cache = s.cost_cache
     await filtered("g-0")
+    computed = cache.computed_nodes
     policy.set_workload(TypicalTasks.of([(0, 1000, 4, None, 1.0)]))
     await filtered("g-1")
+    assert cache.computed_nodes == computed + 6  # the fragmentation term, on every node
     prior = s.matrix
     s.matrix = s.state.matrix = InterferenceMatrix(prior.classes, prior.norm ** 4)
     await filtered("g-2")
-    assert s.cost_cache.reused_gpus == 0  # every filter above had to recompute
+    assert cache.computed_nodes == computed + 12  # the interference term, on every node
     await filtered("g-3")
-    assert s.cost_cache.reused_gpus > 0  # nothing changed since: reused
+    assert cache.computed_nodes == computed + 12  # nothing changed since: all reused
+
+
+def test_new_popularities_over_the_same_tasks_reuse_the_fragmentation_per_task() -> None:
+    """The learned mix is re-read every few hundred pods; when only the popularities move,
+    the cached per-task fragmentation stays valid and is only re-weighted."""
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    policy = Sparse(adaptive=False)
+    cache = CostCache()
+    rows = [(0, 1000, 1, None, 0.5), (0, 500, 1, None, 0.3), (0, 250, 1, None, 0.2)]
+    policy.set_workload(TypicalTasks.of(rows))
+    first = _cached(policy, cache, state, _share("h-0", 300), names)
+    computed = cache.computed_nodes
+    moved = [(*r[:4], w) for r, w in zip(rows, (0.1, 0.1, 0.8), strict=True)]
+    policy.set_workload(TypicalTasks.of(moved))
+    again = _share("h-1", 300)
+    got = _cached(policy, cache, state, again, names)
+    np.testing.assert_allclose(got, _fresh(policy, state, again, names), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(got, first)  # the popularities do change the costs
+    assert cache.computed_nodes == computed  # ... and nothing was priced again
+    policy.set_workload(TypicalTasks.of(rows[:2]))  # other tasks: priced again
+    got = _cached(policy, cache, state, _share("h-2", 300), names)
+    np.testing.assert_allclose(got, _fresh(policy, state, _share("h-2", 300), names),
+                               rtol=1e-12, atol=1e-12)
+    assert cache.computed_nodes == computed + len(names)

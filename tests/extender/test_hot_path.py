@@ -44,6 +44,9 @@ async def test_prioritize_after_filter_re_costs_nodes_booked_in_between() -> Non
     await _book(s, "old", "gpu-2")
     args = _args("p-1")
     assert (await s.filter(args)).NodeNames == NAMES
+    filtered = s.cost_cache.computed_nodes
+    terms = sum(t.key is not None  # the cached ones
+                for t in s.policy.cost_terms(s.state, s.pending_demand("p-1")))
     # Other pods are booked on two candidates between this pod's filter and prioritize.
     await _book(s, "new-a", "gpu-0", milli=700)
     await _book(s, "new-b", "gpu-4", gpu=1, milli=900)
@@ -56,7 +59,8 @@ async def test_prioritize_after_filter_re_costs_nodes_booked_in_between() -> Non
     fresh = await s.prioritize(args)
     assert [(h.Host, h.Score) for h in reused] == [(h.Host, h.Score) for h in fresh]
     assert len({h.Score for h in reused}) > 1  # the booked nodes do score differently
-    assert shape_misses <= len(NAMES) + 2  # filter costed all, prioritize only the two
+    assert filtered == terms * len(NAMES)  # filter costed all nodes (each term) ...
+    assert shape_misses == filtered + terms * 2  # ... prioritize only the two booked
 
 
 async def test_prioritize_reuses_filter_costs_unchanged_when_nothing_was_booked() -> None:
@@ -155,16 +159,18 @@ def test_shape_cache_keeps_what_its_memory_budget_holds() -> None:
 
     s = _scheduler()
     state = s.state
-    per_shape = 16 * len(state.gpu_uuid) + 8 * len(state.node_names)
+    per_gpu = 8 * len(state.gpu_uuid)  # one float per GPU
     policy = make_policy("sparse")
-    for budget, kept in ((per_shape * 6, 6), (per_shape * 2, 4), (10**9, 10)):
-        cache = CostCache(shapes=10, budget_bytes=budget)
-        for milli in range(100, 1000, 50):  # 18 shapes
+    for budget, shapes in ((per_gpu * 12, 10), (per_gpu * 40, 10), (10**9, 10), (10**9, 6)):
+        cache = CostCache(shapes=shapes, budget_bytes=budget)
+        for milli in range(100, 1000, 50):  # 18 shapes: 18 interference and 18 frag terms
             d = _demand(milli)
             r = fit(state, d, NAMES, explain=False)
             got = node_costs(state, d, r, CachedPolicy(policy, cache))
             np.testing.assert_allclose(got, node_costs(state, d, r, policy), rtol=1e-12)
-        assert len(cache._entries) == kept
+            held = list(cache._entries.values())
+            assert sum(e.nbytes for e in held) <= budget and len(held) <= shapes
+        assert len(cache._entries) == shapes or budget < 10**9
 
 
 def _demand(milli: int):

@@ -258,6 +258,10 @@ async def test_big_bodies_are_decoded_in_the_worker_process():
         out = await post(c, "filter", payload)
         assert decoder._proc is not None and decoder._proc.returncode is None
         assert out["Nodes"]["items"] == items  # echoed byte for byte from this process
+        # prioritize with the very body filter had: filter's decoding, no second trip
+        exchanged = decoder.reused
+        scores = await post(c, "prioritize", payload)
+        assert decoder.reused == exchanged + 1 and len(scores) == len(nodes)
         out = await post(c, "filter", b'{"Pod": {"metadata": {}}, "NodeNames": []}' + b" " * 20000,
                          status=400)
         assert "Pod.metadata.name" in out["error"]
@@ -282,6 +286,18 @@ async def test_prioritize_reuses_filters_decoding_only_for_the_same_body():
     assert decoder.reused == 1
     with pytest.raises(InvalidRequest):  # a malformed body is never answered from the cache
         await decoder.decode("prioritize", body.encode()[:-1])
+
+
+def test_node_spans_are_exact_whatever_the_separators():
+    from extender.http.decode_worker import _spans
+    from extender.protocol import decode_verb
+
+    items = [json.dumps(node_object(gpu_node(f"n{i}", 2))) for i in range(5)]
+    pod_json = json.dumps(pod("s", mem=1000, milli=100))
+    for sep in (",", " , ", ",\n\t", "\r\n,\r\n"):
+        body = f'{{"Pod": {pod_json}, "Nodes": {{"items": [ {sep.join(items)} ]}}}}'.encode()
+        spans = _spans(body, decode_verb("filter", body))
+        assert [body[a:b].decode() for a, b in spans] == items
 
 
 # --- trust model: a request never rewrites the inventory unless the operator opts in -----

@@ -103,31 +103,44 @@ class FragModel:
         self.full_delta = (a0[0] - a1[0], b0[0] - b1[0])  # one free GPU booked whole
         self._model_ok: tuple[int, np.ndarray] | None = None
         self._memo: tuple | None = None  # (key, left, count_ge, lt, u) for a whole state
+        # What each task's column of F_n(m) depends on (all but the popularity p): models
+        # with equal columns give equal per-task values (``frag(..., per_task=True)``).
+        self.columns: tuple = (fill, tuple(tasks.cpu.tolist()), tuple(milli.tolist()),
+                               tuple(tasks.num.tolist()), tasks.models,
+                               None if tasks.mem is None else tuple(tasks.mem.tolist()))
+
+    def carry_from(self, previous: FragModel) -> None:
+        """Take over what a model with the same columns already knows (its per-node
+        aggregates, and its ``columns`` object, which caches compare by identity); only the
+        popularities differ, and nothing memoised depends on them."""
+        if previous.columns == self.columns:
+            self.columns = previous.columns
+            self._memo, self._model_ok = previous._memo, previous._model_ok
 
     def state_aggregates(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """count_ge, lt (nodes, M) and U (nodes,) for every node of the state. Memoised: only
-        nodes whose GPUs changed since the previous call (same inventory) are recomputed."""
-        left = state.milli_free
-        key = (id(state.gpu_uuid), id(state.node_start), len(left))
+        nodes whose stamp changed since the previous call (same inventory) are recomputed
+        (``ClusterState.node_stamp``: equal stamps, equal bookings)."""
+        key = (id(state.gpu_uuid), id(state.node_start), len(state.gpu_uuid))
         memo = self._memo
         if memo is None or memo[0] != key:
+            left = state.milli_free
             n = len(state.node_names)
             count_ge, lt = self.aggregates(left.astype(np.float64), state.gpu_node, n)
             u = segment_sum(left, state.gpu_node, n)
-            self._memo = (key, left.copy(), count_ge, lt, u)
+            self._memo = (key, state.node_stamp.copy(), count_ge, lt, u)
             return count_ge, lt, u
-        _, old, count_ge, lt, u = memo
-        changed = np.flatnonzero(left != old)
-        if len(changed):
-            nodes = np.unique(state.gpu_node[changed])
+        _, stamps, count_ge, lt, u = memo
+        nodes = np.flatnonzero(state.node_stamp != stamps)
+        if len(nodes):
             counts = state.node_stop[nodes] - state.node_start[nodes]
             owner = np.repeat(np.arange(len(nodes)), counts)
             gpus = np.repeat(state.node_start[nodes], counts) + (
                 np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
-            sub = left[gpus].astype(np.float64)
+            sub = (state.milli_cap[gpus] - state.milli_used[gpus]).astype(np.float64)
             count_ge[nodes], lt[nodes] = self.aggregates(sub, owner, len(nodes))
             u[nodes] = segment_sum(sub, owner, len(nodes))
-            old[changed] = left[changed]
+            stamps[nodes] = state.node_stamp[nodes]
         return count_ge, lt, u
 
     def model_ok(self, state: ClusterState) -> np.ndarray:
@@ -155,12 +168,14 @@ class FragModel:
         a, b = self.gpu_terms(left)
         return segment_sum(a, owner, n), segment_sum(b, owner, n)
 
-    def frag(self, count_ge, lt, u_total, cpu_left, node_model_ok, mem_left=None
-             ) -> np.ndarray:
-        """F_n(M) for rows of aggregates (any leading shape). Tasks that carry host memory
-        (``tasks.mem``) also need ``mem_left`` of it where it is given."""
+    def frag(self, count_ge, lt, u_total, cpu_left, node_model_ok, mem_left=None,
+             per_task: bool = False) -> np.ndarray:
+        """F_n(M) for rows of aggregates (any leading shape); ``per_task``: F_n(m) for each
+        task m (a trailing axis), before the popularities weigh them. Tasks that carry host
+        memory (``tasks.mem``) also need ``mem_left`` of it where it is given."""
         if self.fill:
-            return self.fill_frag(count_ge, u_total, cpu_left, node_model_ok, mem_left)
+            return self.fill_frag(count_ge, u_total, cpu_left, node_model_ok, mem_left,
+                                  per_task)
         t = self.tasks
         ok = (
             (t.milli > 0)
@@ -170,9 +185,11 @@ class FragModel:
         )
         if t.mem is not None and mem_left is not None:
             ok &= mem_left[..., None] >= t.mem
-        return np.where(ok, lt, u_total[..., None]) @ t.p
+        per = np.where(ok, lt, u_total[..., None])
+        return per if per_task else per @ t.p
 
-    def fill_frag(self, slots, u_total, cpu_left, node_model_ok, mem_left=None) -> np.ndarray:
+    def fill_frag(self, slots, u_total, cpu_left, node_model_ok, mem_left=None,
+                  per_task: bool = False) -> np.ndarray:
         """sum_m p_m (U_n - m.num x m.milli x copies_n(m)): the free GPU capacity that pods
         of shape m, arriving again and again, could not take; copies_n(m) is how many fit at
         once, bounded by the GPU slots of m.milli (m.num per pod), the node's CPU and its
@@ -191,7 +208,8 @@ class FragModel:
                 copies = np.fmin(copies, np.floor(np.maximum(mem_left, 0)[..., None] / self._mem))
         ok = (t.milli > 0) & node_model_ok
         used = np.where(ok, np.maximum(copies, 0) * t.num * t.milli, 0.0)
-        return (u_total[..., None] - used) @ t.p
+        per = u_total[..., None] - used
+        return per if per_task else per @ t.p
 
     def node_frag(self, state: ClusterState, nodes: np.ndarray | None = None) -> np.ndarray:
         """F_n(M) of the given state nodes (all by default), from the state as it is."""
@@ -229,7 +247,11 @@ class FGD:
         self.set_workload(tasks or default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
-        self.model = FragModel(tasks, self.fill)
+        model = FragModel(tasks, self.fill)
+        previous = getattr(self, "model", None)
+        if previous is not None:
+            model.carry_from(previous)
+        self.model = model
 
     def cache_epoch(self, state: ClusterState, demand: PodDemand) -> tuple[object, ...]:
         """What the costs read besides the nodes' own GPUs and the inventory: the typical
@@ -238,10 +260,11 @@ class FGD:
         return (self.model,)
 
     def deltas(
-        self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+        self, state: ClusterState, demand: PodDemand, masks: GpuMasks, per_task: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """(share_delta per candidate GPU, whole_delta per candidate node): F_n - F_n'.
-        share_delta is computed where ``masks.share`` holds (0 elsewhere)."""
+        share_delta is computed where ``masks.share`` holds (0 elsewhere). ``per_task``: for
+        each typical task (a trailing axis), before the popularities weigh them."""
         fm = self.model
         nodes = candidate_nodes(state, masks)
         all_ge, all_lt, all_u = fm.state_aggregates(state)
@@ -252,16 +275,17 @@ class FGD:
         mem_after = None if mem is None else mem - pod_mem(demand)
         c_p = pod_cpu(demand)
         mok = fm.model_ok(state)[node_model(state, nodes)]
-        before = fm.frag(count_ge, lt, u, cpu, mok, mem)
+        before = fm.frag(count_ge, lt, u, cpu, mok, mem, per_task)
+        tail = (len(fm.tasks.p),) if per_task else ()
         w = demand.whole_gpus
         if w or not demand.has_share:
             # Whole GPUs (and the CPU): w fully free GPUs drop to 0 left.
             full_a, full_b = fm.full_delta
             whole_delta = before - fm.frag(count_ge + w * full_a, lt + w * full_b,
-                                           u - 1000.0 * w, cpu - c_p, mok, mem_after)
+                                           u - 1000.0 * w, cpu - c_p, mok, mem_after, per_task)
         else:  # a share alone: whole-GPU costs are never read
-            whole_delta = np.zeros(len(nodes))
-        share_delta = np.zeros(len(masks.gpus))
+            whole_delta = np.zeros((len(nodes), *tail))
+        share_delta = np.zeros((len(masks.gpus), *tail))
         sel = np.flatnonzero(masks.share)
         if demand.has_share and len(sel):
             share_gpus = masks.gpus[sel]  # milli_free of these only (not of every GPU)
@@ -279,7 +303,7 @@ class FGD:
             cge = count_ge[o] + w * full_a - a_old + a_new
             lt2 = lt[o] + w * full_b - b_old + b_new
             after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o],
-                            None if mem_after is None else mem_after[o])
+                            None if mem_after is None else mem_after[o], per_task)
             share_delta[sel] = (before[o] - after)[inverse.reshape(-1)]
         return share_delta, whole_delta
 

@@ -66,6 +66,7 @@ Known-class pods still count unknown residents at the mean.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,10 +74,11 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
-from extender.placement.policies.common import pod_cpu
+from extender.placement.policies.common import pod_cpu, pod_mem
 from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
+from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
@@ -98,6 +100,7 @@ class Sparse:
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
+    _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
@@ -129,9 +132,7 @@ class Sparse:
         the interference matrix (live pair estimates replace ``state.matrix``). None when the
         costs read more: with the pod's own solo profile known, the learned pair model reads
         the residents' profiles, which change without any booking. Call after ``note``."""
-        profiles = state.profiles
-        if (self.interference_weight and profiles is not None
-                and profiles.id_of(demand.uid) >= 0):
+        if self._learned(state, demand):
             return None
         return (self._frag.model, state.matrix)
 
@@ -139,40 +140,131 @@ class Sparse:
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
         self.note(demand)
+        terms = self.cost_terms(state, demand)
+        return add_terms(len(masks.gpus), [t.compute(state, demand, masks) for t in terms])
+
+    def cost_terms(self, state: ClusterState, demand: PodDemand) -> list[CostTerm]:
+        """The costs as terms (``terms.py``), in the order they are added: best fit,
+        interference (with the open-GPU cost), fragmentation, CPU, node order. Each says which
+        of the demand's fields it reads, so a cache shares the interference term across pods
+        of one class and share size, and the fragmentation term (the expensive one, stale
+        whenever the learned mix is re-read) across classes. Call after ``note``."""
+        terms = []
+        if self.fit_weight:
+            terms.append(CostTerm(None, (), self._fit_term))
+        if self.interference_weight:
+            if self._learned(state, demand):  # reads the residents' profiles: never cached
+                terms.append(CostTerm(None, None, self._learned_term))
+            elif state.matrix.knows(demand.job_class):
+                terms.append(CostTerm(("pair", demand.job_class, demand.share_milli),
+                                      (state.matrix,), self._pair_term))
+        if self.frag_weight:
+            key = ("frag", demand.whole_gpus, demand.has_share, demand.share_milli,
+                   pod_cpu(demand), pod_mem(demand))
+            model = self._frag.model
+            terms.append(CostTerm(key, (model.columns,), self._frag_term, self._frag_raw,
+                                  self._frag_finish(state, demand, model.tasks.p), (model,)))
+        if self.cpu_weight and getattr(state, "host", None) is not None:
+            terms.append(CostTerm(None, (), self._cpu_term))
+        if self.order_weight:  # two multiplications: cheaper than a cache lookup
+            terms.append(CostTerm(None, (), self._order_term))
+        return terms
+
+    def _learned(self, state: ClusterState, demand: PodDemand) -> bool:
+        profiles = state.profiles
+        return bool(self.interference_weight and profiles is not None
+                    and profiles.id_of(demand.uid) >= 0)
+
+    def _fit_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks) -> TermValues:
+        return (self.fit_weight * gpu_free_after(state, demand, masks.gpus),
+                self.fit_weight * node_free_fraction(state, masks))
+
+    def _learned_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                      ) -> TermValues:
+        """The learned pair model's loss (the pod's solo profile is known)."""
         gpus = masks.gpus
-        zeros = np.zeros(len(gpus))
-        share = self.fit_weight * gpu_free_after(state, demand, gpus) if self.fit_weight else zeros
         fraction = gpu_fraction(demand.share_milli)
-        learned = (pair_loss(state, demand.uid, demand.job_class, fraction, gpus)
-                   if self.interference_weight else None)
-        if learned is not None:  # the pod's solo profile is known: the learned pair model
-            empty = state.residents[gpus] == 0
-            share = share + (self.interference_weight * learned
-                             + self.open_gpu_cost * fraction * empty)
-        elif self.interference_weight and state.matrix.knows(demand.job_class):
-            interference = state.matrix.placement_loss(demand.job_class, fraction,
-                                                       state.class_frac[gpus])
-            empty = state.residents[gpus] == 0
-            share = share + (self.interference_weight * interference
-                             + self.open_gpu_cost * fraction * empty)
-        whole = self.fit_weight * node_free_fraction(state, masks) if self.fit_weight else zeros
-        if self.frag_weight and len(gpus):
-            share_delta, whole_delta = self._frag.deltas(state, demand, masks)
-            # dF >= -F_n >= -(GPUs per node): the offset keeps costs >= 0 (the core's
-            # infeasibility test needs that) and is the same for every node.
-            offset = float((state.node_stop - state.node_start).max(initial=1))
-            share = share + self.frag_weight * (offset - share_delta / 1000.0)
-            whole = whole + self.frag_weight * (
-                offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
-        if self.cpu_weight and getattr(state, "host", None) is not None and len(gpus):
-            cpu = self._cpu_cost(state, demand, state.gpu_node[gpus])
-            share = share + cpu
-            whole = whole + cpu / max(demand.whole_gpus, 1)
-        if self.order_weight:
-            order = self.order_weight * state.gpu_node[gpus] / self._span(state)
-            share = share + order
-            whole = whole + order / max(demand.whole_gpus, 1)
+        learned = pair_loss(state, demand.uid, demand.job_class, fraction, gpus)
+        empty = state.residents[gpus] == 0
+        return (self.interference_weight * learned
+                + self.open_gpu_cost * fraction * empty), None
+
+    def _pair_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                   ) -> TermValues:
+        """The class matrix's loss, plus the open-GPU cost on an empty GPU."""
+        gpus = masks.gpus
+        fraction = gpu_fraction(demand.share_milli)
+        interference = state.matrix.placement_loss(demand.job_class, fraction,
+                                                   state.class_frac[gpus])
+        empty = state.residents[gpus] == 0
+        return (self.interference_weight * interference
+                + self.open_gpu_cost * fraction * empty), None
+
+    def _frag_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                   ) -> TermValues:
+        """Growth of the node's fragmentation. Share values are priced on every GPU with the
+        share's compute left (not only where ``masks.share`` holds: the term must not read
+        the pod's GPU memory or models, which its key leaves out); where the share cannot go
+        they are never read."""
+        gpus = masks.gpus
+        if not len(gpus):
+            return np.zeros(0), np.zeros(0)
+        room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
+        share_delta, whole_delta = self._frag.deltas(state, demand,
+                                                     dataclasses.replace(masks, share=room))
+        # dF >= -F_n >= -(GPUs per node): the offset keeps costs >= 0 (the core's
+        # infeasibility test needs that) and is the same for every node.
+        offset = float((state.node_stop - state.node_start).max(initial=1))
+        share = self.frag_weight * (offset - share_delta / 1000.0)
+        whole = self.frag_weight * (
+            offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
         return share, whole
+
+    def _frag_raw(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                  ) -> TermValues:
+        """The fragmentation growth per typical task (GPUs x tasks), before the popularities
+        weigh it: valid for as long as the mix keeps the same tasks (``FragModel.columns``);
+        None for the slots the demand has none of."""
+        gpus = masks.gpus
+        room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
+        share, whole = self._frag.deltas(state, demand, dataclasses.replace(masks, share=room),
+                                         per_task=True)
+        has_whole = demand.whole_gpus or not demand.has_share
+        return (share if demand.has_share else None,
+                whole[masks.owner] if has_whole else None)
+
+    def _frag_finish(self, state: ClusterState, demand: PodDemand, p: np.ndarray):
+        """Raw rows (``_frag_raw``) to the fragmentation term's values, as ``_frag_term``."""
+        offset = float((state.node_stop - state.node_start).max(initial=1))
+        slots = max(demand.whole_gpus, 1)
+        weight = self.frag_weight
+
+        def finish(share: np.ndarray | None, whole: np.ndarray | None) -> TermValues:
+            size = len(share if share is not None else whole)
+            share_cost = (weight * (offset - (share @ p) / 1000.0) if share is not None
+                          else np.full(size, weight * offset))
+            whole_cost = (weight * (offset - (whole @ p) / 1000.0) / slots if whole is not None
+                          else np.full(size, weight * offset / slots))
+            return share_cost, whole_cost
+
+        return finish
+
+    def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                  ) -> TermValues:
+        if not len(masks.gpus):
+            return np.zeros(0), np.zeros(0)
+        cpu = self._cpu_cost(state, demand, state.gpu_node[masks.gpus])
+        return cpu, cpu / max(demand.whole_gpus, 1)
+
+    def _order_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                    ) -> TermValues:
+        held = self._order.get("per_gpu")
+        if held is None or held[0] is not state.gpu_node:  # once per inventory
+            held = (state.gpu_node, self.order_weight * state.gpu_node / self._span(state))
+            self._order["per_gpu"] = held
+        order = held[1][masks.gpus]
+        slots = max(demand.whole_gpus, 1)
+        return order, order / slots if slots > 1 else order
 
     def host_costs(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> np.ndarray:
         """Pods without GPUs (simulator only; kube-scheduler places them in a real cluster):
