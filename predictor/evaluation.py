@@ -135,7 +135,7 @@ class HeldOutFits:
             tr_rows, y_tr, fam_tr = self.fit_data(level, family)
             plain = (level, family, False)
             coef = (self._fits[plain][0] if plain in self._fits
-                    else memory_model.fit_level(level, tr_rows, y_tr))
+                    else memory_model.fit_level(level, tr_rows, y_tr, fam_tr))
             scales = (memory_model.calibrate_reserve(tr_rows, y_tr, fam_tr, self.ctx, level)
                       if reserve else (1.0, 1.0))
             self._fits[key] = (coef, *scales)

@@ -147,12 +147,17 @@ def _one_blas_thread() -> contextlib.AbstractContextManager:
     return threadpool_limits(1, user_api="blas")
 
 
+FAMILY_WEIGHTED_FIT = True
+
+
 def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
-               layout: Layout) -> np.ndarray:
+               layout: Layout, groups: Sequence[str] | None = None) -> np.ndarray:
     """Which phase a row's peak was in is not known at prediction time, so the fit minimises
     the relative error of ``max(step, backward)`` itself (smoothed absolute error, an
     under-estimate weighted ``layout.under_weight`` times, L-BFGS-B), from the physical
-    coefficients and with every coefficient >= 0: each term is memory that exists."""
+    coefficients and with every coefficient >= 0: each term is memory that exists. With
+    ``groups`` every family weighs the same, so the coefficients describe how families
+    differ rather than the families with the most configurations."""
     from scipy.optimize import minimize
 
     terms = _terms(rows, layout)
@@ -160,6 +165,8 @@ def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
     scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0, initial=0.0)]), 1e-9)
     scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
     x_step, x_bwd = (x / scale for x in _designs(terms, layout))
+    fam_w = (family_weights(np.asarray(groups), len(y)) * len(y)
+             if groups is not None and FAMILY_WEIGHTED_FIT else np.ones(len(y)))
 
     # products as element-wise sums: a threaded BLAS call for a few hundred rows costs far
     # more than it saves, badly so on a loaded machine
@@ -167,7 +174,7 @@ def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
         step, bwd = (x_step * theta).sum(axis=1), (x_bwd * theta).sum(axis=1)
         in_step = step >= bwd
         rel = (np.where(in_step, step, bwd) - y) / y
-        w = np.where(rel < 0, layout.under_weight, 1.0)
+        w = np.where(rel < 0, layout.under_weight, 1.0) * fam_w
         root = np.sqrt(rel * rel + 1e-4)
         d = w * rel / root / y / len(y)
         grad = (np.where(in_step[:, None], x_step, x_bwd) * d[:, None]).sum(axis=0)
@@ -202,8 +209,9 @@ def predict_phases(coef: np.ndarray, rows: Sequence[dict[str, float]],
     return phase_parts(coef, rows, layout).sum(axis=1)
 
 
-def fit_level(level: str, rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
-    return fit_phases(rows, y_mib, LAYOUTS[level])
+def fit_level(level: str, rows: Sequence[dict[str, float]], y_mib: np.ndarray,
+              groups: Sequence[str] | None = None) -> np.ndarray:
+    return fit_phases(rows, y_mib, LAYOUTS[level], groups)
 
 
 def parts_level(level: str, coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
@@ -232,7 +240,7 @@ def lofo_parts(
         if not train.any():
             continue
         coef = fit_level(level, [r for r, t in zip(rows, train, strict=True) if t],
-                         y_mib[train])
+                         y_mib[train], list(groups_arr[train]))
         out[test] = parts_level(level, coef,
                                 [r for r, t in zip(eval_rows, test, strict=True) if t])
     return out
@@ -431,7 +439,7 @@ class MemoryModel:
         for level in LEVELS:
             rows, idx = fit_rows(specs, level)
             y_fit = np.asarray(y_mib, dtype=float)[idx]
-            coef[level] = fit_level(level, rows, y_fit)
+            coef[level] = fit_level(level, rows, y_fit, list(groups_arr[idx]))
             reserve[level] = calibrate_reserve(rows, y_fit, list(groups_arr[idx]), ctx, level)
         return cls(coef=coef["described"], coef_job=coef["job"], reserve=reserve,
                    version=version,
