@@ -25,12 +25,13 @@ level). The reservation prices them separately::
   slack included).
 
 * described specs carrying the caching-allocator replay (``slack_bytes``) on GPU models with
-  measured rows: ``s_state x state + s_act x activations + s_slack x slack + offset``, where
-  ``state + activations + slack`` is the predicted reserved peak and ``offset`` the GPU's
-  constant (median NVML memory less that peak: context and library workspaces), the scales
-  the margin (:func:`calibrate_replayed`).
+  measured rows: ``s_peak x (state + activations + slack) + w_conv x conv activations +
+  w_emb x dense-gradient lookups + offset``: the predicted reserved peak and an allowance
+  for what the trace cannot see, memory GPU kernels allocate inside one op (cuDNN
+  workspaces, the CUDA embedding backward's buffers) and the fragmentation it leaves
+  (:func:`allowance_columns`, :func:`fit_allowance`, :func:`calibrate_replayed`).
 
-All are linear quantile regressions of the relative error (:func:`fit_scales`), rows
+The others are linear quantile regressions of the relative error (:func:`fit_scales`), rows
 weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
 sets for the number of families (every row, below 49 families: the split-conformal level
 with families as units), the rest as tight as the check loss allows. One multiplier on the
@@ -147,9 +148,6 @@ def _one_blas_thread() -> contextlib.AbstractContextManager:
     return threadpool_limits(1, user_api="blas")
 
 
-FAMILY_WEIGHTED_FIT = True
-
-
 def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
                layout: Layout, groups: Sequence[str] | None = None) -> np.ndarray:
     """Which phase a row's peak was in is not known at prediction time, so the fit minimises
@@ -166,7 +164,7 @@ def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
     scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
     x_step, x_bwd = (x / scale for x in _designs(terms, layout))
     fam_w = (family_weights(np.asarray(groups), len(y)) * len(y)
-             if groups is not None and FAMILY_WEIGHTED_FIT else np.ones(len(y)))
+             if groups is not None else np.ones(len(y)))
 
     # products as element-wise sums: a threaded BLAS call for a few hundred rows costs far
     # more than it saves, badly so on a loaded machine
