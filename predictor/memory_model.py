@@ -398,7 +398,37 @@ def calibrate_replayed(
     measured rows of described specs that carry the allocator replay, each row's parts
     estimated by a fit without its family."""
     parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups)
-    return fit_allowance(allowance_columns(parts, gpu_rows), used_mib, gpu_groups)
+    cols = allowance_columns(parts, gpu_rows)
+    quad = fit_allowance(cols, used_mib, gpu_groups)
+    margin = allowance_margin(cols, used_mib, gpu_groups)
+    return tuple(margin * v for v in quad)  # type: ignore[return-value]
+
+
+def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str]) -> float:
+    """The relative margin (>= 1) the allowance of :func:`fit_allowance` needs on a family
+    it has not seen: for each calibration family, the allowance fitted without it and the
+    largest ratio of its measured memory to that reservation (the family's conformal
+    score); the largest score, since below 49 families only covering every held-out family
+    is honest (:func:`reserve_quantile`). A fit that covers every row it saw does not cover
+    a new architecture whose kernels buffer more per traced MiB (a second convolutional
+    family against the first's cuDNN workspaces), and that is what a new job is."""
+    x = np.asarray(cols, dtype=float)
+    t = np.asarray(used_mib, dtype=float)
+    g = np.asarray(groups)
+    ok = np.isfinite(x).all(axis=1) & (t > 0)
+    x, t, g = x[ok], t[ok], g[ok]
+    fams = sorted(set(g))
+    if len(fams) < 2:
+        return 1.0
+    scores = []
+    for fam in fams:
+        held = g == fam
+        quad = np.array(fit_allowance(x[~held], t[~held], list(g[~held])))
+        scores.append(float(np.max(t[held] / (x[held] @ quad[:3] + quad[3]))))
+    score = max(scores)
+    if not math.isfinite(score):
+        raise RuntimeError("reservation margin: a calibration family is not covered")
+    return max(1.0, score)
 
 
 Triple = tuple[float, float, float]

@@ -201,3 +201,29 @@ def test_allowance_prices_kernel_buffers_by_kind() -> None:
     booked = x @ np.array([s_peak, w_conv, w_emb]) + offset
     assert np.all(booked >= used - 1e-6)
     assert np.median((booked - used) / used) < 0.05
+
+
+def test_allowance_margin_covers_a_family_the_fit_has_not_seen() -> None:
+    """The margin is each calibration family's need against the allowance fitted without
+    it: 1 when every family follows the same law, above 1 when one family's kernels buffer
+    more per convolution MiB than the others', and then enough to cover that family."""
+    import numpy as np
+
+    from predictor import memory_model as mm
+
+    rng = np.random.default_rng(1)
+    n = 20
+    peak = rng.uniform(100, 4000, 4 * n)
+    conv = np.concatenate([rng.uniform(0, 2000, 2 * n), np.zeros(2 * n)])
+    x = np.column_stack([peak, conv, np.zeros(4 * n)])
+    groups = np.repeat(["conv_a", "conv_b", "mlp_c", "mlp_d"], n)
+    same = peak + 0.2 * conv + 800
+    assert mm.allowance_margin(x, same, groups) == pytest.approx(1.0, abs=1e-6)
+    heavier = same + np.where(groups == "conv_b", 0.3 * conv, 0.0)
+    margin = mm.allowance_margin(x, heavier, groups)
+    assert margin > 1.05
+    held = groups == "conv_b"
+    quad = np.array(mm.fit_allowance(x[~held], heavier[~held], groups[~held]))
+    booked = x[held] @ quad[:3] + quad[3]
+    assert np.any(booked < heavier[held])
+    assert np.all(margin * booked >= heavier[held] - 1e-6)
