@@ -29,7 +29,8 @@ level). The reservation prices them separately::
   w_emb x dense-gradient lookups + offset``: the predicted reserved peak and an allowance
   for what the trace cannot see, memory GPU kernels allocate inside one op (cuDNN
   workspaces, the CUDA embedding backward's buffers) and the fragmentation it leaves
-  (:func:`allowance_columns`, :func:`fit_allowance`, :func:`calibrate_replayed`).
+  (:func:`allowance_columns`, :func:`fit_allowance`, :func:`calibrate_replayed`), times the
+  margin a family it has not seen needs (:func:`allowance_margin`).
 
 The others are linear quantile regressions of the relative error (:func:`fit_scales`), rows
 weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
@@ -396,7 +397,7 @@ def calibrate_replayed(
 ) -> Quad:
     """``(s_peak, w_conv, w_emb, offset)`` (:func:`fit_allowance`) for one GPU model's
     measured rows of described specs that carry the allocator replay, each row's parts
-    estimated by a fit without its family."""
+    estimated by a fit without its family, all four times :func:`allowance_margin`."""
     parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups)
     cols = allowance_columns(parts, gpu_rows)
     quad = fit_allowance(cols, used_mib, gpu_groups)
