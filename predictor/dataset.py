@@ -562,4 +562,13 @@ def gpu_labelled(gdf) -> bool:  # noqa: ANN001
 
 
 def specs(df) -> list[features.ModelSpec]:  # noqa: ANN001
-    return [features.parse_model(s) for s in df["spec_json"]]
+    """The rows' annotations, with the leaf modules' outputs per sample the tracer counted
+    (``leaf_activations_per_sample``, what a model summary states) as ``leaf_activations``:
+    the optional job field, read only at the job level."""
+    out = [features.parse_model(s) for s in df["spec_json"]]
+    if "leaf_activations_per_sample" not in df:
+        return out
+    leaf = df["leaf_activations_per_sample"].to_numpy(dtype=float)
+    return [msgspec.structs.replace(s, leaf_activations=float(v))
+            if math.isfinite(v) and 0 < v <= 1e16 and not s.leaf_activations else s
+            for s, v in zip(out, leaf, strict=True)]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import dataset, gpus, memory_model, training
+from predictor import dataset, features, gpus, memory_model, training
 from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 
 GOALS = {"described": {"r2": 0.98, "mape": 0.05, "under": 0.05},
@@ -102,28 +102,69 @@ class Evaluation:
     points: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
-# name shown -> (input level, with the optional job fields)
-VIEWS = {"described": ("described", False), "job": ("job", False),
-         "job+optional": ("job", True)}
+# name shown -> (input level, the optional job fields it states)
+VIEWS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "described": ("described", ()), "job": ("job", ()),
+    "job+optional": ("job", features.OPTIONAL_LAYOUT),
+    "job+optional+leaf": ("job", features.OPTIONAL_JOB_FIELDS)}
 
 
-def memory_lofo(df, view: str = "described", ctx_mib: float | None = None):  # noqa: ANN001, ANN201
+class HeldOutFits:
+    """The fit (and the reservation scales calibrated by an inner leave-one-family-out) of
+    one input level without one family, computed once for every view of that level: the
+    job-level fit learns from all job-field views stacked, as the shipped model does
+    (:func:`memory_model.fit_rows`), never from the held-out family's rows."""
+
+    def __init__(self, df, ctx: float) -> None:  # noqa: ANN001
+        self.specs = dataset.specs(df)
+        self.y = training.memory_target_mib(df)
+        self.fam = df["family"].to_numpy()
+        self.ctx = ctx
+        self._rows: dict[str, tuple[list[dict[str, float]], np.ndarray]] = {}
+        self._fits: dict[tuple[str, str, bool], tuple] = {}
+
+    def rows(self, level: str) -> tuple[list[dict[str, float]], np.ndarray]:
+        if level not in self._rows:
+            self._rows[level] = memory_model.fit_rows(self.specs, level)
+        return self._rows[level]
+
+    def fit(self, level: str, family: str, reserve: bool = True) -> tuple:
+        """``(coef, s_state, s_act)`` without ``family`` (scales 1 unless ``reserve``)."""
+        key = (level, family, reserve)
+        if key not in self._fits:
+            tr_rows, y_tr, fam_tr = self.fit_data(level, family)
+            plain = (level, family, False)
+            coef = (self._fits[plain][0] if plain in self._fits
+                    else memory_model.fit_level(level, tr_rows, y_tr, fam_tr))
+            scales = (memory_model.calibrate_reserve(tr_rows, y_tr, fam_tr, self.ctx, level)
+                      if reserve else (1.0, 1.0))
+            self._fits[key] = (coef, *scales)
+        return self._fits[key]
+
+    def fit_data(self, level: str, family: str) -> tuple[list[dict[str, float]], np.ndarray,
+                                                         list[str]]:
+        """The rows, labels and families a fit without ``family`` learns from."""
+        rows, idx = self.rows(level)
+        train = self.fam[idx] != family
+        return ([r for r, t in zip(rows, train, strict=True) if t], self.y[idx][train],
+                list(self.fam[idx][train]))
+
+
+def memory_lofo(df, view: str = "described", ctx_mib: float | None = None,  # noqa: ANN001, ANN201
+                fits: HeldOutFits | None = None):
     """(raw estimate, reservation, scales, label, family, context) for every CPU row."""
-    level, sparse = VIEWS[view]
-    rows = training.level_rows(dataset.specs(df), level, sparse)
-    y = training.memory_target_mib(df)
-    fam = df["family"].to_numpy()
+    level, optional = VIEWS[view]
     ctx = float(gpus.get(gpus.DEFAULT_GPU).ctx_mib if ctx_mib is None else ctx_mib)
+    fits = fits or HeldOutFits(df, ctx)
+    rows = training.level_rows(fits.specs, level, optional)
+    y, fam = fits.y, fits.fam
     preds = np.empty(len(y))
     reserved = np.empty(len(y))
     scales: dict[str, str] = {}
     for f in sorted(set(fam)):
-        test, train = fam == f, fam != f
-        tr_rows = [r for r, t in zip(rows, train, strict=True) if t]
+        test = fam == f
         te_rows = [r for r, t in zip(rows, test, strict=True) if t]
-        coef = memory_model.fit_level(level, tr_rows, y[train])
-        s_state, s_act = memory_model.calibrate_reserve(tr_rows, y[train], list(fam[train]),
-                                                        ctx, level)
+        coef, s_state, s_act = fits.fit(level, f)
         scales[f] = f"{s_state:.2f}/{s_act:.2f}"
         parts = memory_model.parts_level(level, coef, te_rows)
         preds[test] = parts.sum(axis=1)
@@ -133,13 +174,13 @@ def memory_lofo(df, view: str = "described", ctx_mib: float | None = None):  # n
     return preds, reserved, scales, y, fam, ctx
 
 
-def device_memory_lofo(df, grp, view: str = "described"):  # noqa: ANN001, ANN201
+def device_memory_lofo(df, grp, view: str = "described",  # noqa: ANN001, ANN201
+                       fits: HeldOutFits | None = None):
     """(reserved, used, family) for one GPU model's rows ``grp``: each family's reservation
     comes from a fit and a device calibration that never saw that family."""
-    level, sparse = VIEWS[view]
-    rows = training.level_rows(dataset.specs(df), level, sparse)
-    y, fam = training.memory_target_mib(df), df["family"].to_numpy()
-    g_rows = training.level_rows(dataset.specs(grp), level, sparse)
+    level, optional = VIEWS[view]
+    fits = fits or HeldOutFits(df, float(gpus.get(gpus.DEFAULT_GPU).ctx_mib))
+    g_rows = training.level_rows(dataset.specs(grp), level, optional)
     g_fam = grp["family"].to_numpy()
     used = training.used_mib(grp)
     reserved = np.empty(len(used))
@@ -147,25 +188,25 @@ def device_memory_lofo(df, grp, view: str = "described"):  # noqa: ANN001, ANN20
     replayed = (training.replayed_mask(grp) if level == "described"
                 else np.zeros(len(used), dtype=bool))
     for f in sorted(set(g_fam)):
-        train, test, others = fam != f, g_fam == f, g_fam != f
-        tr_rows = [r for r, t in zip(rows, train, strict=True) if t]
-        coef = memory_model.fit_level(level, tr_rows, y[train])
+        test, others = g_fam == f, g_fam != f
+        coef = fits.fit(level, f, reserve=False)[0]
+        tr_rows, y_tr, fam_tr = fits.fit_data(level, f)
         cal = others & replayed
         if (test & replayed).any() and cal.sum() >= memory_model.DEVICE_MIN_ROWS:
             quad = memory_model.calibrate_replayed(
-                tr_rows, y[train], list(fam[train]),
+                tr_rows, y_tr, fam_tr,
                 [r for r, t in zip(g_rows, cal, strict=True) if t], list(g_fam[cal]),
                 used[cal])
             sel = test & replayed
             sel_rows = [r for r, t in zip(g_rows, sel, strict=True) if t]
-            p = memory_model.replay_parts(memory_model.parts_level(level, coef, sel_rows),
-                                          sel_rows)
-            reserved[sel] = np.ceil(p @ np.array(quad[:3]) + quad[3])
+            cols = memory_model.allowance_columns(
+                memory_model.parts_level(level, coef, sel_rows), sel_rows)
+            reserved[sel] = np.ceil(cols @ np.array(quad[:3]) + quad[3])
             test = test & ~replayed
             if not test.any():
                 continue
         s_state, s_act, offset = memory_model.calibrate_device(
-            tr_rows, y[train], list(fam[train]),
+            tr_rows, y_tr, fam_tr,
             [r for r, t in zip(g_rows, others, strict=True) if t], list(g_fam[others]),
             used[others], level)
         parts = memory_model.parts_level(
@@ -240,9 +281,10 @@ def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
              step: Step = lambda _s: None, views: tuple[str, ...] = tuple(VIEWS)) -> Evaluation:
     df, gdf = dataset.load_datasets(csv_path, gpu_csv)
     out = Evaluation(memory={})
+    fits = HeldOutFits(df, float(gpus.get(gpus.DEFAULT_GPU).ctx_mib))
     for level in views:
         step(f"memory, {level} level: leave one family out")
-        p, res, margins, y, fam, ctx = memory_lofo(df, level)
+        p, res, margins, y, fam, ctx = memory_lofo(df, level, fits=fits)
         out.points[level] = (y, p, fam)
         out.memory[level] = [
             _memory_result(f, y[a], p[a], res[a], ctx, margins[f])
@@ -260,7 +302,7 @@ def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
                 if len(grp) < memory_model.DEVICE_MIN_ROWS:
                     continue
                 step(f"reservation on {name}, {level} level")
-                reserved, used, g_fam = device_memory_lofo(df, grp, level)
+                reserved, used, g_fam = device_memory_lofo(df, grp, level, fits=fits)
                 out.device.setdefault(level, {})[str(name)] = [
                     _device_result(f, reserved[g_fam == f], used[g_fam == f])
                     for f in sorted(set(g_fam))

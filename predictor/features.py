@@ -69,9 +69,17 @@ OPT_STEP_TEMP: dict[str, float] = {
 # structure: conv -> BN -> in-place activation keeps conv and BN outputs (2 of 3 outputs);
 # a ResNet basic block (conv, BN, ReLU_, conv, BN, add, ReLU_) keeps 4 of 7; a Darknet
 # residual (two conv-BN-LeakyReLU_ + add) keeps 5 of 7.
-# With sparse gradients every optimizer, SGD included, adds the coalesced sparse gradient into a
-# dense parameter-sized buffer (``add_``/``addcmul_`` of a sparse tensor into dense state).
-OPT_STEP_TEMP_SPARSE = 1.0
+# With sparse gradients the optimizers update the parameter and its state in place
+# (``index_add_``-style ``add_``/``addcmul_`` of a sparse tensor into dense storage): the
+# allocator sees no parameter-sized buffer (0.00 / 0.20 / 0.38 MiB for SGD / Adagrad /
+# SparseAdam on a 61 MiB table). What the step allocates is sized by the sparse gradient:
+# its coalesced copy (values + indices) and, for Adagrad / SparseAdam, the squared values and
+# the update of the touched rows, about 3 (Adagrad) and 5 (SparseAdam) row-sized tensors over the
+# unique ids, which are typically 10-30 % of the ids a batch looks up (data-dependent; the
+# traced rows show 0.1-0.9x). SGD adds the gradient into the weight in place. Per byte of the
+# (uncoalesced) sparse gradient of the tables:
+OPT_STEP_TEMP_SPARSE: dict[str, float] = {"sgd": 0.0, "momentum": 1.0, "adagrad": 0.5,
+                                          "sparse_adam": 1.0}
 CNN_SAVED_FRACTION = {"resnet": 4 / 7, "yolo": 5 / 7, "cnn": 2 / 3}
 CNN_FAMILIES = tuple(CNN_SAVED_FRACTION)
 # YOLOv3 heads (COCO): 3 anchors x (4 box + objectness + 80 classes) channels at strides 8, 16
@@ -114,6 +122,9 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     bottom_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     top_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     sparse_grad: bool = False  # nn.EmbeddingBag(sparse=True)
+    # job-fields level, optional: output elements of the leaf modules' forward per sample
+    # (what torchinfo's summary counts as its forward pass size); 0 = not given
+    leaf_activations: NonNegBig = 0.0
     # Measured by ``sparse-predictor describe`` (one traced training step); None = not given,
     # the analytic rules apply. Bytes; ``saved``/``backward`` per sample.
     saved_bytes: MeasuredBytes | None = None  # live at the end of the forward pass (kept)
@@ -178,6 +189,18 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     # optional: ids looked up per sample in each table (multi-hot length, sequence length; one
     # value for all tables is accepted); unset: one id per table and sample
     ids_per_sample: Annotated[list[Pooling], msgspec.Meta(max_length=100_000)] = []
+    # optional: output elements per sample of the forward of every leaf module (a module
+    # without children), summed: torchinfo's ``summary(model, input_size=...)`` prints it as
+    # "Forward/backward pass size (MB)" = 2 x this x batch x dtype bytes / 1e6; unset: the
+    # activations are bounded from ``macs`` and ``params`` alone
+    leaf_activations: NonNegBig | None = None
+
+
+# The optional job fields, in the groups the evaluation reports them by: the gradient layout
+# of the tables and the ids per sample, and the activations a model summary states.
+OPTIONAL_LAYOUT = ("sparseGradients", "idsPerSample")
+OPTIONAL_ACTIVATIONS = ("leafActivations",)
+OPTIONAL_JOB_FIELDS = (*OPTIONAL_LAYOUT, *OPTIONAL_ACTIVATIONS)
 
 
 JOB_FIELD_KEYS = frozenset({"batchSize", "vocabularySize", "embeddingDim", "embeddingSizeTotal",
@@ -219,7 +242,7 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
         family="recommendation" if tables else "other", batch_size=job.batch_size,
         optimizer=optimizer, dtype=job.dtype or "fp32", gpu_model=job.gpu_model or gpu_model,
         macs=job.macs, params=job.params, tables=tables,
-        sparse_grad=sparse,
+        sparse_grad=sparse, leaf_activations=job.leaf_activations or 0.0,
     )
 
 
@@ -229,9 +252,12 @@ def input_level(spec: ModelSpec) -> str:
     return "described" if (spec.saved_bytes is not None or spec.activations > 0) else "job"
 
 
-def to_job_fields(spec: ModelSpec, optional: bool = False) -> dict[str, Any]:
+def to_job_fields(spec: ModelSpec,
+                  optional: bool | tuple[str, ...] = False) -> dict[str, Any]:
     """The camelCase job fields a ``RecommendDLJob`` would carry for ``spec``; with
-    ``optional`` also ``sparseGradients`` and ``idsPerSample``."""
+    ``optional`` also the optional ones (``True``: all of :data:`OPTIONAL_JOB_FIELDS`, or
+    those named) the spec knows."""
+    names = OPTIONAL_JOB_FIELDS if optional is True else (optional or ())
     out: dict[str, Any] = {"macs": spec.macs, "params": spec.params,
                            "batchSize": spec.batch_size}
     if spec.tables:
@@ -239,11 +265,12 @@ def to_job_fields(spec: ModelSpec, optional: bool = False) -> dict[str, Any]:
         out["embeddingDim"] = [t.dim for t in spec.tables for _ in range(t.count)]
     out["optimizer"] = spec.optimizer
     out["dtype"] = spec.dtype
-    if optional:
-        if spec.sparse_grad:
-            out["sparseGradients"] = True
-        if spec.tables:
-            out["idsPerSample"] = [t.pooling for t in spec.tables for _ in range(t.count)]
+    if "sparseGradients" in names and spec.sparse_grad:
+        out["sparseGradients"] = True
+    if "idsPerSample" in names and spec.tables:
+        out["idsPerSample"] = [t.pooling for t in spec.tables for _ in range(t.count)]
+    if "leafActivations" in names and spec.leaf_activations > 0:
+        out["leafActivations"] = spec.leaf_activations
     return out
 
 
@@ -444,10 +471,15 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     hold_mib = emb_params * b * mib * (1 + m_emb) + dense_params * b * mib * (1 + m)
     if spec.state_bytes is not None:
         hold_mib = p_mib + spec.state_bytes * mib
-    temp = OPT_STEP_TEMP[spec.optimizer]
-    if spec.sparse_grad:
-        temp = max(temp, OPT_STEP_TEMP_SPARSE)
-    step_temp_mib = p_mib * temp if spec.step_bytes is None else spec.step_bytes * mib
+    if spec.step_bytes is not None:
+        step_temp_mib = spec.step_bytes * mib
+    elif spec.sparse_grad:
+        # the dense part is stepped as usual, the tables in place (see OPT_STEP_TEMP_SPARSE)
+        step_temp_mib = (dense_params * b * mib * OPT_STEP_TEMP[spec.optimizer]
+                         + (grad_mib - dense_params * b * mib)
+                         * OPT_STEP_TEMP_SPARSE.get(spec.optimizer, 1.0))
+    else:
+        step_temp_mib = p_mib * OPT_STEP_TEMP[spec.optimizer]
     step_mib = hold_mib + grad_mib + step_temp_mib
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
@@ -473,6 +505,7 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "m_emb": m_emb,
         "m_dense": m,
         "sparse": 1.0 if spec.sparse_grad else 0.0,
+        "conv": 1.0 if spec.family in CNN_FAMILIES else 0.0,
         "act_mib": spec.batch_size * spec.activations * b * mib,
         "io_mib": io_mib,
         "slack_mib": (spec.slack_bytes or 0.0) * mib,
@@ -529,16 +562,23 @@ def job_activation_terms(spec: ModelSpec, dense_params: float, b: int) -> dict[s
     outputs (``mlp_act_mib``). The MACs beyond that are positions reusing the weights; each
     keeps per-position outputs, bounded the same way (``reuse_width_mib``) and, with
     embedding tables, by the table width, the residual stream of a transformer over token
-    embeddings (``reuse_dim_mib``). Lookups of one id per table and sample are ``io_mib``."""
+    embeddings (``reuse_dim_mib``). Lookups of one id per table and sample are ``io_mib``.
+
+    With the optional ``leaf_activations`` (the leaf modules' outputs, which a model summary
+    counts) the module outputs are known (``leaf_act_mib``) and replace the two width bounds;
+    the table-width bound stays, for the functional ops between modules (attention scores,
+    interactions) that no module outputs."""
     mib = 1.0 / 2**20
     dense = max(1.0, dense_params or spec.macs)
     first = min(spec.macs, dense)
     reuse = max(0.0, spec.macs - dense)
     per = spec.batch_size * b * mib
+    leaf = spec.leaf_activations > 0
     return {
-        "mlp_act_mib": per * first / math.sqrt(dense),
-        "reuse_width_mib": per * reuse / math.sqrt(dense),
+        "mlp_act_mib": 0.0 if leaf else per * first / math.sqrt(dense),
+        "reuse_width_mib": 0.0 if leaf else per * reuse / math.sqrt(dense),
         "reuse_dim_mib": per * reuse / _main_dim(spec) if spec.tables else 0.0,
+        "leaf_act_mib": per * spec.leaf_activations,
     }
 
 

@@ -25,12 +25,14 @@ level). The reservation prices them separately::
   slack included).
 
 * described specs carrying the caching-allocator replay (``slack_bytes``) on GPU models with
-  measured rows: ``s_state x state + s_act x activations + s_slack x slack + offset``, where
-  ``state + activations + slack`` is the predicted reserved peak and ``offset`` the GPU's
-  constant (median NVML memory less that peak: context and library workspaces), the scales
-  the margin (:func:`calibrate_replayed`).
+  measured rows: ``s_peak x (state + activations + slack) + w_conv x conv activations +
+  w_emb x dense-gradient lookups + offset``: the predicted reserved peak and an allowance
+  for what the trace cannot see, memory GPU kernels allocate inside one op (cuDNN
+  workspaces, the CUDA embedding backward's buffers) and the fragmentation it leaves
+  (:func:`allowance_columns`, :func:`fit_allowance`, :func:`calibrate_replayed`), times the
+  margin a family it has not seen needs (:func:`allowance_margin`).
 
-All are linear quantile regressions of the relative error (:func:`fit_scales`), rows
+The others are linear quantile regressions of the relative error (:func:`fit_scales`), rows
 weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
 sets for the number of families (every row, below 49 families: the split-conformal level
 with families as units), the rest as tight as the check loss allows. One multiplier on the
@@ -55,8 +57,10 @@ import numpy as np
 from predictor import features, gpus
 
 RESERVE_ALPHA = 0.02  # target share of a held-out family's rows under-reserved
-FORMAT = "sparse-predictor/memory-phases/8"
-OLD_FORMATS = ("sparse-predictor/memory-phases/7",)  # loaded; they have no replayed calibration
+FORMAT = "sparse-predictor/memory-phases/9"
+# loaded when their terms match; format 7 has no replayed calibration, format 8 one of
+# another meaning (scales of state, activations and slack), which is dropped
+OLD_FORMATS = ("sparse-predictor/memory-phases/7", "sparse-predictor/memory-phases/8")
 DEVICE_MIN_ROWS = 20  # fewer measured rows than this: the CPU calibration and the context
 
 
@@ -65,7 +69,8 @@ class Layout:
     """The terms of one input level: those of the optimizer-step phase, of the backward
     phase, those counted in both (``shared``), which of them are activations (``act``; the
     rest, and the constant, are state), the physical starting coefficients (const + step +
-    bwd + shared) and the weight of an under-estimate in the fit."""
+    bwd + shared), the weight of an under-estimate in the fit, and the terms held at their
+    physical coefficient (``fixed``: exact memory, nothing to fit)."""
 
     step: tuple[str, ...]
     bwd: tuple[str, ...]
@@ -73,6 +78,7 @@ class Layout:
     act: frozenset[str]
     init: tuple[float, ...]
     under_weight: float = 1.0
+    fixed: frozenset[str] = frozenset()
 
     @property
     def names(self) -> list[str]:
@@ -84,22 +90,35 @@ DESCRIBED = Layout(step=("step_mib",), bwd=("hold_mib", "saved_mib", "grad_mib")
                    shared=("io_mib", "gathered_mib"),
                    act=frozenset({"saved_mib", "io_mib", "gathered_mib"}),
                    init=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0), under_weight=3.0)
-# job fields: the same state terms (from params, tables, optimizer, dtype) and activations
-# bounded from the MACs (features.job_activation_terms)
+# job fields: the same state terms (from params, tables, optimizer, dtype: weights, gradients,
+# optimizer state and step temporaries are physics, held at 1) and activations bounded from the
+# MACs, or stated by the optional leaf-module outputs (features.job_activation_terms)
 JOB = Layout(step=("step_mib",),
-             bwd=("hold_mib", "grad_mib", "mlp_act_mib", "reuse_width_mib", "reuse_dim_mib"),
+             bwd=("hold_mib", "grad_mib", "mlp_act_mib", "reuse_width_mib", "reuse_dim_mib",
+                  "leaf_act_mib"),
              shared=("io_mib",),
-             act=frozenset({"mlp_act_mib", "reuse_width_mib", "reuse_dim_mib", "io_mib"}),
-             init=(0.0, 1.0, 1.0, 1.0, 5.0, 5.0, 1.0, 1.0))
+             act=frozenset({"mlp_act_mib", "reuse_width_mib", "reuse_dim_mib", "leaf_act_mib",
+                            "io_mib"}),
+             init=(0.0, 1.0, 1.0, 1.0, 5.0, 5.0, 1.0, 1.0, 1.0),
+             fixed=frozenset({"step_mib", "hold_mib", "grad_mib"}))
 LAYOUTS = {"described": DESCRIBED, "job": JOB}
 LEVELS = ("described", "job")
 TERMS = DESCRIBED.names[1:]
 JOB_TERMS = JOB.names[1:]
 
 
-def job_view(spec: features.ModelSpec, optional: bool = False) -> features.ModelSpec:
+# The job-field views one job-level fit learns from, stacked: the required fields alone, with
+# the tables' gradient layout and ids per sample, and with every optional field; so that one
+# set of coefficients serves whatever a job states.
+JOB_FIT_VIEWS: tuple[tuple[str, ...], ...] = (
+    (), features.OPTIONAL_LAYOUT, features.OPTIONAL_JOB_FIELDS)
+
+
+def job_view(spec: features.ModelSpec,
+             optional: bool | tuple[str, ...] = False) -> features.ModelSpec:
     """What the job fields of ``spec`` say (the annotation a job controller writes); with
-    ``optional`` the optional fields too (``sparseGradients``, ``idsPerSample``)."""
+    ``optional`` the optional fields too (all, or those named: ``sparseGradients``,
+    ``idsPerSample``, ``leafActivations``)."""
     job = msgspec.convert(features.to_job_fields(spec, optional), features.JobFields)
     return features.job_fields_spec(job, spec.gpu_model)
 
@@ -131,11 +150,13 @@ def _one_blas_thread() -> contextlib.AbstractContextManager:
 
 
 def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
-               layout: Layout) -> np.ndarray:
+               layout: Layout, groups: Sequence[str] | None = None) -> np.ndarray:
     """Which phase a row's peak was in is not known at prediction time, so the fit minimises
     the relative error of ``max(step, backward)`` itself (smoothed absolute error, an
     under-estimate weighted ``layout.under_weight`` times, L-BFGS-B), from the physical
-    coefficients and with every coefficient >= 0: each term is memory that exists."""
+    coefficients and with every coefficient >= 0: each term is memory that exists. With
+    ``groups`` every family weighs the same, so the coefficients describe how families
+    differ rather than the families with the most configurations."""
     from scipy.optimize import minimize
 
     terms = _terms(rows, layout)
@@ -143,6 +164,8 @@ def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
     scale = np.maximum(np.concatenate([[1.0], terms.max(axis=0, initial=0.0)]), 1e-9)
     scale = np.maximum(scale / np.maximum(y.max(), 1.0), 1e-12)  # conditioning only
     x_step, x_bwd = (x / scale for x in _designs(terms, layout))
+    fam_w = (family_weights(np.asarray(groups), len(y)) * len(y)
+             if groups is not None else np.ones(len(y)))
 
     # products as element-wise sums: a threaded BLAS call for a few hundred rows costs far
     # more than it saves, badly so on a loaded machine
@@ -150,15 +173,17 @@ def fit_phases(rows: Sequence[dict[str, float]], y_mib: np.ndarray,
         step, bwd = (x_step * theta).sum(axis=1), (x_bwd * theta).sum(axis=1)
         in_step = step >= bwd
         rel = (np.where(in_step, step, bwd) - y) / y
-        w = np.where(rel < 0, layout.under_weight, 1.0)
+        w = np.where(rel < 0, layout.under_weight, 1.0) * fam_w
         root = np.sqrt(rel * rel + 1e-4)
         d = w * rel / root / y / len(y)
         grad = (np.where(in_step[:, None], x_step, x_bwd) * d[:, None]).sum(axis=0)
         return float(np.mean(w * root)), grad
 
     with _one_blas_thread():
-        res = minimize(loss, np.array(layout.init) * scale, jac=True, method="L-BFGS-B",
-                       bounds=[(0.0, None)] * len(layout.init),
+        init = np.array(layout.init) * scale
+        bounds = [(v, v) if name in layout.fixed else (0.0, None)
+                  for name, v in zip(layout.names, init, strict=True)]
+        res = minimize(loss, init, jac=True, method="L-BFGS-B", bounds=bounds,
                        options={"maxiter": 300, "ftol": 1e-10})
     return res.x / scale
 
@@ -183,8 +208,9 @@ def predict_phases(coef: np.ndarray, rows: Sequence[dict[str, float]],
     return phase_parts(coef, rows, layout).sum(axis=1)
 
 
-def fit_level(level: str, rows: Sequence[dict[str, float]], y_mib: np.ndarray) -> np.ndarray:
-    return fit_phases(rows, y_mib, LAYOUTS[level])
+def fit_level(level: str, rows: Sequence[dict[str, float]], y_mib: np.ndarray,
+              groups: Sequence[str] | None = None) -> np.ndarray:
+    return fit_phases(rows, y_mib, LAYOUTS[level], groups)
 
 
 def parts_level(level: str, coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
@@ -213,7 +239,7 @@ def lofo_parts(
         if not train.any():
             continue
         coef = fit_level(level, [r for r, t in zip(rows, train, strict=True) if t],
-                         y_mib[train])
+                         y_mib[train], list(groups_arr[train]))
         out[test] = parts_level(level, coef,
                                 [r for r, t in zip(eval_rows, test, strict=True) if t])
     return out
@@ -321,32 +347,89 @@ def calibrate_device(
     return fit_reserve(parts, used_mib, groups=gpu_groups)
 
 
-def replay_parts(parts: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    """``[state, activations, allocator slack]`` (MiB): the fitted parts and the slack the
-    caching-allocator replay of the traced step measured (``slack_mib``)."""
-    slack = np.array([r["slack_mib"] for r in rows], dtype=float).reshape(len(rows), 1)
-    return np.hstack([np.asarray(parts, dtype=float).reshape(len(rows), 2), slack])
+def allowance_columns(parts: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
+    """``[replayed reserved peak, convolution activations, embedding backward]`` (MiB) of
+    described specs carrying the allocator replay: the fitted parts plus the replayed slack
+    (``slack_mib``); the activations of convolutional models (``conv``), which cuDNN's
+    workspaces follow; and the uncoalesced lookups of tables with dense gradients
+    (``gathered_mib``), which the CUDA embedding backward sorts and reduces into buffers of
+    its own. The last two are what a traced step cannot see: memory allocated inside GPU
+    kernels, and the fragmentation those allocations leave between the traced tensors."""
+    parts = np.asarray(parts, dtype=float).reshape(len(rows), 2)
+    slack = np.array([r["slack_mib"] for r in rows], dtype=float)
+    conv = np.array([r["conv"] for r in rows], dtype=float)
+    emb = np.array([r["gathered_mib"] * (1.0 - r["sparse"]) for r in rows], dtype=float)
+    return np.column_stack([parts.sum(axis=1) + slack, conv * parts[:, 1], emb])
 
 
-def device_offset(parts: np.ndarray, used_mib: np.ndarray) -> float:
-    """The GPU's constant: the median of the measured process memory less the predicted
-    reserved peak (CUDA context, cuBLAS workspaces, segments the trace cannot see)."""
-    return float(np.median(np.asarray(used_mib) - np.asarray(parts).sum(axis=1)))
+def fit_allowance(cols: np.ndarray, used_mib: np.ndarray,
+                  groups: Sequence[str] | None = None) -> Quad:
+    """``(s_peak, w_conv, w_emb, offset)`` with ``cols @ (s_peak, w_conv, w_emb) + offset``
+    at least the measured memory on every calibration row (families as conformal units,
+    fewer than 49 of them: cover all) and the family-weighted mean over-reservation in MiB
+    the least: ``s_peak >= 1`` prices the fragmentation the replay misses, ``w_conv`` and
+    ``w_emb >= 0`` the kernels' own buffers, ``offset >= 0`` the CUDA context and library
+    workspaces. MiB rather than relative error: a MiB booked idle on a large job blocks a
+    co-runner as much as one on a small job, and a relative objective lets the smallest jobs
+    (where a few MiB of constant gap are a large share) set the scales of every job."""
+    from scipy.optimize import linprog
+
+    x = np.asarray(cols, dtype=float)
+    t = np.asarray(used_mib, dtype=float)
+    ok = np.isfinite(x).all(axis=1) & (t > 0)
+    x, t = x[ok], t[ok]
+    if len(t) == 0:
+        return 1.0, 0.0, 0.0, 0.0
+    weight = family_weights(None if groups is None else np.asarray(groups)[ok], len(t))
+    xa = np.column_stack([x, np.ones(len(t))])
+    with _one_blas_thread():
+        res = linprog(weight @ xa, A_ub=-xa, b_ub=-t, method="highs",
+                      bounds=[(1.0, None), (0.0, None), (0.0, None), (0.0, None)])
+    if not res.success:
+        raise RuntimeError(f"reservation calibration failed: {res.message}")
+    s_peak, w_conv, w_emb, offset = (float(v) for v in res.x)
+    return s_peak, w_conv, w_emb, offset
 
 
 def calibrate_replayed(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
     gpu_rows: Sequence[dict[str, float]], gpu_groups: Sequence[str], used_mib: np.ndarray,
 ) -> Quad:
-    """``(s_state, s_act, s_slack, offset)`` for one GPU model's measured rows of described
-    specs that carry the allocator replay: the reserved peak is the traced step's parts plus
-    the replayed slack; ``offset`` is :func:`device_offset` and the three scales (>= 1) the
-    family-conformal margin of :func:`fit_scales` over held-out parts."""
-    parts = replay_parts(lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups), gpu_rows)
-    ok = np.isfinite(parts).all(axis=1)
-    offset = device_offset(parts[ok], np.asarray(used_mib)[ok])
-    scales, _ = fit_scales(parts, used_mib, offset=offset, groups=gpu_groups)
-    return float(scales[0]), float(scales[1]), float(scales[2]), offset
+    """``(s_peak, w_conv, w_emb, offset)`` (:func:`fit_allowance`) for one GPU model's
+    measured rows of described specs that carry the allocator replay, each row's parts
+    estimated by a fit without its family, all four times :func:`allowance_margin`."""
+    parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups)
+    cols = allowance_columns(parts, gpu_rows)
+    quad = fit_allowance(cols, used_mib, gpu_groups)
+    margin = allowance_margin(cols, used_mib, gpu_groups)
+    return tuple(margin * v for v in quad)  # type: ignore[return-value]
+
+
+def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str]) -> float:
+    """The relative margin (>= 1) the allowance of :func:`fit_allowance` needs on a family
+    it has not seen: for each calibration family, the allowance fitted without it and the
+    largest ratio of its measured memory to that reservation (the family's conformal
+    score); the largest score, since below 49 families only covering every held-out family
+    is honest (:func:`reserve_quantile`). A fit that covers every row it saw does not cover
+    a new architecture whose kernels buffer more per traced MiB (a second convolutional
+    family against the first's cuDNN workspaces), and that is what a new job is."""
+    x = np.asarray(cols, dtype=float)
+    t = np.asarray(used_mib, dtype=float)
+    g = np.asarray(groups)
+    ok = np.isfinite(x).all(axis=1) & (t > 0)
+    x, t, g = x[ok], t[ok], g[ok]
+    fams = sorted(set(g))
+    if len(fams) < 2:
+        return 1.0
+    scores = []
+    for fam in fams:
+        held = g == fam
+        quad = np.array(fit_allowance(x[~held], t[~held], list(g[~held])))
+        scores.append(float(np.max(t[held] / (x[held] @ quad[:3] + quad[3]))))
+    score = max(scores)
+    if not math.isfinite(score):
+        raise RuntimeError("reservation margin: a calibration family is not covered")
+    return max(1.0, score)
 
 
 Triple = tuple[float, float, float]
@@ -365,7 +448,7 @@ class MemoryModel:
     reserve: dict[str, tuple[float, float]] = field(default_factory=dict)
     device: dict[str, dict[str, Triple]] = field(default_factory=dict)
     # described specs carrying ``slack_bytes``: per GPU model with measured rows,
-    # ``(s_state, s_act, s_slack, offset)`` (:func:`calibrate_replayed`)
+    # ``(s_peak, w_conv, w_emb, offset)`` (:func:`calibrate_replayed`)
     replayed: dict[str, Quad] = field(default_factory=dict)
     ctx_mib: dict[str, int] = field(
         default_factory=lambda: {k: g.ctx_mib for k, g in gpus.CATALOGUE.items()}
@@ -381,10 +464,12 @@ class MemoryModel:
         ctx = float(gpus.get(gpus.DEFAULT_GPU).ctx_mib if ctx_mib is None else ctx_mib)
         coef: dict[str, np.ndarray] = {}
         reserve: dict[str, tuple[float, float]] = {}
+        groups_arr = np.asarray(groups)
         for level in LEVELS:
-            rows = level_rows(specs, level)
-            coef[level] = fit_level(level, rows, y_mib)
-            reserve[level] = calibrate_reserve(rows, y_mib, groups, ctx, level)
+            rows, idx = fit_rows(specs, level)
+            y_fit = np.asarray(y_mib, dtype=float)[idx]
+            coef[level] = fit_level(level, rows, y_fit, list(groups_arr[idx]))
+            reserve[level] = calibrate_reserve(rows, y_fit, list(groups_arr[idx]), ctx, level)
         return cls(coef=coef["described"], coef_job=coef["job"], reserve=reserve,
                    version=version,
                    meta={"n_rows": len(specs), "groups": sorted(set(groups)),
@@ -423,21 +508,23 @@ class MemoryModel:
     def reserve_parts_mib(self, spec: features.ModelSpec, parts: np.ndarray) -> int:
         level = features.input_level(spec)
         if level == "described" and spec.slack_bytes is not None:
-            return self.reserve_replayed_mib(spec.gpu_model, parts, spec.slack_bytes / 2**20)
+            return self.reserve_replayed_mib(spec, parts)
         s_state, s_act, offset = self.reservation(spec.gpu_model, level)
         return int(math.ceil(parts[0] * s_state + parts[1] * s_act + offset))
 
-    def reserve_replayed_mib(self, gpu_model: str, parts: np.ndarray, slack_mib: float) -> int:
+    def reserve_replayed_mib(self, spec: features.ModelSpec, parts: np.ndarray) -> int:
         """The reservation of a described spec with the allocator replay: the reserved peak
-        (parts + slack) with the GPU's measured scales and constant, or, on a GPU without
-        measured rows, the CPU-calibrated scales, the slack as replayed and the context."""
-        if gpu_model in self.replayed:
-            s_state, s_act, s_slack, offset = self.replayed[gpu_model]
-        else:
-            s_state, s_act, offset = self.reservation(gpu_model, "described")
-            s_slack = 1.0
-        return int(math.ceil(parts[0] * s_state + parts[1] * s_act + slack_mib * s_slack
-                             + offset))
+        (parts + slack) and what the trace cannot see (:func:`allowance_columns`) priced by
+        the GPU's measured calibration, or, on a GPU without measured rows, the
+        CPU-calibrated scales, the slack as replayed and the context."""
+        slack_mib = (spec.slack_bytes or 0.0) / 2**20
+        if spec.gpu_model in self.replayed:
+            cols = allowance_columns(np.asarray(parts).reshape(1, 2),
+                                     [features.derive(spec)])[0]
+            s_peak, w_conv, w_emb, offset = self.replayed[spec.gpu_model]
+            return int(math.ceil(cols @ np.array([s_peak, w_conv, w_emb]) + offset))
+        s_state, s_act, offset = self.reservation(spec.gpu_model, "described")
+        return int(math.ceil(parts[0] * s_state + parts[1] * s_act + slack_mib + offset))
 
     def predict_mib(self, spec: features.ModelSpec) -> int:
         return self.reserve_parts_mib(spec, self.predict_parts([spec])[0])
@@ -474,7 +561,8 @@ class MemoryModel:
                    device={lv: {k: tuple(float(v) for v in t)
                                 for k, t in levels[lv]["device"].items()} for lv in LEVELS},
                    replayed={k: tuple(float(v) for v in q)
-                             for k, q in d.get("replayed", {}).items()},
+                             for k, q in d.get("replayed", {}).items()}
+                   if d["format"] == FORMAT else {},
                    ctx_mib={k: int(v) for k, v in d["ctx_mib"].items()},
                    version=d["version"], meta=d.get("meta", {}))
 
@@ -486,8 +574,20 @@ class MemoryModel:
         return cls.from_json(json.loads(path.read_text()))
 
 
+def fit_rows(specs: Sequence[features.ModelSpec],
+             level: str) -> tuple[list[dict[str, float]], np.ndarray]:
+    """The rows a ``level`` fit learns from and, for each, the index of its spec: the
+    described rows as they are; at the job level every spec once per :data:`JOB_FIT_VIEWS`."""
+    if level != "job":
+        return level_rows(specs, level), np.arange(len(specs))
+    rows: list[dict[str, float]] = []
+    for view in JOB_FIT_VIEWS:
+        rows += level_rows(specs, level, view)
+    return rows, np.tile(np.arange(len(specs)), len(JOB_FIT_VIEWS))
+
+
 def level_rows(specs: Sequence[features.ModelSpec], level: str,
-               optional: bool = False) -> list[dict[str, float]]:
+               optional: bool | tuple[str, ...] = False) -> list[dict[str, float]]:
     """Derived features of ``specs`` as ``level`` sees them (``job``: the job fields, with
     the optional ones when asked)."""
     if level == "job":

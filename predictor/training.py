@@ -47,7 +47,8 @@ def calibrated_ctx(gdf) -> dict[str, int]:  # noqa: ANN001
     return ctx
 
 
-def level_rows(specs, level: str, optional: bool = False) -> list[dict[str, float]]:  # noqa: ANN001
+def level_rows(specs, level: str, optional: bool | tuple[str, ...] = False,  # noqa: ANN001
+               ) -> list[dict[str, float]]:
     """Derived features of ``specs`` as the ``level`` sees them (``job``: the job fields)."""
     return memory_model.level_rows(specs, level, optional)
 
@@ -57,8 +58,8 @@ def calibrate_devices(df, gdf, level: str = "described") -> dict[str, tuple[floa
     on the CPU rows ``df``, held out by family, against the GPU rows' NVML-measured memory."""
     if gdf is None:
         return {}
-    rows = level_rows(dataset.specs(df), level)
-    y, fam = memory_target_mib(df), list(df["family"])
+    rows, idx = memory_model.fit_rows(dataset.specs(df), level)
+    y, fam = memory_target_mib(df)[idx], list(df["family"].to_numpy()[idx])
     out: dict[str, tuple[float, float, float]] = {}
     for name, grp in used_rows(gdf).groupby("gpu_model"):
         if len(grp) < memory_model.DEVICE_MIN_ROWS:

@@ -63,12 +63,29 @@ def test_reservation_covers_measured_gpu_memory(gpu_holdout) -> None:  # noqa: A
     assert float(np.mean((reserved - used) / used)) <= DEVICE_OVER_MAX
 
 
+def test_replayed_reservation_on_gpu_holdout() -> None:
+    """The same rows with the annotation ``describe`` writes (the CPU row's, carrying the
+    allocator replay): the H200 allowance books the replayed peak plus what the trace
+    cannot see, with the family-conformal margin, tighter than the fallback above."""
+    _, gdf = dataset.load_datasets(dataset.DEFAULT_CSV, dataset.DEFAULT_GPU_CSV)
+    rows = training.used_rows(gdf[training.holdout_mask(gdf)])
+    specs = dataset.specs(rows)
+    assert all(s.slack_bytes is not None for s in specs)
+    est = estimate.Estimator.load()
+    reserved = np.array([est.predict(s).gpu_mem_mib for s in specs])
+    used = training.used_mib(rows)
+    assert len(used) >= 15
+    assert float(np.max((used - reserved) / used)) <= DEVICE_UNDER_MAX
+    assert float(np.mean((reserved - used) / used)) <= REPLAYED_OVER_MAX
+
+
 MEM_R2_MIN = 0.999  # v5: 1.0000 (described level)
 MEM_MAPE_MAX = 0.01  # v5: 0.0 %
 MEM_UNDER_MAX = 0.02  # v5: 0.0 % (with the reservation's state/activation scales)
 COMPUTE_MAE_MAX = 55.0  # v4: 47.6 milli-GPU (GPU-measured labels)
 DEVICE_UNDER_MAX = 0.02  # v4: none (closest -5.3 %)
-DEVICE_OVER_MAX = 0.35  # v6: 30.9 % mean (allocator replay + H200 constant + margin)
+DEVICE_OVER_MAX = 0.35  # v7: 34.8 % mean (v6 34.6 %; annotations without the replay)
+REPLAYED_OVER_MAX = 0.26  # v7: 23.5 % mean, none under (closest +8.3 %); v6 30.9 %
 
 
 @pytest.mark.slow
@@ -88,11 +105,20 @@ def test_leave_one_family_out_goals() -> None:
     assert ev.compute_label == "gpu-measured-sm-activity"
     assert ev.compute[-1].r2 >= 0.90, ev.compute[-1]  # v4: 0.922
     device = ev.device["described"]["H200"][-1]
-    # v6 (allocator replay, families as conformal units): 1.6 % under, 7.9 % at most,
-    # median over 14.1 % (27.2 % before the replay)
-    assert device.under_share <= 0.02 and device.under_max <= 0.10, device
-    assert device.over_median <= 0.17, device
+    # v7 (replayed peak + kernel-buffer allowance x the family-conformal margin): none under
+    # in any family, median over 22.4 %, mean 22.1 %; v6 (scaled parts): 1.6 % under (6.2 %
+    # of Wide&Deep, 3.1 % of YOLO), 7.9 % at most, median 14.1 %, mean 23.4 %, BERT 44.5 %
+    per_family = {r.family: r for r in ev.device["described"]["H200"]}
+    assert device.under_share <= 0.02 and device.under_max <= 0.05, device
+    assert all(r.under_share <= 0.02 for r in per_family.values()), per_family
+    assert device.over_median <= 0.25 and device.over_mean <= 0.25, device
+    assert per_family["bert"].over_median <= 0.30, per_family["bert"]  # v7 26.2 %, v6 44.5 %
     replay = ev.allocator["H200"][-1]  # v6: MAPE 5.6 % against max_memory_reserved
     assert replay.family == "overall" and replay.mape <= 0.07, replay
-    job_res = ev.memory["job"][-1]  # v6: 0.5 % under, median over 61.8 %
+    job_res = ev.memory["job"][-1]  # v7: 1.0 % under, median over 61.3 % (v6 0.5 / 61.8)
     assert job_res.res_under_share <= 0.02 and job_res.res_over_median <= 0.70, job_res
+    assert job_res.mem_mape <= 0.26, job_res  # v7 24.6 %, v6 29.8 %
+    optional = ev.memory["job+optional"][-1]  # v7 17.6 %, v6 27.3 %
+    assert optional.mem_mape <= 0.19, optional
+    leaf = ev.memory["job+optional+leaf"][-1]  # v7 16.9 %
+    assert leaf.mem_mape <= 0.18, leaf

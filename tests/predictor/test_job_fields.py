@@ -102,3 +102,52 @@ def test_optional_ids_per_sample_field() -> None:
     assert {t.pooling for t in one.tables} == {5.0}
     with pytest.raises(features.SchemaError, match="idsPerSample has 2 entries"):
         features.parse_model(json.dumps({**JOB, "idsPerSample": [1, 2]}))
+
+
+def test_optional_leaf_activations_field() -> None:
+    """A model summary's activations replace the MAC-based width bounds and move the
+    estimate with what they state; the job stays at the job-fields level."""
+    cnn = {"macs": 1.8e9, "params": 1.17e7, "batchSize": 64, "optimizer": "momentum"}
+    bare = features.parse_model(json.dumps(cnn))
+    small = features.parse_model(json.dumps({**cnn, "leafActivations": 1e6}))
+    large = features.parse_model(json.dumps({**cnn, "leafActivations": 8e6}))
+    assert small.leaf_activations == 1e6 and features.input_level(small) == "job"
+    d_bare, d_small = features.derive(bare), features.derive(small)
+    assert d_bare["mlp_act_mib"] > 0 and d_bare["leaf_act_mib"] == 0
+    assert d_small["mlp_act_mib"] == d_small["reuse_width_mib"] == 0
+    assert d_small["leaf_act_mib"] == pytest.approx(64 * 1e6 * 4 / 2**20)
+    est = estimate.Estimator.load()
+    assert est.predict(large).train_mib > est.predict(small).train_mib
+    assert features.to_job_fields(small, optional=True)["leafActivations"] == 1e6
+    assert "leafActivations" not in features.to_job_fields(small, features.OPTIONAL_LAYOUT)
+    with pytest.raises(features.SchemaError, match=r"\$.leafActivations"):
+        features.parse_model(json.dumps({**cnn, "leafActivations": -1}))
+
+
+def test_sparse_gradient_step_has_no_table_sized_temporary() -> None:
+    """With sparse gradients the optimizers update the tables in place: the step's
+    temporaries are sized by the sparse gradient (none for SGD), not by the tables."""
+    tables = {"vocabularySize": [4_000_000], "embeddingDim": [16], "idsPerSample": [4],
+              "batchSize": 1024, "macs": 1e4, "params": 6.4e7 + 1e4}
+    table_mib = 4_000_000 * 16 * 4 / 2**20
+    for opt in ("sgd", "adagrad", "sparse_adam"):
+        spec = features.parse_model(json.dumps({**tables, "optimizer": opt,
+                                                "sparseGradients": True}))
+        d = features.derive(spec)
+        assert d["grad_mib"] < 0.1 * table_mib
+        assert d["step_temp_mib"] <= d["grad_mib"] + 1.0, opt
+    sgd = features.derive(features.parse_model(json.dumps(
+        {**tables, "optimizer": "sgd", "sparseGradients": True})))
+    assert sgd["step_temp_mib"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_job_level_state_terms_are_physics_not_fitted() -> None:
+    """Weights, gradients, optimizer state and step temporaries are known from params,
+    optimizer and dtype: the job-level fit holds their coefficients at 1."""
+    from predictor import memory_model
+
+    coef = estimate.Estimator.load().memory.coef_for("job")
+    names = memory_model.JOB.names
+    for term in ("step_mib", "hold_mib", "grad_mib"):
+        assert term in memory_model.JOB.fixed
+        assert coef[names.index(term)] == pytest.approx(1.0)
