@@ -151,12 +151,15 @@ def explain_markdown(runs: list, policy: str = "sparse") -> list[str]:
              "only multi-GPU jobs wait, for nodes to drain); `backlog end`: when the "
              "last waiting job started; `interference`: GPUs' worth of work lost to "
              "co-runners over the makespan; `idle` / `slivers`: whole free GPUs / free share "
-             "capacity beside shares while jobs waited (time-averaged, GPUs); `wait by kind`: "
+             "capacity beside shares while jobs waited (time-averaged, GPUs; a job no node "
+             "can host waits to the end); `idle (small waiting)`: whole free GPUs while a "
+             "share or one-GPU job waited; `wait by kind`: "
              "job-seconds waited per job, by the waiting job's kind; `last job`: kind, solo "
              "time, start, the time its turn came (every job before it had started), jobs "
              "that overtook it, stretch (bench/sim/replay_explain.py).", ""]
     head = ["mode", "seed", "policy", "makespan", "jct mean", "node choice", "small end",
-            "backlog end", "interference", "idle", "slivers", "wait by kind", "last job"]
+            "backlog end", "interference", "idle", "idle (small waiting)", "slivers",
+            "wait by kind", "last job"]
     rows = []
     for r in sorted(have, key=lambda r: (r.mode, r.seed, r.policy)):
         e = r.explain
@@ -166,6 +169,7 @@ def explain_markdown(runs: list, policy: str = "sparse") -> list[str]:
                      f"{100 * e.get('node_choice', float('nan')):.0f}%",
                      _fmt(e.get("small_end", float("nan"))), _fmt(e["backlog_end"]),
                      f"{e['interference_gpus']:.2f}", f"{e['idle_gpus_waiting']:.2f}",
+                     f"{e.get('idle_gpus_small_waiting', float('nan')):.2f}",
                      f"{e['sliver_gpus_waiting']:.2f}", wait or "-",
                      f"{t['kind']} {_fmt(t['solo_s'])} s, start {_fmt(t['start_s'])}, turn "
                      f"{_fmt(t['turn_s'])}, {t['overtaken']} overtook, x{t['stretch']:.2f}"])
