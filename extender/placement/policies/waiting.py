@@ -44,7 +44,8 @@ class Seen:
 @dataclass
 class WaitingPods:
     window: int = WINDOW
-    _seen: dict[str, Seen] = field(default_factory=dict)
+    _seen: dict[str, Seen] = field(default_factory=dict)  # multi-GPU pods asked about
+    _retried: dict[str, Seen] = field(default_factory=dict)  # those asked about again
     _round: int = 0
     _last_uid: str | None = None
 
@@ -54,6 +55,10 @@ class WaitingPods:
             return
         self._last_uid = demand.uid
         self._round += 1
+        if self._round % 1024 == 0:  # forget pods not asked about for a window
+            old = self._round - self.window
+            self._seen = {u: s for u, s in self._seen.items() if s.last >= old}
+            self._retried = {u: s for u, s in self._retried.items() if u in self._seen}
         s = self._seen.get(demand.uid)
         if s is None:
             if demand.whole_gpus < 2:  # only multi-GPU pods are kept (they need whole nodes)
@@ -62,20 +67,21 @@ class WaitingPods:
                                               pod_mem(demand), demand.allowed_models, 0, 0)
         s.rounds += 1
         s.last = self._round
-        if self._round % 1024 == 0:
-            self._prune(None)
-
-    def _prune(self, state: ClusterState | None) -> None:
-        old = self._round - self.window
-        booked = state.reservations if state is not None else {}
-        self._seen = {u: s for u, s in self._seen.items() if s.last >= old and u not in booked}
+        if s.rounds == 2:
+            self._retried[demand.uid] = s
 
     def waiting(self, state: ClusterState, exclude: str = "") -> list[Seen]:
-        """The multi-GPU pods asked about more than once, unbooked, recently."""
-        if not self._seen:
+        """The multi-GPU pods asked about more than once, unbooked, recently (only the pods
+        asked about again are looked at: a cheap call when none is)."""
+        if not self._retried:
             return []
-        self._prune(state)
-        return [s for u, s in self._seen.items() if s.rounds > 1 and u != exclude]
+        old = self._round - self.window
+        booked = state.reservations
+        gone = [u for u, s in self._retried.items() if s.last < old or u in booked]
+        for u in gone:
+            del self._retried[u]
+            self._seen.pop(u, None)
+        return [s for u, s in self._retried.items() if u != exclude]
 
 
 def drain_costs(state: ClusterState, demand: PodDemand, masks: GpuMasks, pods: list[Seen]

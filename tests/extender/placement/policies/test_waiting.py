@@ -82,3 +82,18 @@ def test_sparse_keeps_the_nearly_free_node_for_the_waiting_pod():
         node_costs(state, big, result, policy)  # nothing fits: the policy learns it waits
         place(policy, state, "other")  # another pod's round in between
     assert place(policy, state) == "b"
+
+
+def test_costs_are_not_cached_while_a_pod_waits():
+    state = cluster()
+    policy = Sparse()
+    one = whole("one", 1)
+    policy.note(one)
+    assert policy.cache_epoch(state, one) is not None
+    big = whole("big", 4)
+    for uid in ("big", "other", "big"):
+        policy.unplaced(whole(uid, 4) if uid == "big" else one)
+    assert policy.cache_epoch(state, one) is None  # the drain term reads the waiting pod
+    assert policy.cache_epoch(state, big) is not None  # its own costs do not
+    state.apply(booked("big", "b", [3]))
+    assert policy.cache_epoch(state, one) is not None
