@@ -177,10 +177,13 @@ def test_cli_replay_writes_report(tiny, tmp_path):
     out = tmp_path / "rep"
     result = CliRunner().invoke(main, ["replay", "-w", pods_path, "--nodes", nodes_path,
                                        "-p", "kube-exclusive", "-p", "fgd", "--jobs", "40",
-                                       "--mode", "high-load", "-j", "1", "--out", str(out)])
+                                       "--mode", "high-load", "-j", "1", "--explain",
+                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert "Where the time went, per seed" in result.output  # --explain prints it
     text = (out / "report.md").read_text()
     assert "makespan_ratio" in text and (out / "jct-cdf-high-load.png").exists()
+    assert "| high-load | 42 | fgd |" in text  # the per-seed breakdown is in the report
 
 
 def test_replay_explains_makespan_per_seed(tiny):
