@@ -244,9 +244,10 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
               help="rec-mix: predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--explain", is_flag=True,
-              help="rec-mix: also print what bounds each run's makespan (bounds, what the GPUs "
-              "held while jobs waited, why placements failed, the last jobs to finish); the "
-              "report has it either way")
+              help="also print what bounds each run's makespan (bounds, what the GPUs held "
+              "while jobs waited, why placements failed, the last jobs to finish; replay: "
+              "sparse's reason per seed against kube-shared and FGD); the report has it "
+              "either way")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--out", default=None, help="results folder (default results/replay-<time>)")
 def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, mix, pad,
@@ -289,6 +290,10 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
     runs = _run_all(jobs, _replay_job, workers, lambda j: f"{j[3]['mode']} {j[1]} seed {j[2]}",
                     folder / "runs.jsonl")
     path = write_replay(runs, folder, command)
+    if explain:
+        from bench.sim.replay_explain import explain_markdown as replay_explain
+
+        click.echo("\n".join(replay_explain(runs)))
     click.echo(f"report: {path}")
 
 

@@ -64,6 +64,9 @@ class SimCluster:
         self.allocated_milli = 0  # booked milli-GPU (sum of state.milli_used)
         self.total_milli = int(self.state.milli_cap.sum())
         self.locality: LocalityIndex | None = None  # the extender's locality term, when set
+        # GPU pods placed, and those of them that had more than one node to choose from
+        self.placements = 0
+        self.with_choice = 0
 
     def demand(self, uid: str, cpu: int, mem: int, num_gpu: int, gpu_milli: int, spec: str,
                job_class: str = "unknown") -> TraceDemand:
@@ -106,6 +109,8 @@ class SimCluster:
         j = self._pick(costs)
         if j is None:
             return None
+        self.placements += 1
+        self.with_choice += int(np.isfinite(costs).sum() > 1)
         node = result.names[j]
         a = assign(st, d, node, self.policy)
         if a is None:  # cannot happen when node_costs is finite; kept as a guard

@@ -48,6 +48,7 @@ from bench.sim.queueing import (
     placement_policy,
     retry_pending,
 )
+from bench.sim.replay_explain import WaitLog, summarize
 from bench.sim.trace import NODE_LIST, load_nodes, load_pods, workload_name, workload_path
 from extender.interference.matrix import default_matrix
 
@@ -66,12 +67,17 @@ class ReplayRun(PolicyRun):
     work_bound: float = float("nan")
     # GPU-sharing jobs: mean of run time / solo run time (1 = never slowed by a co-runner)
     share_stretch: float = float("nan")
+    # what bounds the makespan and where the time went (bench/sim/replay_explain.py)
+    explain: dict = field(default_factory=dict)
 
     def row(self) -> dict:
         return {k: getattr(self, k) for k in (
             "workload", "policy", "seed", "mode", "jobs", "gpus", "makespan", "jct_mean",
             "jct_p95", "queue_mean", "alloc_mean", "work_per_gpu_hour", "seconds",
             "work_bound", "share_stretch")}
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "explain": self.explain}
 
 
 def sample_jobs(pods, n_jobs: int, rng: np.random.Generator):
@@ -135,6 +141,7 @@ def run_replay(
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     pending: list[int] = []
     alloc_area = 0.0
+    waiting = WaitLog(sim)
     t_prev = 0.0
     now = 0.0
 
@@ -158,6 +165,7 @@ def run_replay(
         d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
         placed = sim.schedule(d, now)
         if placed is None:
+            waiting.failed(shapes[j])
             return False
         started[j] = now
         last[j] = now
@@ -179,6 +187,7 @@ def run_replay(
         if kind == 0 and (ver != version[j] or not np.isnan(done[j])):
             continue  # superseded by a speed change
         alloc_area += sim.allocated_milli * (t - t_prev)
+        waiting.advance(t - t_prev, pending, shapes)
         t_prev = now = t
         if kind == 1:
             if not try_start(j):
@@ -196,6 +205,8 @@ def run_replay(
     gpu_work = float((work * request).sum())
     shared = np.array([shapes[j][0] == 1 and shapes[j][1] < 1000 for j in range(len(jobs))])
     stretch = (done - started)[shared] / work[shared]
+    explain = summarize(waiting, shapes=shapes, work=work, arrive=arrive, started=started,
+                        done=done, n_gpus=n_gpus)
     return ReplayRun(
         workload=workload_name(workload), policy=policy, seed=seed, mode=mode, jobs=len(jobs),
         gpus=n_gpus, makespan=makespan, jct_mean=float(np.nanmean(jct)),
@@ -207,4 +218,5 @@ def run_replay(
         jct=[round(float(x), 1) for x in np.sort(jct)],
         work_bound=work_bound(request, work),
         share_stretch=float(np.nanmean(stretch)) if len(stretch) else float("nan"),
+        explain=explain,
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.sim import bounds, expected, losses
+from bench.sim import bounds, expected, losses, replay_explain
 
 
 def _plt():
@@ -301,6 +301,7 @@ def write_replay(runs: list, out: Path, command: str = "") -> Path:
               "perfectly packed exclusive scheduler (bench/sim/bounds.py).", "",
               md_table(table, "{:.3f}"), ""]
     lines += plot_jct_cdfs(runs, out)
+    lines += replay_explain.explain_markdown(runs)
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

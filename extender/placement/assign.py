@@ -71,6 +71,14 @@ def assign(
     return Assignment(node=node, whole=whole, share=share, cost=total)
 
 
+def note_unplaced(policy: Policy, demand: PodDemand) -> None:
+    """Tell a policy that wants to know (``unplaced``) that the pod found no room: a policy that
+    keeps track of waiting pods learns of them even though it scored no node for them."""
+    hook = getattr(policy, "unplaced", None)
+    if hook is not None:
+        hook(demand)
+
+
 def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy: Policy
                ) -> np.ndarray:
     """Optimal assignment cost per candidate node (inf where the pod does not fit); equals
@@ -79,6 +87,7 @@ def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy
     n = len(result.nodes)
     out = np.full(n, np.inf)
     if n == 0 or not result.fits.any():
+        note_unplaced(policy, demand)
         return out
     share_cost, whole_cost = policy.costs(state, demand, masks)
     w = demand.whole_gpus

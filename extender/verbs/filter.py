@@ -18,6 +18,7 @@ from extender.demandsource import NoPredictions
 from extender.errors import InvalidDemand
 from extender.outcome import Outcome
 from extender.placement import fit, node_costs
+from extender.placement.assign import note_unplaced
 from extender.placement.locality import parse_embedding
 from extender.protocol import ExtenderArgs, FilterResult
 from extender.verbs import gang
@@ -71,6 +72,7 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     passed = (names if len(fitting) == len(names)
               else [names[i] for i in fitting.tolist()])
     if not passed:
+        note_unplaced(s.costing_policy, demand)  # as node_costs does where nothing fits
         why = summarize(result.failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))
     elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once

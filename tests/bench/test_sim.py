@@ -177,7 +177,30 @@ def test_cli_replay_writes_report(tiny, tmp_path):
     out = tmp_path / "rep"
     result = CliRunner().invoke(main, ["replay", "-w", pods_path, "--nodes", nodes_path,
                                        "-p", "kube-exclusive", "-p", "fgd", "--jobs", "40",
-                                       "--mode", "high-load", "-j", "1", "--out", str(out)])
+                                       "--mode", "high-load", "-j", "1", "--explain",
+                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert "Where the time went, per seed" in result.output  # --explain prints it
     text = (out / "report.md").read_text()
     assert "makespan_ratio" in text and (out / "jct-cdf-high-load.png").exists()
+    assert "| high-load | 42 | fgd |" in text  # the per-seed breakdown is in the report
+
+
+def test_replay_explains_makespan_per_seed(tiny):
+    from bench.sim.replay import run_replay
+    from bench.sim.replay_explain import explain_markdown
+
+    nodes_path, pods_path = tiny
+    kw = {"nodes_path": nodes_path, "mode": "high-load", "n_jobs": 60, "overload": 2.0}
+    runs = [run_replay(pods_path, p, 5, **kw) for p in ("sparse", "kube-shared")]
+    for r in runs:
+        e = r.explain
+        tail = e["tail"][0]
+        # the last job to finish sets the makespan: its start plus its run time
+        assert tail["start_s"] + tail["run_s"] == pytest.approx(r.makespan)
+        assert tail["turn_s"] <= tail["start_s"] and tail["stretch"] >= 1.0 - 1e-9
+        assert 0.0 <= e["node_choice"] <= 1.0 and e["interference_gpu_s"] >= 0.0
+        assert e["last_start_plus_solo"] <= r.makespan + 1e-6
+    assert runs[1].explain["interference_gpu_s"] >= 0.0
+    text = "\n".join(explain_markdown(runs))
+    assert "| high-load | 5 | kube-shared | makespan" in text

@@ -54,6 +54,13 @@ more capacity than FGD's quantised score with its name tie-break, which is a nod
 (0.005 GPUs) of each other, so there the order only breaks near-ties and never outweighs an
 interference difference.
 
+``drain_weight`` (``waiting.py``): while pods of several whole GPUs wait (the core was asked
+to place them more than once and they hold no reservation), a placement that takes free GPUs
+from a node that could host such a pod costs what it takes the node away from hosting it,
+convex in the GPUs the node already has free; so, where a pod has a choice, it goes to the
+nodes farthest from hosting the waiting pod, and the nearest ones drain. With nothing waiting
+(every pod of the FGD protocol is asked about once) it is zero.
+
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
 matrix), which also steers pods of unknown class.
@@ -79,6 +86,7 @@ from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.policies.terms import CostTerm, TermValues, add_terms
+from extender.placement.policies.waiting import WaitingPods, drain_costs
 from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
@@ -97,10 +105,12 @@ class Sparse:
     mem_step: int = MEM_STEP
     cpu_weight: float = 0.0
     fill: bool = True
+    drain_weight: float = 1.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
     _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
+    _waiting: WaitingPods = field(default_factory=WaitingPods, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
@@ -124,6 +134,13 @@ class Sparse:
         policy calls it itself, so the mix sees every pod either way."""
         if self.adaptive and self._mix.observe(demand):
             self._frag.set_workload(self._mix.tasks())
+        if self.drain_weight:
+            self._waiting.observe(demand)
+
+    def unplaced(self, demand: PodDemand) -> None:
+        """The core found no room for the pod: it waits (``waiting.py``)."""
+        if self.drain_weight:
+            self._waiting.observe(demand)
 
     def cache_epoch(self, state: ClusterState, demand: PodDemand) -> tuple[object, ...] | None:
         """What this pod's costs read besides the nodes' own GPUs and the inventory, for a
@@ -132,6 +149,8 @@ class Sparse:
         the interference matrix (live pair estimates replace ``state.matrix``). None when the
         costs read more: with the pod's own solo profile known, the learned pair model reads
         the residents' profiles, which change without any booking. Call after ``note``."""
+        if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
+            return None  # the drain term reads the waiting pods, which the epoch does not
         if self._learned(state, demand):
             return None
         return (self._frag.model, state.matrix)
@@ -166,9 +185,18 @@ class Sparse:
                                   self._frag_finish(state, demand, model.tasks.p), (model,)))
         if self.cpu_weight and getattr(state, "host", None) is not None:
             terms.append(CostTerm(None, (), self._cpu_term))
+        if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
+            terms.append(CostTerm(None, None, self._drain_term))  # reads the waiting pods
         if self.order_weight:  # two multiplications: cheaper than a cache lookup
             terms.append(CostTerm(None, (), self._order_term))
         return terms
+
+    def _drain_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                    ) -> TermValues:
+        """What a placement takes from the nodes nearest to hosting a waiting multi-GPU pod."""
+        waiting = self._waiting.waiting(state, exclude=demand.uid)
+        share, whole = drain_costs(state, demand, masks, waiting)
+        return self.drain_weight * share, self.drain_weight * whole
 
     def _learned(self, state: ClusterState, demand: PodDemand) -> bool:
         profiles = state.profiles
