@@ -4,8 +4,9 @@ and without the extender's locality term (``extender.placement.locality``), same
 Model (figures in ``bench/data/locality/topology.yaml``):
 
 * Cluster: zones x racks x nodes of ``gpus_per_node`` GPUs; node names are a seeded shuffle, so
-  the sparse policy's fixed node order says nothing about racks. The store's shards run in the
-  racks the file names.
+  the sparse policy's fixed node order says nothing about racks. The store's shards run on
+  ``store.shards_per_rack`` nodes of each rack the file names, one per node; the locality
+  index learns them as the extender does (the shards' nodes).
 * Jobs: GPU pods sampled from an openb pod list (shapes and durations, as ``replay``), arriving
   in trace order compressed to offered load ``load``. With probability ``rec_share`` a job is a
   recommendation job reading 1..3 tables picked by Zipf popularity, declaring them (with
@@ -14,14 +15,17 @@ Model (figures in ``bench/data/locality/topology.yaml``):
   the job's solo compute time in steps of ``step_compute_s``; the slowdown is ``replay``'s
   (product of norm(a|b)^(milli_b/1000) over GPU co-runners). Fetch per step and table: one
   request round trip; the rows found in the node cache at ``local`` speed, the rest at the
-  speed of the path to the store (same rack, same zone, or across zones).
+  speed of the path to each shard (same rack, same zone, or across zones): a table's blocks
+  are spread over all shards, so every shard serves its part of every job's misses.
 * Node caches: capacity ``gib_per_node``; a starting job's tables get the hottest rows the cache
   can give them (capacity split over the tables of the jobs running there; idle tables are
   evicted least recently used first), and the cache's content is published through the same
-  ``encode_cache`` annotation the DaemonSet writes, read by the same ``LocalityIndex``. A table
+  ``encode_cache`` annotation the DaemonSet writes (with the readers per table: the running
+  jobs on the node that declare it), read by the same ``LocalityIndex``. Jobs declare
+  ``idsPerStep`` (the ids behind the step's distinct rows). A table
   holding ``c`` of its ``N`` rows serves the Zipf mass of its top ``c`` rows; a table not cached
   when the job starts warms up over the steps that fetch those rows once.
-* Misses share the store's egress, the racks' uplinks and the zones' interconnects
+* Misses share the store's shards, the racks' uplinks and the zones' interconnects
   (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
   recommendation job starts or ends, the links are re-spread over the running ones and their
   fetch times move. A job's hit ratio is set when it starts (its cache's content then) and
@@ -34,7 +38,6 @@ Model (figures in ``bench/data/locality/topology.yaml``):
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -53,6 +56,7 @@ from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
 from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
 from extender.interference.matrix import default_matrix
+from extender.placement.cache_model import distinct_curve, draws_for_distinct, zipf_norm
 from extender.placement.locality import (
     EmbeddingSpec,
     LocalityIndex,
@@ -79,19 +83,9 @@ def step_rows(n: float, alpha: float, unique: float) -> tuple[float, np.ndarray,
     ``1 - exp(-draws p_k)``, so the cumulative curve gives how many of the step's distinct rows
     are among the top ``c`` ranks. Hot rows are drawn many times but fetched once, so a cache
     of the top ``c`` rows serves far less of the fetched rows than of the draws."""
-    unique = min(unique, 0.99 * n)
-    p1 = 1.0 / zipf_norm(n, alpha)
-    x = np.geomspace(1.0, n, 2048)
-
-    def cumulative(draws: float) -> np.ndarray:
-        f = -np.expm1(-draws * p1 * x ** -alpha)
-        return np.concatenate([[f[0]], f[0] + np.cumsum((f[1:] + f[:-1]) / 2 * np.diff(x))])
-
-    lo, hi = unique, unique * 1e6
-    for _ in range(80):  # bisection in log space on the draws giving ``unique`` distinct rows
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if cumulative(mid)[-1] < unique else (lo, mid)
-    return hi, np.log(x), cumulative(hi)
+    draws = draws_for_distinct(n, alpha, unique)
+    log_rank, cum = distinct_curve(float(n), float(alpha), draws, 2048)
+    return draws, log_rank, cum
 
 
 def fetched_hit(cached: np.ndarray | float, n: float, alpha: float, unique: float
@@ -125,12 +119,6 @@ def mean_hit(cached: int, target: int, n: int, alpha: float, unique: float, step
     return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / xs[-1])
 
 
-def zipf_norm(n: float, alpha: float) -> float:
-    """sum_{k<=n} k^-alpha (Euler-Maclaurin)."""
-    return (n ** (1 - alpha) - 1) / (1 - alpha) + 0.5 * (1 + n ** -alpha) + alpha / 12 * (
-        1 - n ** (-alpha - 1))
-
-
 @dataclass
 class Topology:
     raw: dict
@@ -141,7 +129,7 @@ class Topology:
     @classmethod
     def load(cls, path: str | Path | None, seed: int, overrides: dict | None = None
              ) -> Topology:
-        """``overrides``: dotted keys (``links.store_gbps``) replacing the file's values."""
+        """``overrides``: dotted keys (``links.shard_gbps``) replacing the file's values."""
         raw = yaml.safe_load(Path(path or TOPOLOGY).read_text())
         for key, value in (overrides or {}).items():
             *parents, leaf = key.split(".")
@@ -164,14 +152,27 @@ class Topology:
                              "memory_mib": r["node_memory_mib"], "gpu": r["gpus_per_node"],
                              "model": r["gpu_model"]})
 
+    def shards(self) -> list[str]:
+        """Nodes the store's shards run on: ``store.shards_per_rack`` (default: every node) of
+        each rack in ``store.racks``, one shard per node."""
+        per_rack = int(self.raw["store"].get("shards_per_rack", self.raw["nodes_per_rack"]))
+        out = []
+        for spot in self.raw["store"]["racks"]:
+            z, r = spot.split("/")
+            out += sorted(n for n in self.names if self.zone[n] == z and self.rack[n] == r
+                          )[:per_rack]
+        return out
+
+    def shard_tiers(self, node: str) -> list[str]:
+        """Per shard: the path from ``node`` to it (``rack``, ``zone`` or ``cross_zone``)."""
+        return ["rack" if (self.zone[s], self.rack[s]) == (self.zone[node], self.rack[node])
+                else "zone" if self.zone[s] == self.zone[node] else "cross_zone"
+                for s in self.shards()]
+
     def tier(self, node: str) -> str:
         """Path from ``node`` to the nearest store shard."""
-        spots = [s.split("/") for s in self.raw["store"]["racks"]]
-        if any(self.zone[node] == z and self.rack[node] == r for z, r in spots):
-            return "rack"
-        if any(self.zone[node] == z for z, _ in spots):
-            return "zone"
-        return "cross_zone"
+        tiers = set(self.shard_tiers(node))
+        return next(t for t in ("rack", "zone", "cross_zone") if t in tiers)
 
     def labels(self, node: str) -> dict[str, str]:
         return {LABEL_ZONE: self.zone[node], DEFAULT_RACK_LABEL: self.rack[node]}
@@ -222,8 +223,9 @@ class NodeCaches:
         held = self.held[node]
         used = sum(held.values()) * (self.row_bytes + KEY_OVERHEAD_BYTES)
         cap = self.capacity * (self.row_bytes + KEY_OVERHEAD_BYTES)
-        totals = {t: self.rows[t] for t in held}
-        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now)}
+        readers = dict(self.active[node])
+        totals = {t: self.rows[t] for t in {*held, *readers}}
+        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now, readers)}
 
 
 @dataclass
@@ -245,6 +247,7 @@ class LocalityRun(JctRun):
     placed_store_rack: float
     store_rack_rec_work: float  # share of the store racks' GPU work that reads embeddings
     link_stretch: float  # time-weighted stretch of the most loaded link (1 = no contention)
+    hit_ratio: float  # share of all fetched rows the node caches served, over the run
     seconds: float
     jct: list = field(default_factory=list)
 
@@ -287,16 +290,18 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     tables = [_job_tables(rng, n_tables, cfg_t["popularity_alpha"], cfg_j["tables_min"],
                           cfg_j["tables_max"]) if rec and scenario == "recommendation" else ()
               for rec in is_rec]
+    unique = float(cfg_j["unique_rows_per_table_step"])
     specs = [EmbeddingSpec(topo.raw["store"]["name"], ts,
-                           {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts})
+                           {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts},
+                           ids_per_step={t: int(step_rows(float(rows[t]), cfg_t["id_alpha"],
+                                                          unique)[0]) for t in ts})
              if ts else None for ts in tables]
 
     pol = placement_policy(policy, None, typical_tasks(jobs))
     sim = SimCluster(topo.frame(), topo.names, pol, matrix)
     caches = NodeCaches(topo, rows, row_bytes)
     index = LocalityIndex(weights)
-    store_nodes = {n for n in topo.names if topo.tier(n) == "rack"}
-    index.set_store(topo.raw["store"]["name"], store_nodes)
+    index.set_store(topo.raw["store"]["name"], set(topo.shards()))
     for n in topo.names:
         index.observe_node(n, None, topo.labels(n))
     if scenario == "no-embeddings":  # leftovers of earlier recommendation jobs
@@ -307,7 +312,6 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     sim.locality = index if locality else None
 
     step = float(cfg_j["step_compute_s"])
-    unique = float(cfg_j["unique_rows_per_table_step"])
     work = jobs["duration"].to_numpy(dtype=np.float64)
     steps = np.maximum(work / step, 1.0)
     request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
@@ -324,17 +328,21 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                     ) -> tuple[float, float, float]:
         """Per step on ``node`` (means over the job's ``left`` steps, all by default):
         seconds not spent on missed bytes (latencies, hits at local speed), missed bytes, and
-        their seconds on an idle network (the node's tier bandwidth to the store)."""
-        tier = net[topo.tier(node)]
+        their seconds on an idle network. A table's blocks are spread over all the store's
+        shards, so each shard sends its share of the misses over its own path (the node's
+        tier bandwidth to that shard); the step waits for the farthest shard's latency."""
+        tiers = [net[t] for t in topo.shard_tiers(node)]
+        latency = max(t["latency_ms"] for t in tiers) / 1e3
+        per_byte = sum(1.0 / (t["gbps"] * GBPS) for t in tiers) / len(tiers)
         free = miss = 0.0
         for t in tables[j]:
             h = mean_hit(before.get(t, 0), caches.held[node].get(t, 0), rows[t],
                          cfg_t["id_alpha"], unique, steps[j] if left is None else left)
             bytes_ = unique * row_bytes
             free += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"] * GBPS)
-                     + (tier["latency_ms"] / 1e3 if h < 1 else 0.0))
+                     + (latency if h < 1 else 0.0))
             miss += (1 - h) * bytes_
-        return free, miss, miss / (tier["gbps"] * GBPS)
+        return free, miss, miss * per_byte
 
     remaining = steps.copy()
     rate = np.zeros(len(jobs))
@@ -345,8 +353,12 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     miss_s = np.zeros(len(jobs))  # per step, on an idle network
     fetched = np.zeros(len(jobs))  # seconds spent fetching so far
     used_fetch = np.zeros(len(jobs))  # the fetch time the current rate was set with
+    missed = np.zeros(len(jobs))  # bytes missed so far
+    used_miss = np.zeros(len(jobs))  # the miss bytes per step the current rate was set with
+    step_bytes = np.array([len(ts) * float(cfg_j["unique_rows_per_table_step"]) * row_bytes
+                           for ts in tables])
     paths: dict[int, list[int]] = {}  # running recommendation jobs: links their misses cross
-    links = StoreNetwork(topo.raw, topo.zone, topo.rack)
+    links = StoreNetwork(topo.raw, topo.zone, topo.rack, topo.shards())
     busiest = [0.0, 0.0]  # time-weighted max link stretch, time
     last = np.zeros(len(jobs))
     version = np.zeros(len(jobs), dtype=np.int64)
@@ -367,7 +379,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         done_steps = (now - last[j]) * rate[j]
         remaining[j] -= done_steps
         fetched[j] += done_steps * used_fetch[j]
+        missed[j] += done_steps * used_miss[j]
         used_fetch[j] = fetch[j]
+        used_miss[j] = miss_bytes[j]
         last[j] = now
         rate[j] = 1.0 / (step / slow[j] + fetch[j])
         version[j] += 1
@@ -477,4 +491,6 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         store_rack_rec_work=float((gpu_s * in_rack * rec).sum() / max((gpu_s * in_rack).sum(),
                                                                       1e-9)),
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0,
+        hit_ratio=(1.0 - float(missed[rec].sum() / max((step_bytes * steps)[rec].sum(), 1e-9))
+                   if rec.any() else float("nan")),
         seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])
