@@ -56,7 +56,12 @@ from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
 from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
 from extender.interference.matrix import default_matrix
-from extender.placement.cache_model import distinct_curve, draws_for_distinct, zipf_norm
+from extender.placement.cache_model import (
+    distinct_curve,
+    draws_for_distinct,
+    lfu_room,
+    zipf_norm,
+)
 from extender.placement.locality import (
     EmbeddingSpec,
     LocalityIndex,
@@ -179,12 +184,18 @@ class Topology:
 
 
 class NodeCaches:
-    """Per node: table -> cached rows (hottest first), bounded by the cache's row capacity."""
+    """Per node: table -> cached rows (hottest first), bounded by the cache's row capacity.
+    The tables running jobs read split the room as an LFU cache splits it
+    (``cache_model.lfu_room``: by how often their rows are read, so a table read by more jobs
+    keeps more rows); tables nobody reads are evicted least recently used first."""
 
-    def __init__(self, topo: Topology, rows: dict[str, int], row_bytes: int) -> None:
+    def __init__(self, topo: Topology, rows: dict[str, int], row_bytes: int,
+                 alpha: float = 1.05, draws: dict[str, float] | None = None) -> None:
         self.topo = topo
         self.rows = rows
         self.row_bytes = row_bytes
+        self.alpha = alpha
+        self.draws = draws or {}
         gib = topo.raw["cache"]["gib_per_node"]
         self.capacity = int(gib * 2**30 // (row_bytes + KEY_OVERHEAD_BYTES))
         self.held: dict[str, OrderedDict[str, int]] = {n: OrderedDict() for n in topo.names}
@@ -205,19 +216,23 @@ class NodeCaches:
                 del self.active[node][t]
 
     def _rebalance(self, node: str, fresh: tuple[str, ...]) -> None:
+        """The starting job's tables fill to their LFU room (warming up: ``mean_hit``); the
+        other tables in use keep at most theirs; idle tables go while the cache is over."""
         held, active = self.held[node], self.active[node]
-        share = self.capacity // max(len(active), 1)
+        names = list(active)
+        room = lfu_room(self.capacity, np.array([active[t] for t in names]),
+                        np.array([self.rows[t] for t in names]), self.alpha,
+                        np.array([self.draws.get(t, 1.0) for t in names]))
+        target = {t: int(r + 1e-6) for t, r in zip(names, room, strict=True)}
+        for t in names:
+            held[t] = target[t] if t in fresh else min(held.get(t, 0), target[t])
         for t in fresh:
-            held[t] = max(held.get(t, 0), min(self.rows[t], share))
             held.move_to_end(t)
         while sum(held.values()) > self.capacity:
             idle = next((t for t in held if t not in active), None)
-            if idle is not None:
-                del held[idle]
-                continue
-            for t in held:  # only active tables left: trim them to an equal share
-                held[t] = min(held[t], share)
-            break
+            if idle is None:
+                break
+            del held[idle]
 
     def annotation(self, node: str, now: float) -> dict[str, str]:
         held = self.held[node]
@@ -299,7 +314,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
 
     pol = placement_policy(policy, None, typical_tasks(jobs))
     sim = SimCluster(topo.frame(), topo.names, pol, matrix)
-    caches = NodeCaches(topo, rows, row_bytes)
+    caches = NodeCaches(topo, rows, row_bytes, float(cfg_t["id_alpha"]),
+                        {t: step_rows(float(n), cfg_t["id_alpha"], unique)[0]
+                         for t, n in rows.items()})
     index = LocalityIndex(weights)
     index.set_store(topo.raw["store"]["name"], set(topo.shards()))
     for n in topo.names:

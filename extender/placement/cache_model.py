@@ -80,3 +80,39 @@ def draws_for_distinct(n: float, alpha: float, distinct: float) -> float:
         lo, hi = (mid, hi) if distinct_curve(float(n), alpha, mid, 2048)[1][-1] < distinct \
             else (lo, mid)
     return hi
+
+
+def lfu_room(capacity: float, readers: np.ndarray, rows: np.ndarray, alpha: float,
+             draws: np.ndarray | None = None) -> np.ndarray:
+    """Rows of each table an LFU cache of ``capacity`` rows keeps when ``readers[i]`` running
+    jobs read table ``i`` of ``rows[i]`` rows (``draws[i]`` ids per step; equal when None).
+
+    LFU keeps the rows read most often. Rank ``k`` of table ``i`` is read about
+    ``readers_i * draws_i * p1_i * k^-alpha`` times per step (``p1_i = 1 / Z(rows_i)``; a step
+    fetches a row once however often its batch draws it, which only caps the hottest rows, all
+    kept anyway), so the rows above a common rate threshold are
+    ``c_i ~ (readers_i * draws_i * p1_i)^(1/alpha)``: a table read by three jobs keeps about three
+    times the rows of one read by one. Tables that fit whole give their spare room to the rest
+    (water-filling)."""
+    readers = np.asarray(readers, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.float64)
+    out = np.zeros(len(rows))
+    if capacity <= 0 or not len(rows):
+        return out
+    a = max(alpha, 1e-3)
+    rate = readers / zipf_norm(rows, alpha) * (1.0 if draws is None else np.asarray(draws))
+    weight = np.where((readers > 0) & (rows >= 1), np.maximum(rate, 0.0) ** (1.0 / a), 0.0)
+    left, open_ = float(capacity), weight > 0
+    for _ in range(len(rows) + 1):
+        total = weight[open_].sum()
+        if total <= 0:
+            break
+        share = np.where(open_, left * weight / total, 0.0)
+        full = open_ & (share >= rows)
+        if not full.any():
+            out[open_] = share[open_]
+            break
+        out[full] = rows[full]
+        left -= rows[full].sum()
+        open_ &= ~full
+    return out

@@ -9,8 +9,8 @@ say where the store runs. Per candidate node the locality *bonus*, in the policy
 (GPUs' worth of work; the pod's GPU amount scales it like the per-GPU policy costs), is
 
     bonus(n) = cache_weight * cached share of the job's hot set on n
-             + rack_weight  * share of the store's shards in n's rack
-             + zone_weight  * share of the store's shards in n's zone
+             + (1 - cached share) * (rack_weight * share of the store's shards in n's rack
+                                     + zone_weight * share of the store's shards in n's zone)
 
 and is subtracted from the node's policy cost. The cached share is the share of the job's
 traffic the node's cache is expected to serve (``extender.placement.cache_model``): an LFU cache
@@ -26,7 +26,8 @@ stands in. When the cache publishes its size and which tables running pods read
 use there once the job's new tables join, a warm-up from what is held now to what the room
 allows, and the rows the tables in use lose to the newcomer (``squeeze``, per reader). So a
 node whose cache already serves the job's tables to other pods ranks first, an idle cache next,
-a cache crowded with other tables in use last. The rack and zone tiers count the share of the
+a cache crowded with other tables in use last. Only misses travel: the rack and zone tiers
+weigh the share of the job's traffic the cache leaves to the store, times the share of the
 store's shards there (a table's blocks are spread over all shards). Defaults 1.0 / 0.5 / 0.2
 follow Fluid's node / zone / region tiers (100 / 50 / 20), scored here from measured cache
 content instead of labels.
@@ -349,42 +350,79 @@ class LocalityIndex:
             hot.append(float(h) if h else math.nan)
         return hot
 
-    def room(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray:
-        """Per node: rows of cache each table read there gets once this job runs there too
-        (the cache's rows split over the tables in use, this job's new ones included); inf
-        where the cache's size or row size is unknown."""
+    def capacity_rows(self, slots: np.ndarray) -> np.ndarray:
+        """Per node: the cache's size in rows (its bytes over its bytes per row, or the
+        cluster's median row size for an empty cache); inf where unknown."""
         known = self.row_bytes[:len(self.slot)]
         known = known[known > 0]
         fallback = float(np.median(known)) if len(known) else 0.0
         row_bytes = self._gather(self.row_bytes, slots)
         row_bytes = np.where(row_bytes > 0, row_bytes, fallback)
         cap = self._gather(self.cap_bytes, slots)
-        tables = self._gather(self.active, slots)
-        for t in spec.tables:
-            readers = self.table_readers.get(t)
-            tables = tables + (1 if readers is None else (self._gather(readers, slots) <= 0))
         with np.errstate(divide="ignore", invalid="ignore"):
-            rows = cap / row_bytes / np.maximum(tables, 1)
+            rows = cap / row_bytes
         return np.where((cap > 0) & (row_bytes > 0), rows, np.inf)
 
-    def cached_share(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray:
-        """Per node, at most 1: share of the job's hot-set traffic the node's cache is expected
-        to serve, less what its arrival costs the jobs already reading there.
+    def _table_size(self, table: str, spec: EmbeddingSpec | None = None) -> float:
+        size = self.table_total.get(table) or (spec and (spec.hot_rows or {}).get(table))
+        if size:
+            return float(size)
+        arr = self.table_rows.get(table)
+        return max(float(arr.max()), 1.0) if arr is not None and len(arr) else 1.0
 
-        With the cache's size known, a table's rows are capped by the ``room`` it gets there;
-        the job is served between what the cache holds of its tables at its start and what
-        it will hold once warm (the declaration carries no run length: the midpoint). Each
-        table in use on the node that the job's new tables squeeze loses, per reader, the
-        share its fewer rows no longer serve; a reader's read of one table weighs like one of
-        the job's tables. Shares count fetched rows when the job declares ``idsPerStep`` (what
-        relieves the store), else lookups."""
+    def _weight(self, readers: np.ndarray, size: float) -> np.ndarray:
+        """A table's pull on LFU room per node (``cache_model.lfu_room``; the tables' ids per
+        step taken as comparable)."""
+        alpha = self.weights.id_skew
+        if alpha <= 0:
+            return np.maximum(readers, 0.0)
+        rate = np.maximum(readers, 0.0) / float(zipf_norm(size, alpha))
+        return rate ** (1.0 / alpha)
+
+    def room(self, spec: EmbeddingSpec, slots: np.ndarray, job: bool = True
+             ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """``({table: rows per node}, capacity rows per node)``: the rows an LFU cache gives
+        each table running pods read there, with this job reading its tables too (``job``)
+        or without it; inf where the cache's size is unknown."""
+        cap = self.capacity_rows(slots)
+        pull: dict[str, np.ndarray] = {}
+        for u, readers in self.table_readers.items():
+            r = self._gather(readers, slots)
+            if r.any() or u in spec.tables:
+                pull[u] = r
+        for t in spec.tables:
+            r = pull.get(t, np.zeros(len(slots)))
+            pull[t] = r + 1 if job else r
+        weights = {u: self._weight(r, self._table_size(u, spec)) for u, r in pull.items()}
+        total = sum(weights.values(), np.zeros(len(slots)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rooms = {u: np.where(total > 0, cap * w / total, 0.0) for u, w in weights.items()}
+        return {u: np.where(np.isfinite(cap), r, np.inf) for u, r in rooms.items()}, cap
+
+    def cached_share(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray:
+        """Per node, -1..1: share of the job's hot-set traffic the node's cache is expected to
+        serve, less what its arrival costs the jobs already reading there (``expected``)."""
+        served, squeezed = self.expected(spec, slots)
+        return np.maximum(served - squeezed, -1.0)
+
+    def expected(self, spec: EmbeddingSpec, slots: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: (share of the job's hot-set traffic the cache is expected to serve, 0..1;
+        share of one table's traffic the tables in use there lose to it, ``squeeze``).
+
+        With the cache's size known, a table's rows are capped by the LFU ``room`` it gets
+        there once the job reads it too; the job is served between what the cache holds of
+        its tables at its start and what it will hold once warm (the declaration carries no
+        run length: the midpoint). Each table in use on the node loses, per reader, the share
+        its fewer rows no longer serve (``squeeze``); a reader's read of one table weighs like
+        one of the job's tables. Shares count fetched rows when the job declares
+        ``idsPerStep`` (what relieves the store), else lookups."""
         alpha = self.weights.id_skew
         hot = self._hot_rows(spec)
         known = not any(math.isnan(h) for h in hot)
         weights = np.array(hot) if known else np.ones(len(hot))
         draws = spec.ids_per_step or {}
-        room = self.room(spec, slots) if self.weights.cache else np.full(len(slots), np.inf)
-        sized = np.isfinite(room)
+        rooms, cap = self.room(spec, slots) if self.weights.cache else ({}, None)
         share = np.zeros(len(slots))
         for t, h, w in zip(spec.tables, hot, weights, strict=True):
             arr = self.table_rows.get(t)
@@ -393,41 +431,48 @@ class LocalityIndex:
                 share += w * (rows > 0)
                 continue
             d = draws.get(t)
+            room = rooms.get(t, np.full(len(slots), np.inf))
             now = served_share(np.minimum(rows, room), h, alpha, d)
             warm = served_share(np.minimum(h, room), h, alpha, d)
-            share += w * np.where(sized, (now + warm) / 2, now)
+            share += w * np.where(np.isfinite(room), (now + warm) / 2, now)
         share /= weights.sum()
-        return np.maximum(share - self.squeeze(spec, slots, room), -1.0)
+        squeezed = self.squeeze(spec, slots, rooms) if cap is not None else 0.0 * share
+        return share, squeezed
 
-    def squeeze(self, spec: EmbeddingSpec, slots: np.ndarray, room: np.ndarray) -> np.ndarray:
+    def squeeze(self, spec: EmbeddingSpec, slots: np.ndarray,
+                rooms: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Per node: share of one table's traffic that the tables already read there lose to
         the job's arrival (summed over their readers, per table of the job)."""
+        rooms = rooms if rooms is not None else self.room(spec, slots)[0]
         loss = np.zeros(len(slots))
-        if not np.isfinite(room).any():
-            return loss
         alpha = self.weights.id_skew
         declared = list((spec.ids_per_step or {}).values())
         stand_in = float(np.mean(declared)) if declared else None
         for u, readers in self.table_readers.items():
             r = self._gather(readers, slots)
-            if not r.any():
+            room = rooms.get(u)
+            if room is None or not r.any():
                 continue
             rows = self._gather(self.table_rows[u], slots) if u in self.table_rows else 0 * r
-            total = self.table_total.get(u) or float(rows.max())
+            size = self._table_size(u)
             d = (spec.ids_per_step or {}).get(u, stand_in)
-            after = np.minimum(rows, room)
-            lost = served_share(rows, total, alpha, d) - served_share(after, total, alpha, d)
+            lost = (served_share(rows, size, alpha, d)
+                    - served_share(np.minimum(rows, room), size, alpha, d))
             loss += np.where((r > 0) & np.isfinite(room), r * lost, 0.0)
         return loss / len(spec.tables)
 
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
         w = self.weights
         slots = self.slots_of(names)
-        out = w.cache * self.cached_share(spec, slots) if w.cache else np.zeros(len(names))
+        served, squeezed = self.expected(spec, slots)
+        out = w.cache * np.maximum(served - squeezed, -1.0)
+        # Only the misses travel to the store: the rack and zone tiers pay on what the cache
+        # does not serve (a node serving all the job's rows gains nothing from the store's rack).
+        miss = 1.0 - np.clip(served, 0.0, 1.0)
         if w.rack:
-            out += w.rack * self.shard_share(spec.store, self.rack_id, slots)
+            out += w.rack * miss * self.shard_share(spec.store, self.rack_id, slots)
         if w.zone:
-            out += w.zone * self.shard_share(spec.store, self.zone_id, slots)
+            out += w.zone * miss * self.shard_share(spec.store, self.zone_id, slots)
         return out
 
     def shard_share(self, store: str, place_id: np.ndarray, slots: np.ndarray) -> np.ndarray:

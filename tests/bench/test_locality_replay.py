@@ -69,6 +69,12 @@ def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     assert caches.start(node, ("b", "c")) == {"a"}  # a's running job loses room (re-rated)
     assert caches.held[node]["a"] <= caches.capacity // 3 + 1
     assert sum(caches.held[node].values()) <= caches.capacity
+    # LFU: a table read by two jobs keeps more rows than one read by one.
+    other = topo.names[1]
+    caches.start(other, ("a", "b"))
+    caches.start(other, ("a",))
+    assert caches.held[other]["a"] > 1.5 * caches.held[other]["b"]
+    assert sum(caches.held[other].values()) <= caches.capacity
 
 
 def test_store_shards_split_every_jobs_misses():
