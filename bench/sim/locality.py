@@ -201,31 +201,33 @@ class NodeCaches:
         self.held: dict[str, OrderedDict[str, int]] = {n: OrderedDict() for n in topo.names}
         self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
 
-    def start(self, node: str, tables: tuple[str, ...]) -> set[str]:
-        """Book a starting job's tables; returns the other tables that lost rows to them."""
-        held = dict(self.held[node])
+    def start(self, node: str, tables: tuple[str, ...]) -> dict[str, int]:
+        """Book a starting job's tables; returns the tables whose rows moved (their rows
+        before): the co-runners reading them are re-rated."""
         for t in tables:
             self.active[node][t] = self.active[node].get(t, 0) + 1
-        self._rebalance(node, tables)
-        return {t for t, c in held.items() if self.held[node].get(t, 0) < c} - set(tables)
+        return self._rebalance(node, tables)
 
-    def stop(self, node: str, tables: tuple[str, ...]) -> None:
+    def stop(self, node: str, tables: tuple[str, ...]) -> dict[str, int]:
+        """A job ended: its tables lose a reader, the others in use grow into the room
+        (as ``start``, the tables whose rows moved)."""
         for t in tables:
             self.active[node][t] -= 1
             if not self.active[node][t]:
                 del self.active[node][t]
+        return self._rebalance(node, ())
 
-    def _rebalance(self, node: str, fresh: tuple[str, ...]) -> None:
-        """The starting job's tables fill to their LFU room (warming up: ``mean_hit``); the
-        other tables in use keep at most theirs; idle tables go while the cache is over."""
+    def _rebalance(self, node: str, fresh: tuple[str, ...]) -> dict[str, int]:
+        """Every table in use takes its LFU room (a growing one warms up: ``mean_hit``);
+        idle tables go, least recently used first, while the cache is over."""
         held, active = self.held[node], self.active[node]
+        before = dict(held)
         names = list(active)
         room = lfu_room(self.capacity, np.array([active[t] for t in names]),
                         np.array([self.rows[t] for t in names]), self.alpha,
                         np.array([self.draws.get(t, 1.0) for t in names]))
-        target = {t: int(r + 1e-6) for t, r in zip(names, room, strict=True)}
-        for t in names:
-            held[t] = target[t] if t in fresh else min(held.get(t, 0), target[t])
+        for t, r in zip(names, room, strict=True):
+            held[t] = int(r + 1e-6)
         for t in fresh:
             held.move_to_end(t)
         while sum(held.values()) > self.capacity:
@@ -233,6 +235,7 @@ class NodeCaches:
             if idle is None:
                 break
             del held[idle]
+        return {t: before.get(t, 0) for t in names if held.get(t, 0) != before.get(t, 0)}
 
     def annotation(self, node: str, now: float) -> dict[str, str]:
         held = self.held[node]
@@ -430,6 +433,16 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                 fetch[j] = new
                 set_rate(j)
 
+    def rerate_neighbours(node: str, moved: dict[str, int]) -> None:
+        """Running jobs on ``node`` reading a table whose cache room moved: a shrunk table
+        serves less at once, a grown one warms up to its new room over their steps left."""
+        for k in paths:
+            if node_of[k] == node and moved.keys() & set(tables[k]):
+                left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
+                held = caches.held[node]
+                start = {t: min(moved.get(t, held.get(t, 0)), held.get(t, 0)) for t in tables[k]}
+                fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, start, left)
+
     def publish(node: str) -> None:
         index.observe_node(node, caches.annotation(node, now), topo.labels(node))
 
@@ -446,15 +459,10 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         if tables[j]:
             before = {t: caches.held[node].get(t, 0) for t in tables[j]}
             cache_hit[j] = all(before.values())
-            shrunk = caches.start(node, tables[j])
+            moved = caches.start(node, tables[j])
             fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, before)
             fetch[j] = fetch_free[j] + miss_s[j]
-            for k in paths:  # co-runners whose tables lost cache room to this job's
-                if node_of[k] == node and shrunk & set(tables[k]):
-                    left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
-                    now_held = {t: caches.held[node].get(t, 0) for t in tables[k]}
-                    fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, now_held,
-                                                                          left)
+            rerate_neighbours(node, moved)
             paths[j] = links.path(node)
             publish(node)
         if d.has_share:
@@ -481,8 +489,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         set_rate(j)  # books the last stretch's fetch time
         sim.release(f"job-{j}")
         if tables[j]:
-            caches.stop(node_of[j], tables[j])
             paths.pop(j, None)
+            rerate_neighbours(node_of[j], caches.stop(node_of[j], tables[j]))
+            publish(node_of[j])
             share_links()
         g = job_gpu.pop(j, None)
         if g is not None:

@@ -64,9 +64,10 @@ def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     rows = {"a": 10**9, "b": 10**9, "c": 10**9}
     caches = NodeCaches(topo, rows, row_bytes=256)
     node = topo.names[0]
-    assert caches.start(node, ("a",)) == set()
+    assert caches.start(node, ("a",)) == {"a": 0}
     assert caches.held[node]["a"] == caches.capacity  # alone: the whole cache
-    assert caches.start(node, ("b", "c")) == {"a"}  # a's running job loses room (re-rated)
+    moved = caches.start(node, ("b", "c"))  # a's running job loses room (re-rated)
+    assert moved == {"a": caches.capacity, "b": 0, "c": 0}
     assert caches.held[node]["a"] <= caches.capacity // 3 + 1
     assert sum(caches.held[node].values()) <= caches.capacity
     # LFU: a table read by two jobs keeps more rows than one read by one.
@@ -75,6 +76,12 @@ def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     caches.start(other, ("a",))
     assert caches.held[other]["a"] > 1.5 * caches.held[other]["b"]
     assert sum(caches.held[other].values()) <= caches.capacity
+    # A job ends: the table it read loses a reader, the other grows back into the room.
+    b_rows = caches.held[other]["b"]
+    moved = caches.stop(other, ("a",))
+    assert moved["b"] == b_rows and caches.held[other]["b"] > b_rows
+    caches.stop(other, ("a", "b"))  # nobody reads them: they stay as leftovers
+    assert caches.active[other] == {} and caches.held[other]["a"] > 0
 
 
 def test_store_shards_split_every_jobs_misses():
