@@ -48,6 +48,7 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -194,6 +195,11 @@ def decode_cache(raw: str | None) -> CacheContent | None:
                             max(0, int(doc.get("capacityBytes", 0))), readers or None)
     except (ValueError, TypeError, AttributeError):
         return None
+
+
+@lru_cache(maxsize=4096)
+def _zipf_total(size: float, alpha: float) -> float:
+    return float(zipf_norm(size, alpha))
 
 
 def gpu_amount(demand: PodDemand) -> float:
@@ -376,7 +382,7 @@ class LocalityIndex:
         alpha = self.weights.id_skew
         if alpha <= 0:
             return np.maximum(readers, 0.0)
-        rate = np.maximum(readers, 0.0) / float(zipf_norm(size, alpha))
+        rate = np.maximum(readers, 0.0) / _zipf_total(size, alpha)
         return rate ** (1.0 / alpha)
 
     def room(self, spec: EmbeddingSpec, slots: np.ndarray, job: bool = True
@@ -454,11 +460,14 @@ class LocalityIndex:
             if room is None or not r.any():
                 continue
             rows = self._gather(self.table_rows[u], slots) if u in self.table_rows else 0 * r
+            hit = np.flatnonzero((r > 0) & (rows > room))  # only where the table must shrink
+            if not len(hit):
+                continue
             size = self._table_size(u)
             d = (spec.ids_per_step or {}).get(u, stand_in)
-            lost = (served_share(rows, size, alpha, d)
-                    - served_share(np.minimum(rows, room), size, alpha, d))
-            loss += np.where((r > 0) & np.isfinite(room), r * lost, 0.0)
+            lost = (served_share(rows[hit], size, alpha, d)
+                    - served_share(room[hit], size, alpha, d))
+            loss[hit] += r[hit] * lost
         return loss / len(spec.tables)
 
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
