@@ -306,3 +306,14 @@ def test_avoidance_only_between_idle_nodes():
     ix.observe_node("b", cache({"t": 5}), None)
     term = ix.term(None, demand(1), ["a", "b"], idle_nodes(state, ["a", "b"]))
     assert term[0] == 0 and term[1] > 0  # packing onto the used node is never discouraged
+
+
+def test_lfu_room_by_read_rate_with_water_filling():
+    from extender.placement.cache_model import lfu_room
+
+    equal = lfu_room(900, np.array([1, 1, 1]), np.array([1e6, 1e6, 1e6]), 1.05)
+    assert equal.tolist() == pytest.approx([300, 300, 300])
+    shared = lfu_room(900, np.array([3, 1, 0]), np.array([1e6, 1e6, 1e6]), 1.05)
+    assert shared[2] == 0 and shared[0] == pytest.approx(3 ** (1 / 1.05) * shared[1])
+    small = lfu_room(900, np.array([1, 1]), np.array([100, 1e6]), 1.05)  # fits whole
+    assert small.tolist() == pytest.approx([100, 800])
