@@ -348,7 +348,7 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @click.option("--jobs", "n_jobs", default=400, show_default=True)
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="topology value under every point, e.g. links.store_gbps=100")
+              help="topology value under every point, e.g. links.shard_gbps=25")
 @click.option("--out", default=None, help="results folder (default results/locality-sweep-<time>)")
 def locality_sweep(names, topology, seeds, n_jobs, workers, sets, out) -> None:
     """Embedding locality: mean JCT with / without the term against topology parameters."""

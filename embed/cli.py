@@ -95,6 +95,9 @@ def _kube_options(f):
 @click.option("--metrics-port", default=9475, show_default=True, type=int)
 @click.option("--publish-interval", default=30.0, show_default=True,
               help="Least seconds between two Node patches.")
+@click.option("--readers/--no-readers", default=True, show_default=True,
+              help="Publish the readers per table (pods on this node that declare it; one pod "
+              "list per publish interval; needs RBAC list on pods).")
 @click.option("--tier-dir", default=None, envvar="SPARSE_EMBED_TIER",
               help="Folder (on the node's tmpfs) for the shared-memory tier's snapshots.")
 @click.option("--tier-mib", default=0, show_default=True, type=click.IntRange(0),
@@ -102,15 +105,15 @@ def _kube_options(f):
 @click.option("--tier-interval", default=30.0, show_default=True,
               help="Seconds between two tier refreshes.")
 @_kube_options
-def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval, tier_dir,
-          tier_mib, tier_interval, kubeconfig, in_cluster) -> None:
+def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval, readers,
+          tier_dir, tier_mib, tier_interval, kubeconfig, in_cluster) -> None:
     """Run a node's cache agent: metrics, the Node annotation for the scheduler and the
     shared-memory tier of the hottest rows."""
     from prometheus_client import start_http_server
 
     from embed.cache import LFU_SETTINGS
     from embed.metrics import CacheCollector
-    from embed.publisher import CachePublisher, count_rows
+    from embed.publisher import CachePublisher, count_rows, node_readers
     from embed.store import EmbeddingStore, connect
     from embed.tier import TierBuilder
     from extender.telemetry import new_registry
@@ -127,7 +130,9 @@ def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval,
             raise click.UsageError("--tier-mib needs --store and --tier-dir")
         tier = TierBuilder(local, store.meta, tier_dir, tier_mib * 2**20)
     publisher = CachePublisher(node, lambda: count_rows(local, store),
-                               min_interval_s=publish_interval)
+                               min_interval_s=publish_interval,
+                               readers=(lambda core: node_readers(core, node)) if readers
+                               else None)
     registry = new_registry("embed")
     registry.register(CacheCollector(local, lambda: dict(publisher.last.rows)
                                      if publisher.last else {},

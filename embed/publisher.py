@@ -2,7 +2,10 @@
 a bounded rate, for the scheduler's locality term (``extender.placement.locality``).
 
 Content: rows per table (cached blocks x block rows, counted with ``SCAN``, so Redis is never
-blocked), each table's size from the store's metadata, bytes used and ``maxmemory``. A patch is
+blocked), each table's size from the store's metadata, bytes used and ``maxmemory``, and the
+readers per table: the running pods on the node that declare it (``sparse.io/embedding``; one
+pod list by ``spec.nodeName``, at most once per ``min_interval_s``), which lets the scheduler
+tell the tables in use from leftovers and the cache room a newcomer would take. A patch is
 sent at most every ``min_interval_s`` and only when the content moved materially (a table came
 or went, or its rows changed by more than ``min_change``), plus every ``max_interval_s`` so a
 reader can tell a live cache from a stale annotation.
@@ -11,16 +14,17 @@ reader can tell a live cache from a stale annotation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from embed import layout
 from embed.store import EmbeddingStore
 from extender.annotations import ANN_EMBEDDING_CACHE
-from extender.placement.locality import encode_cache
+from extender.placement.locality import InvalidEmbedding, encode_cache, parse_embedding
 
 log = logging.getLogger("sparse.embed.publisher")
 MERGE = "application/merge-patch+json"
@@ -32,6 +36,28 @@ class Snapshot:
     totals: dict[str, int]
     used_bytes: int
     capacity_bytes: int
+    readers: dict[str, int] | None = None  # None = not counted
+
+
+def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> dict[str, int]:
+    """Pods per table, from the pods' ``sparse.io/embedding`` declarations (unreadable ones
+    are skipped: the scheduler rejects those pods anyway)."""
+    out: dict[str, int] = {}
+    for ann in annotations:
+        try:
+            spec = parse_embedding(ann)
+        except InvalidEmbedding:
+            continue
+        for table in spec.tables if spec else ():
+            out[table] = out.get(table, 0) + 1
+    return out
+
+
+async def node_readers(core: Any, node: str) -> dict[str, int]:
+    """Readers per table among the pods running (or starting) on ``node``: one list call."""
+    pods = await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+    return count_readers(p.metadata.annotations for p in pods.items
+                         if (p.status.phase if p.status else None) in ("Pending", "Running"))
 
 
 def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000) -> Snapshot:
@@ -59,7 +85,7 @@ def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000)
 
 
 def changed(old: Snapshot | None, new: Snapshot, min_change: float) -> bool:
-    if old is None or set(old.rows) != set(new.rows):
+    if old is None or set(old.rows) != set(new.rows) or old.readers != new.readers:
         return True
     return any(abs(new.rows[t] - old.rows[t]) > min_change * max(old.rows[t], 1)
                for t in new.rows)
@@ -73,6 +99,7 @@ class CachePublisher:
     max_interval_s: float = 600.0
     min_change: float = 0.05
     clock: Callable[[], float] = time.time
+    readers: Callable[[Any], Awaitable[dict[str, int]]] | None = None  # core -> per table
     last: Snapshot | None = None
     last_at: float = field(default=-1e18)
     writes: int = 0
@@ -87,9 +114,14 @@ class CachePublisher:
         """Count, and patch the Node when due; True when a patch was sent."""
         snap = await asyncio.to_thread(self.snapshot)
         now = self.clock()
+        if not force and now - self.last_at < self.min_interval_s:
+            return False
+        if self.readers is not None:
+            snap = dataclasses.replace(snap, readers=await self.readers(core))
         if not force and not self.due(snap, now):
             return False
-        value = encode_cache(snap.rows, snap.totals, snap.used_bytes, snap.capacity_bytes, now)
+        value = encode_cache(snap.rows, snap.totals, snap.used_bytes, snap.capacity_bytes, now,
+                             snap.readers)
         body = {"metadata": {"annotations": {ANN_EMBEDDING_CACHE: value}}}
         await core.patch_node(self.node, body, _content_type=MERGE)
         self.last, self.last_at = snap, now

@@ -1,16 +1,15 @@
-"""Shared links of the locality replay (``bench/sim/locality.py``): the store's egress, each
+"""Shared links of the locality replay (``bench/sim/locality.py``): the store's shards, each
 rack's uplink and each zone's interconnect carry the embedding misses of every running job, so a
 job's miss time grows when the links it crosses are loaded (fluid model, as in flow-level
 network simulators).
 
-Paths of a miss from a node to the store (the nearest shard rack: the node's own, else one in
-its zone, else any):
-
-* same rack:   the node's NIC, store egress
-* same zone:   the above, the store rack's uplink, the node rack's uplink
-* cross zone:  the above and both zones' interconnects
-
-(hits never leave the node; its NIC is shared by the misses of all jobs on it).
+The store is sharded: one shard per shard node, each serving at most ``links.shard_gbps``
+(capped by its node's NIC), so the store's egress grows with its shards. A table's blocks are
+spread over all shards (hash partitions), so every job's misses split evenly over the shards:
+the share from a shard in the job's rack crosses the job node's NIC and the shard's link; from a
+shard in another rack of its zone also both racks' uplinks; from another zone also both zones'
+interconnects (hits never leave the node; its NIC carries the misses of all jobs on it).
+Older files give ``links.store_gbps`` (the whole store) instead: it is split over the shards.
 
 Each job sends ``miss_bytes`` per step, its step lasting ``free_s + miss_s * f`` where ``f`` is
 the largest stretch ``kappa`` of the links on its path. A link's stretch is found by fixed-point
@@ -27,12 +26,18 @@ GBPS = 1.25e8  # bytes per second in one Gb/s
 
 
 class StoreNetwork:
-    def __init__(self, raw: dict, zone: dict[str, str], rack: dict[str, str]) -> None:
+    def __init__(self, raw: dict, zone: dict[str, str], rack: dict[str, str],
+                 shards: list[str]) -> None:
         cfg = raw.get("links") or {}
         self.zone, self.rack = zone, rack
-        self.store_racks = [tuple(s.split("/")) for s in raw["store"]["racks"]]
-        names = ["store"]
-        caps = [float(cfg.get("store_gbps", 0)) * GBPS]
+        self.shards = list(shards)
+        nic = float(cfg.get("node_nic_gbps", 0))
+        per_shard = (float(cfg["shard_gbps"]) if "shard_gbps" in cfg
+                     else float(cfg.get("store_gbps", 0)) / max(len(self.shards), 1))
+        if nic and per_shard:
+            per_shard = min(per_shard, nic)
+        names = [f"shard:{s}" for s in self.shards]
+        caps = [per_shard * GBPS] * len(self.shards)
         self.uplink: dict[tuple[str, str], int] = {}
         for key in sorted(set(zip(zone.values(), rack.values(), strict=True))):
             self.uplink[key] = len(names)
@@ -42,7 +47,7 @@ class StoreNetwork:
         for node in sorted(zone):
             self.nic[node] = len(names)
             names.append(f"nic:{node}")
-            caps.append(float(cfg.get("node_nic_gbps", 0)) * GBPS)
+            caps.append(nic * GBPS)
         self.zone_link: dict[str, int] = {}
         for z in sorted(set(zone.values())):
             self.zone_link[z] = len(names)
@@ -52,17 +57,23 @@ class StoreNetwork:
         self.capacity = np.array(caps)  # 0 = not limited
         self.kappa = np.ones(len(names))
 
-    def path(self, node: str) -> list[int]:
+    def path(self, node: str) -> dict[int, float]:
+        """Link -> share of the node's miss bytes that crosses it."""
         z, r = self.zone[node], self.rack[node]
-        if (z, r) in self.store_racks:
-            return [i for i in (self.nic[node], 0) if self.capacity[i] > 0]
-        near = next((s for s in self.store_racks if s[0] == z), self.store_racks[0])
-        links = [self.nic[node], 0, self.uplink[near], self.uplink[(z, r)]]
-        if near[0] != z:
-            links += [self.zone_link[near[0]], self.zone_link[z]]
-        return [i for i in links if self.capacity[i] > 0]
+        share = 1.0 / max(len(self.shards), 1)
+        out: dict[int, float] = {self.nic[node]: 1.0}
+        for i, s in enumerate(self.shards):
+            links = [i]
+            sz, sr = self.zone[s], self.rack[s]
+            if (sz, sr) != (z, r):
+                links += [self.uplink[(sz, sr)], self.uplink[(z, r)]]
+                if sz != z:
+                    links += [self.zone_link[sz], self.zone_link[z]]
+            for k in links:
+                out[k] = out.get(k, 0.0) + share
+        return {k: min(v, 1.0) for k, v in out.items() if self.capacity[k] > 0}
 
-    def stretch(self, paths: list[list[int]], miss_bytes: np.ndarray, free_s: np.ndarray,
+    def stretch(self, paths: list[dict[int, float]], miss_bytes: np.ndarray, free_s: np.ndarray,
                 miss_s: np.ndarray, iters: int = 60) -> np.ndarray:
         """Per job: the factor its miss time is stretched by (>= 1); sets ``kappa`` (and starts
         from the last one: between two events few jobs change)."""
@@ -70,16 +81,17 @@ class StoreNetwork:
         if not n:
             self.kappa = np.ones(m)
             return np.ones(0)
-        on = np.zeros((n, m), dtype=bool)
+        part = np.zeros((n, m))  # share of each job's misses on each link
         for j, p in enumerate(paths):
-            on[j, p] = True
+            part[j, list(p)] = list(p.values())
+        on = part > 0
         limited = self.capacity > 0
         cap = np.where(limited, self.capacity, 1.0)
         kappa = self.kappa.copy()
         for _ in range(iters):
             f = np.where(on, kappa, 1.0).max(axis=1)
             rate = miss_bytes / (free_s + miss_s * f)
-            load = on.T.astype(float) @ rate
+            load = part.T @ rate
             new = np.where(limited, np.maximum(1.0, kappa * load / cap), 1.0)
             if np.allclose(new, kappa, rtol=1e-3):
                 break

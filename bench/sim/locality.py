@@ -4,8 +4,9 @@ and without the extender's locality term (``extender.placement.locality``), same
 Model (figures in ``bench/data/locality/topology.yaml``):
 
 * Cluster: zones x racks x nodes of ``gpus_per_node`` GPUs; node names are a seeded shuffle, so
-  the sparse policy's fixed node order says nothing about racks. The store's shards run in the
-  racks the file names.
+  the sparse policy's fixed node order says nothing about racks. The store's shards run on
+  ``store.shards_per_rack`` nodes of each rack the file names, one per node; the locality
+  index learns them as the extender does (the shards' nodes).
 * Jobs: GPU pods sampled from an openb pod list (shapes and durations, as ``replay``), arriving
   in trace order compressed to offered load ``load``. With probability ``rec_share`` a job is a
   recommendation job reading 1..3 tables picked by Zipf popularity, declaring them (with
@@ -14,14 +15,17 @@ Model (figures in ``bench/data/locality/topology.yaml``):
   the job's solo compute time in steps of ``step_compute_s``; the slowdown is ``replay``'s
   (product of norm(a|b)^(milli_b/1000) over GPU co-runners). Fetch per step and table: one
   request round trip; the rows found in the node cache at ``local`` speed, the rest at the
-  speed of the path to the store (same rack, same zone, or across zones).
+  speed of the path to each shard (same rack, same zone, or across zones): a table's blocks
+  are spread over all shards, so every shard serves its part of every job's misses.
 * Node caches: capacity ``gib_per_node``; a starting job's tables get the hottest rows the cache
   can give them (capacity split over the tables of the jobs running there; idle tables are
   evicted least recently used first), and the cache's content is published through the same
-  ``encode_cache`` annotation the DaemonSet writes, read by the same ``LocalityIndex``. A table
+  ``encode_cache`` annotation the DaemonSet writes (with the readers per table: the running
+  jobs on the node that declare it), read by the same ``LocalityIndex``. Jobs declare
+  ``idsPerStep`` (the ids behind the step's distinct rows). A table
   holding ``c`` of its ``N`` rows serves the Zipf mass of its top ``c`` rows; a table not cached
   when the job starts warms up over the steps that fetch those rows once.
-* Misses share the store's egress, the racks' uplinks and the zones' interconnects
+* Misses share the store's shards, the racks' uplinks and the zones' interconnects
   (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
   recommendation job starts or ends, the links are re-spread over the running ones and their
   fetch times move. A job's hit ratio is set when it starts (its cache's content then) and
@@ -34,7 +38,6 @@ Model (figures in ``bench/data/locality/topology.yaml``):
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -53,6 +56,12 @@ from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
 from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
 from extender.interference.matrix import default_matrix
+from extender.placement.cache_model import (
+    distinct_curve,
+    draws_for_distinct,
+    lfu_room,
+    zipf_norm,
+)
 from extender.placement.locality import (
     EmbeddingSpec,
     LocalityIndex,
@@ -79,19 +88,9 @@ def step_rows(n: float, alpha: float, unique: float) -> tuple[float, np.ndarray,
     ``1 - exp(-draws p_k)``, so the cumulative curve gives how many of the step's distinct rows
     are among the top ``c`` ranks. Hot rows are drawn many times but fetched once, so a cache
     of the top ``c`` rows serves far less of the fetched rows than of the draws."""
-    unique = min(unique, 0.99 * n)
-    p1 = 1.0 / zipf_norm(n, alpha)
-    x = np.geomspace(1.0, n, 2048)
-
-    def cumulative(draws: float) -> np.ndarray:
-        f = -np.expm1(-draws * p1 * x ** -alpha)
-        return np.concatenate([[f[0]], f[0] + np.cumsum((f[1:] + f[:-1]) / 2 * np.diff(x))])
-
-    lo, hi = unique, unique * 1e6
-    for _ in range(80):  # bisection in log space on the draws giving ``unique`` distinct rows
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if cumulative(mid)[-1] < unique else (lo, mid)
-    return hi, np.log(x), cumulative(hi)
+    draws = draws_for_distinct(n, alpha, unique)
+    log_rank, cum = distinct_curve(float(n), float(alpha), draws, 2048)
+    return draws, log_rank, cum
 
 
 def fetched_hit(cached: np.ndarray | float, n: float, alpha: float, unique: float
@@ -125,12 +124,6 @@ def mean_hit(cached: int, target: int, n: int, alpha: float, unique: float, step
     return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / xs[-1])
 
 
-def zipf_norm(n: float, alpha: float) -> float:
-    """sum_{k<=n} k^-alpha (Euler-Maclaurin)."""
-    return (n ** (1 - alpha) - 1) / (1 - alpha) + 0.5 * (1 + n ** -alpha) + alpha / 12 * (
-        1 - n ** (-alpha - 1))
-
-
 @dataclass
 class Topology:
     raw: dict
@@ -141,7 +134,7 @@ class Topology:
     @classmethod
     def load(cls, path: str | Path | None, seed: int, overrides: dict | None = None
              ) -> Topology:
-        """``overrides``: dotted keys (``links.store_gbps``) replacing the file's values."""
+        """``overrides``: dotted keys (``links.shard_gbps``) replacing the file's values."""
         raw = yaml.safe_load(Path(path or TOPOLOGY).read_text())
         for key, value in (overrides or {}).items():
             *parents, leaf = key.split(".")
@@ -164,66 +157,93 @@ class Topology:
                              "memory_mib": r["node_memory_mib"], "gpu": r["gpus_per_node"],
                              "model": r["gpu_model"]})
 
+    def shards(self) -> list[str]:
+        """Nodes the store's shards run on: ``store.shards_per_rack`` (default: every node) of
+        each rack in ``store.racks``, one shard per node."""
+        per_rack = int(self.raw["store"].get("shards_per_rack", self.raw["nodes_per_rack"]))
+        out = []
+        for spot in self.raw["store"]["racks"]:
+            z, r = spot.split("/")
+            out += sorted(n for n in self.names if self.zone[n] == z and self.rack[n] == r
+                          )[:per_rack]
+        return out
+
+    def shard_tiers(self, node: str) -> list[str]:
+        """Per shard: the path from ``node`` to it (``rack``, ``zone`` or ``cross_zone``)."""
+        return ["rack" if (self.zone[s], self.rack[s]) == (self.zone[node], self.rack[node])
+                else "zone" if self.zone[s] == self.zone[node] else "cross_zone"
+                for s in self.shards()]
+
     def tier(self, node: str) -> str:
         """Path from ``node`` to the nearest store shard."""
-        spots = [s.split("/") for s in self.raw["store"]["racks"]]
-        if any(self.zone[node] == z and self.rack[node] == r for z, r in spots):
-            return "rack"
-        if any(self.zone[node] == z for z, _ in spots):
-            return "zone"
-        return "cross_zone"
+        tiers = set(self.shard_tiers(node))
+        return next(t for t in ("rack", "zone", "cross_zone") if t in tiers)
 
     def labels(self, node: str) -> dict[str, str]:
         return {LABEL_ZONE: self.zone[node], DEFAULT_RACK_LABEL: self.rack[node]}
 
 
 class NodeCaches:
-    """Per node: table -> cached rows (hottest first), bounded by the cache's row capacity."""
+    """Per node: table -> cached rows (hottest first), bounded by the cache's row capacity.
+    The tables running jobs read split the room as an LFU cache splits it
+    (``cache_model.lfu_room``: by how often their rows are read, so a table read by more jobs
+    keeps more rows); tables nobody reads are evicted least recently used first."""
 
-    def __init__(self, topo: Topology, rows: dict[str, int], row_bytes: int) -> None:
+    def __init__(self, topo: Topology, rows: dict[str, int], row_bytes: int,
+                 alpha: float = 1.05, draws: dict[str, float] | None = None) -> None:
         self.topo = topo
         self.rows = rows
         self.row_bytes = row_bytes
+        self.alpha = alpha
+        self.draws = draws or {}
         gib = topo.raw["cache"]["gib_per_node"]
         self.capacity = int(gib * 2**30 // (row_bytes + KEY_OVERHEAD_BYTES))
         self.held: dict[str, OrderedDict[str, int]] = {n: OrderedDict() for n in topo.names}
         self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
 
-    def start(self, node: str, tables: tuple[str, ...]) -> set[str]:
-        """Book a starting job's tables; returns the other tables that lost rows to them."""
-        held = dict(self.held[node])
+    def start(self, node: str, tables: tuple[str, ...]) -> dict[str, int]:
+        """Book a starting job's tables; returns the tables whose rows moved (their rows
+        before): the co-runners reading them are re-rated."""
         for t in tables:
             self.active[node][t] = self.active[node].get(t, 0) + 1
-        self._rebalance(node, tables)
-        return {t for t, c in held.items() if self.held[node].get(t, 0) < c} - set(tables)
+        return self._rebalance(node, tables)
 
-    def stop(self, node: str, tables: tuple[str, ...]) -> None:
+    def stop(self, node: str, tables: tuple[str, ...]) -> dict[str, int]:
+        """A job ended: its tables lose a reader, the others in use grow into the room
+        (as ``start``, the tables whose rows moved)."""
         for t in tables:
             self.active[node][t] -= 1
             if not self.active[node][t]:
                 del self.active[node][t]
+        return self._rebalance(node, ())
 
-    def _rebalance(self, node: str, fresh: tuple[str, ...]) -> None:
+    def _rebalance(self, node: str, fresh: tuple[str, ...]) -> dict[str, int]:
+        """Every table in use takes its LFU room (a growing one warms up: ``mean_hit``);
+        idle tables go, least recently used first, while the cache is over."""
         held, active = self.held[node], self.active[node]
-        share = self.capacity // max(len(active), 1)
+        before = dict(held)
+        names = list(active)
+        room = lfu_room(self.capacity, np.array([active[t] for t in names]),
+                        np.array([self.rows[t] for t in names]), self.alpha,
+                        np.array([self.draws.get(t, 1.0) for t in names]))
+        for t, r in zip(names, room, strict=True):
+            held[t] = int(r + 1e-6)
         for t in fresh:
-            held[t] = max(held.get(t, 0), min(self.rows[t], share))
             held.move_to_end(t)
         while sum(held.values()) > self.capacity:
             idle = next((t for t in held if t not in active), None)
-            if idle is not None:
-                del held[idle]
-                continue
-            for t in held:  # only active tables left: trim them to an equal share
-                held[t] = min(held[t], share)
-            break
+            if idle is None:
+                break
+            del held[idle]
+        return {t: before.get(t, 0) for t in names if held.get(t, 0) != before.get(t, 0)}
 
     def annotation(self, node: str, now: float) -> dict[str, str]:
         held = self.held[node]
         used = sum(held.values()) * (self.row_bytes + KEY_OVERHEAD_BYTES)
         cap = self.capacity * (self.row_bytes + KEY_OVERHEAD_BYTES)
-        totals = {t: self.rows[t] for t in held}
-        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now)}
+        readers = dict(self.active[node])
+        totals = {t: self.rows[t] for t in {*held, *readers}}
+        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now, readers)}
 
 
 @dataclass
@@ -245,6 +265,7 @@ class LocalityRun(JctRun):
     placed_store_rack: float
     store_rack_rec_work: float  # share of the store racks' GPU work that reads embeddings
     link_stretch: float  # time-weighted stretch of the most loaded link (1 = no contention)
+    hit_ratio: float  # share of all fetched rows the node caches served, over the run
     seconds: float
     jct: list = field(default_factory=list)
 
@@ -287,16 +308,20 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     tables = [_job_tables(rng, n_tables, cfg_t["popularity_alpha"], cfg_j["tables_min"],
                           cfg_j["tables_max"]) if rec and scenario == "recommendation" else ()
               for rec in is_rec]
+    unique = float(cfg_j["unique_rows_per_table_step"])
     specs = [EmbeddingSpec(topo.raw["store"]["name"], ts,
-                           {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts})
+                           {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts},
+                           ids_per_step={t: int(step_rows(float(rows[t]), cfg_t["id_alpha"],
+                                                          unique)[0]) for t in ts})
              if ts else None for ts in tables]
 
     pol = placement_policy(policy, None, typical_tasks(jobs))
     sim = SimCluster(topo.frame(), topo.names, pol, matrix)
-    caches = NodeCaches(topo, rows, row_bytes)
+    caches = NodeCaches(topo, rows, row_bytes, float(cfg_t["id_alpha"]),
+                        {t: step_rows(float(n), cfg_t["id_alpha"], unique)[0]
+                         for t, n in rows.items()})
     index = LocalityIndex(weights)
-    store_nodes = {n for n in topo.names if topo.tier(n) == "rack"}
-    index.set_store(topo.raw["store"]["name"], store_nodes)
+    index.set_store(topo.raw["store"]["name"], set(topo.shards()))
     for n in topo.names:
         index.observe_node(n, None, topo.labels(n))
     if scenario == "no-embeddings":  # leftovers of earlier recommendation jobs
@@ -307,7 +332,6 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     sim.locality = index if locality else None
 
     step = float(cfg_j["step_compute_s"])
-    unique = float(cfg_j["unique_rows_per_table_step"])
     work = jobs["duration"].to_numpy(dtype=np.float64)
     steps = np.maximum(work / step, 1.0)
     request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
@@ -324,17 +348,21 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                     ) -> tuple[float, float, float]:
         """Per step on ``node`` (means over the job's ``left`` steps, all by default):
         seconds not spent on missed bytes (latencies, hits at local speed), missed bytes, and
-        their seconds on an idle network (the node's tier bandwidth to the store)."""
-        tier = net[topo.tier(node)]
+        their seconds on an idle network. A table's blocks are spread over all the store's
+        shards, so each shard sends its share of the misses over its own path (the node's
+        tier bandwidth to that shard); the step waits for the farthest shard's latency."""
+        tiers = [net[t] for t in topo.shard_tiers(node)]
+        latency = max(t["latency_ms"] for t in tiers) / 1e3
+        per_byte = sum(1.0 / (t["gbps"] * GBPS) for t in tiers) / len(tiers)
         free = miss = 0.0
         for t in tables[j]:
             h = mean_hit(before.get(t, 0), caches.held[node].get(t, 0), rows[t],
                          cfg_t["id_alpha"], unique, steps[j] if left is None else left)
             bytes_ = unique * row_bytes
             free += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"] * GBPS)
-                     + (tier["latency_ms"] / 1e3 if h < 1 else 0.0))
+                     + (latency if h < 1 else 0.0))
             miss += (1 - h) * bytes_
-        return free, miss, miss / (tier["gbps"] * GBPS)
+        return free, miss, miss * per_byte
 
     remaining = steps.copy()
     rate = np.zeros(len(jobs))
@@ -345,8 +373,12 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     miss_s = np.zeros(len(jobs))  # per step, on an idle network
     fetched = np.zeros(len(jobs))  # seconds spent fetching so far
     used_fetch = np.zeros(len(jobs))  # the fetch time the current rate was set with
+    missed = np.zeros(len(jobs))  # bytes missed so far
+    used_miss = np.zeros(len(jobs))  # the miss bytes per step the current rate was set with
+    step_bytes = np.array([len(ts) * float(cfg_j["unique_rows_per_table_step"]) * row_bytes
+                           for ts in tables])
     paths: dict[int, list[int]] = {}  # running recommendation jobs: links their misses cross
-    links = StoreNetwork(topo.raw, topo.zone, topo.rack)
+    links = StoreNetwork(topo.raw, topo.zone, topo.rack, topo.shards())
     busiest = [0.0, 0.0]  # time-weighted max link stretch, time
     last = np.zeros(len(jobs))
     version = np.zeros(len(jobs), dtype=np.int64)
@@ -367,7 +399,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         done_steps = (now - last[j]) * rate[j]
         remaining[j] -= done_steps
         fetched[j] += done_steps * used_fetch[j]
+        missed[j] += done_steps * used_miss[j]
         used_fetch[j] = fetch[j]
+        used_miss[j] = miss_bytes[j]
         last[j] = now
         rate[j] = 1.0 / (step / slow[j] + fetch[j])
         version[j] += 1
@@ -399,6 +433,16 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                 fetch[j] = new
                 set_rate(j)
 
+    def rerate_neighbours(node: str, moved: dict[str, int]) -> None:
+        """Running jobs on ``node`` reading a table whose cache room moved: a shrunk table
+        serves less at once, a grown one warms up to its new room over their steps left."""
+        for k in paths:
+            if node_of[k] == node and moved.keys() & set(tables[k]):
+                left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
+                held = caches.held[node]
+                start = {t: min(moved.get(t, held.get(t, 0)), held.get(t, 0)) for t in tables[k]}
+                fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, start, left)
+
     def publish(node: str) -> None:
         index.observe_node(node, caches.annotation(node, now), topo.labels(node))
 
@@ -415,15 +459,10 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         if tables[j]:
             before = {t: caches.held[node].get(t, 0) for t in tables[j]}
             cache_hit[j] = all(before.values())
-            shrunk = caches.start(node, tables[j])
+            moved = caches.start(node, tables[j])
             fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, before)
             fetch[j] = fetch_free[j] + miss_s[j]
-            for k in paths:  # co-runners whose tables lost cache room to this job's
-                if node_of[k] == node and shrunk & set(tables[k]):
-                    left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
-                    now_held = {t: caches.held[node].get(t, 0) for t in tables[k]}
-                    fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, now_held,
-                                                                          left)
+            rerate_neighbours(node, moved)
             paths[j] = links.path(node)
             publish(node)
         if d.has_share:
@@ -450,8 +489,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         set_rate(j)  # books the last stretch's fetch time
         sim.release(f"job-{j}")
         if tables[j]:
-            caches.stop(node_of[j], tables[j])
             paths.pop(j, None)
+            rerate_neighbours(node_of[j], caches.stop(node_of[j], tables[j]))
+            publish(node_of[j])
             share_links()
         g = job_gpu.pop(j, None)
         if g is not None:
@@ -477,4 +517,6 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         store_rack_rec_work=float((gpu_s * in_rack * rec).sum() / max((gpu_s * in_rack).sum(),
                                                                       1e-9)),
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0,
+        hit_ratio=(1.0 - float(missed[rec].sum() / max((step_bytes * steps)[rec].sum(), 1e-9))
+                   if rec.any() else float("nan")),
         seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])

@@ -39,6 +39,8 @@ def summary(runs: list) -> pd.DataFrame:
             else float("nan"),
             "fetch_share_off": mean(off, "fetch_share"),
             "fetch_share_on": mean(on, "fetch_share"),
+            "hit_ratio_off": mean(off, "hit_ratio"),
+            "hit_ratio_on": mean(on, "hit_ratio"),
             "on_cache_off": mean(off, "placed_cache_hit"),
             "on_cache_on": mean(on, "placed_cache_hit"),
             "store_rack_off": mean(off, "placed_store_rack"),
@@ -129,11 +131,13 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
     lines = ["# Locality replay", "", f"`{command}`", "",
              "Ratios are with the locality term over without it, same trace, same seed "
              "(mean over seeds). `fetch_share`: share of the recommendation jobs' run time spent "
-             "fetching embeddings; `on_cache`: recommendation jobs that started on a node whose "
-             "cache held all their tables; `store_rack`: those placed in a rack of the store's "
-             "shards; `rack_rec_work`: share of the GPU work run in those racks that reads "
-             "embeddings; `link_stretch`: time-weighted stretch of the most loaded shared link "
-             "(store egress, rack uplink, zone link, node NIC; 1 = no contention).", "",
+             "fetching embeddings; `hit_ratio`: share of all the rows they fetched that node "
+             "caches served (what relieves the store); `on_cache`: recommendation jobs that "
+             "started on a node whose cache held all their tables; `store_rack`: those placed "
+             "in a rack of the store's shards; `rack_rec_work`: share of the GPU work run in "
+             "those racks that reads embeddings; `link_stretch`: time-weighted stretch of the "
+             "most loaded shared link "
+             "(a store shard, rack uplink, zone link, node NIC; 1 = no contention).", "",
              md_table(table, "{:.3f}"), ""]
     seeds = per_seed(runs)
     seeds.to_csv(folder / "per_seed.csv", index=False)

@@ -7,7 +7,7 @@ Sweeps (``SWEEPS``):
 * ``uplink``: each rack's uplink oversubscription against its nodes' NICs (1:1 .. 8:1);
 * ``cache``: the node cache's size (GiB; nodes have 768 GiB of host memory);
 * ``store-racks``: racks holding store shards (each rack's shards bring the file's egress);
-* ``store-gbps``: the store's egress of the file's shard racks (Gb/s);
+* ``store-gbps``: the store's egress (Gb/s; each shard serves its part, NIC-capped);
 * ``fetch``: distinct rows one step fetches per table (the fetch share of the step time).
 """
 
@@ -43,13 +43,30 @@ class Sweep:
             return {"cache.gib_per_node": float(value)}
         if self.name == "store-racks":
             racks = [f"{z}/rack-{r}" for r in range(raw["racks_per_zone"]) for z in raw["zones"]]
-            per_rack = float(links["store_gbps"]) / len(raw["store"]["racks"])
-            return {"store.racks": racks[:int(value)], "links.store_gbps": per_rack * value}
+            return {"store.racks": racks[:int(value)]}  # each rack's shards bring their egress
         if self.name == "store-gbps":
-            return {"links.store_gbps": float(value)}
+            if "shard_gbps" not in links:  # an older file: the whole store's egress
+                return {"links.store_gbps": float(value)}
+            return {"links.shard_gbps": float(value) / shard_count(raw)}
         if self.name == "fetch":
             return {"jobs.unique_rows_per_table_step": float(value)}
         raise KeyError(self.name)
+
+
+def shard_count(raw: dict) -> int:
+    per_rack = int(raw["store"].get("shards_per_rack", raw["nodes_per_rack"]))
+    return len(raw["store"]["racks"]) * min(per_rack, int(raw["nodes_per_rack"]))
+
+
+def store_egress(raw: dict) -> float:
+    """The store's egress in Gb/s: its shards' serving rate (NIC-capped), or an older file's
+    ``links.store_gbps``."""
+    links = raw.get("links") or {}
+    if "shard_gbps" not in links:
+        return float(links.get("store_gbps", 0))
+    per_shard = float(links["shard_gbps"])
+    nic = float(links.get("node_nic_gbps", 0))
+    return (min(per_shard, nic) if nic else per_shard) * shard_count(raw)
 
 
 def sweeps(topology: str | Path | None = None) -> dict[str, Sweep]:
@@ -65,7 +82,7 @@ def sweeps(topology: str | Path | None = None) -> dict[str, Sweep]:
         Sweep("store-racks", f"racks with store shards (of {n_racks})",
               tuple(float(k) for k in range(1, n_racks + 1)), float(len(raw["store"]["racks"]))),
         Sweep("store-gbps", "store egress (Gb/s)", (20.0, 40.0, 100.0, 400.0),
-              float(links["store_gbps"])),
+              store_egress(raw)),
         Sweep("fetch", "distinct rows fetched per table and step", (5e3, 1.5e4, 5e4, 1.5e5),
               float(raw["jobs"]["unique_rows_per_table_step"])),
     )}

@@ -1,25 +1,36 @@
 """Data locality: a cost term that brings embedding consumers to their rows. Pure, no I/O.
 
 A pod declares the embedding store and tables it reads (annotation ``sparse.io/embedding``,
-JSON ``{"store": "s", "tables": ["a", "b"], "hotRows": 100000 | {"a": n}, "required": false}``).
+JSON ``{"store": "s", "tables": ["a", "b"], "hotRows": 100000 | {"a": n},
+"idsPerStep": 4096 | {"a": n}, "required": false}``).
 Each node's embedding cache publishes what it holds (``sparse.io/embedding-cache``, written by
 ``embed.publisher``), and the store's shard pods (label ``sparse.io/embedding-store=<store>``)
 say where the store runs. Per candidate node the locality *bonus*, in the policy's cost unit
 (GPUs' worth of work; the pod's GPU amount scales it like the per-GPU policy costs), is
 
     bonus(n) = cache_weight * cached share of the job's hot set on n
-             + rack_weight  * [n in a rack where a store shard runs]
-             + zone_weight  * [n in a zone where a store shard runs]
+             + (1 - cached share) * (rack_weight * share of the store's shards in n's rack
+                                     + zone_weight * share of the store's shards in n's zone)
 
 and is subtracted from the node's policy cost. The cached share is the share of the job's
-lookups the node's cache would serve: an LFU cache holds a table's hottest rows first, and ids
-of recommendation tables are Zipf-distributed (exponent ``id_skew``, about 1 in click logs),
-so ``c`` cached rows of a hot set of ``h`` serve ``Z(min(c, h)) / Z(h)`` of its lookups, with
-``Z(n) = sum_{k<=n} k^-id_skew`` (1 % of a table's rows serves most of its lookups; a score by
-row count would call that cache nearly empty). ``id_skew = 0`` scores by row count,
-``min(c, h) / h``. Tables weigh by their hot rows; without ``hotRows`` a table's size from
-the cache annotation stands in. Defaults 1.0 / 0.5 / 0.2 follow Fluid's node / zone /
-region tiers (100 / 50 / 20), scored here from measured cache content instead of labels.
+traffic the node's cache is expected to serve (``extender.placement.cache_model``): an LFU cache
+holds a table's hottest rows first, and ids of recommendation tables are Zipf-distributed
+(exponent ``id_skew``, about 1 in click logs), so ``c`` cached rows of a hot set of ``h`` serve
+``Z(min(c, h)) / Z(h)`` of its lookups, ``Z(n) = sum_{k<=n} k^-id_skew`` (1 % of a table's rows
+serves most of its lookups; a score by row count would call that cache nearly empty). When the
+job declares ``idsPerStep`` the share counts the rows its steps *fetch* (a batch's ids are
+deduplicated), which is what relieves the store's links. ``id_skew = 0`` scores by row count.
+Tables weigh by their hot rows; without ``hotRows`` a table's size from the cache annotation
+stands in. When the cache publishes its size and which tables running pods read
+(``readers``), the share also counts cache *room*: the cache's rows split over the tables in
+use there once the job's new tables join, a warm-up from what is held now to what the room
+allows, and the rows the tables in use lose to the newcomer (``squeeze``, per reader). So a
+node whose cache already serves the job's tables to other pods ranks first, an idle cache next,
+a cache crowded with other tables in use last. Only misses travel: the rack and zone tiers
+weigh the share of the job's traffic the cache leaves to the store, times the share of the
+store's shards there (a table's blocks are spread over all shards). Defaults 1.0 / 0.5 / 0.2
+follow Fluid's node / zone / region tiers (100 / 50 / 20), scored here from measured cache
+content instead of labels.
 
 * Never overrides fit: only finite costs move; infeasible nodes stay infeasible.
 * Missing data (no annotation, unknown store, node without labels) gives no bonus: neutral.
@@ -37,6 +48,7 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -48,6 +60,7 @@ from extender.annotations import (
 )
 from extender.demand import MILLI_PER_GPU, PodDemand
 from extender.errors import InvalidDemand
+from extender.placement.cache_model import served_share, zipf_norm  # noqa: F401 (re-exported)
 from extender.placement.state import ClusterState
 
 CACHE_FORMAT = 1
@@ -64,6 +77,7 @@ class EmbeddingSpec:
     tables: tuple[str, ...]
     hot_rows: Mapping[str, int] | None = None  # per table; None = table size stands in
     required: bool = False
+    ids_per_step: Mapping[str, int] | None = None  # per table: ids one step looks up
 
 
 @dataclass(frozen=True)
@@ -99,33 +113,44 @@ def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | No
             or not all(isinstance(t, str) and t for t in tables)):
         raise InvalidEmbedding(
             f"{ANN_EMBEDDING}: 'tables' must be a list of 1..{MAX_TABLES} table names")
-    hot = doc.get("hotRows")
-    hot_rows: dict[str, int] | None = None
-    if isinstance(hot, bool):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'hotRows' must be a count or a map")
-    if isinstance(hot, int):
-        hot_rows = dict.fromkeys(tables, hot)
-    elif isinstance(hot, dict):
-        hot_rows = {t: hot.get(t) for t in tables if t in hot}
-    elif hot is not None:
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'hotRows' must be a count or a map")
-    if hot_rows is not None and not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in hot_rows.values()):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'hotRows' values must be positive integers")
+    hot_rows = _per_table(doc, "hotRows", tables)
+    ids_per_step = _per_table(doc, "idsPerStep", tables)
     required = doc.get("required", False)
     if not isinstance(required, bool):
         raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'required' must be true or false")
-    return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required)
+    return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required,
+                         ids_per_step or None)
+
+
+def _per_table(doc: dict, key: str, tables: list[str]) -> dict[str, int] | None:
+    """A positive count for every table, or a map table -> count (``hotRows``,
+    ``idsPerStep``)."""
+    value = doc.get(key)
+    out: dict[str, int] | None = None
+    if isinstance(value, bool):
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: '{key}' must be a count or a map")
+    if isinstance(value, int):
+        out = dict.fromkeys(tables, value)
+    elif isinstance(value, dict):
+        out = {t: value.get(t) for t in tables if t in value}
+    elif value is not None:
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: '{key}' must be a count or a map")
+    if out is not None and not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in out.values()):
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: '{key}' values must be positive integers")
+    return out
 
 
 @dataclass(frozen=True)
 class CacheContent:
-    """What one node's cache holds: rows (and table size, when known) per table."""
+    """What one node's cache holds: rows (and table size, when known) per table, and, when the
+    publisher knows them, how many running pods on the node read each table."""
 
     rows: Mapping[str, int]
     totals: Mapping[str, int]
     used_bytes: int = 0
     capacity_bytes: int = 0
+    readers: Mapping[str, int] | None = None  # None = not published
 
     @property
     def fill(self) -> float:
@@ -136,9 +161,17 @@ class CacheContent:
 
 
 def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes: int,
-                 capacity_bytes: int, at: float) -> str:
-    """The node annotation's value (the cache's publisher writes it, the scheduler reads it)."""
-    tables = {t: {"rows": int(n), **({"total": int(totals[t])} if t in totals else {})}
+                 capacity_bytes: int, at: float, readers: Mapping[str, int] | None = None
+                 ) -> str:
+    """The node annotation's value (the cache's publisher writes it, the scheduler reads it).
+    ``readers``: running pods on the node per table they declare (tables read but not yet
+    cached are listed with 0 rows); with it the scheduler tells tables in use from leftovers."""
+    rows = dict(rows)
+    if readers is not None:
+        for t in readers:
+            rows.setdefault(t, 0)
+    tables = {t: {"rows": int(n), **({"total": int(totals[t])} if t in totals else {}),
+                  **({"readers": int(readers.get(t, 0))} if readers is not None else {})}
               for t, n in sorted(rows.items())}
     return json.dumps({"v": CACHE_FORMAT, "tables": tables, "bytes": int(used_bytes),
                        "capacityBytes": int(capacity_bytes), "at": round(at, 3)},
@@ -151,37 +184,22 @@ def decode_cache(raw: str | None) -> CacheContent | None:
         return None
     try:
         doc = json.loads(raw)
-        rows, totals = {}, {}
+        rows, totals, readers = {}, {}, {}
         for table, entry in dict(doc.get("tables") or {}).items():
             rows[str(table)] = max(0, int(entry.get("rows", 0)))
             if entry.get("total") is not None:
                 totals[str(table)] = max(0, int(entry["total"]))
+            if entry.get("readers") is not None:
+                readers[str(table)] = max(0, int(entry["readers"]))
         return CacheContent(rows, totals, max(0, int(doc.get("bytes", 0))),
-                            max(0, int(doc.get("capacityBytes", 0))))
+                            max(0, int(doc.get("capacityBytes", 0))), readers or None)
     except (ValueError, TypeError, AttributeError):
         return None
 
 
-def zipf_norm(n: np.ndarray, alpha: float) -> np.ndarray:
-    """``sum_{k<=n} k^-alpha`` for n >= 1 (Euler-Maclaurin; 0 for n < 1), vectorised."""
-    n = np.asarray(n, dtype=np.float64)
-    m = np.maximum(n, 1.0)
-    if alpha == 0:
-        head = m
-    elif abs(alpha - 1.0) < 1e-9:
-        head = np.log(m) + 0.5 * (1 + 1 / m) + 1 / 12 * (1 - m ** -2)
-    else:
-        head = (m ** (1 - alpha) - 1) / (1 - alpha) + 0.5 * (1 + m ** -alpha) + alpha / 12 * (
-            1 - m ** (-alpha - 1))
-    return np.where(n >= 1, head, 0.0)
-
-
-def served_share(cached: np.ndarray, hot: float, alpha: float) -> np.ndarray:
-    """Share of lookups over a hot set of ``hot`` Zipf(alpha) rows that its ``cached`` hottest
-    rows serve."""
-    if alpha == 0:
-        return np.minimum(cached, hot) / hot
-    return zipf_norm(np.minimum(cached, hot), alpha) / zipf_norm(np.array(hot), alpha)
+@lru_cache(maxsize=4096)
+def _zipf_total(size: float, alpha: float) -> float:
+    return float(zipf_norm(size, alpha))
 
 
 def gpu_amount(demand: PodDemand) -> float:
@@ -223,7 +241,11 @@ class LocalityIndex:
         self.zone_id = np.zeros(0, dtype=np.int64)  # 0 = unknown
         self.rack_id = np.zeros(0, dtype=np.int64)
         self.fill = np.zeros(0)
+        self.cap_bytes = np.zeros(0)  # the cache's maxmemory (0 = not published)
+        self.row_bytes = np.zeros(0)  # bytes per cached row, from used bytes / rows (0 = unknown)
+        self.active = np.zeros(0)  # tables that running pods on the node read
         self.table_rows: dict[str, np.ndarray] = {}
+        self.table_readers: dict[str, np.ndarray] = {}
         self.table_total: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._seen: dict[str, tuple[str | None, str | None, str | None]] = {}
@@ -242,11 +264,13 @@ class LocalityIndex:
                 grow = max(64, 2 * len(self.zone_id))
                 self.zone_id = np.resize(self.zone_id, grow)
                 self.rack_id = np.resize(self.rack_id, grow)
-                self.fill = np.resize(self.fill, grow)
-                for t, arr in self.table_rows.items():
-                    self.table_rows[t] = np.concatenate([arr, np.zeros(grow - len(arr))])
+                for attr in ("fill", "cap_bytes", "row_bytes", "active"):
+                    setattr(self, attr, np.resize(getattr(self, attr), grow))
+                for tables in (self.table_rows, self.table_readers):
+                    for t, arr in tables.items():
+                        tables[t] = np.concatenate([arr, np.zeros(grow - len(arr))])
             self.zone_id[i] = self.rack_id[i] = 0
-            self.fill[i] = 0.0
+            self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
         return i
 
     def observe_node(self, name: str, annotations: Mapping[str, str] | None,
@@ -265,17 +289,25 @@ class LocalityIndex:
         return True
 
     def _set_cache(self, i: int, content: CacheContent | None) -> None:
-        for arr in self.table_rows.values():
-            arr[i] = 0.0
-        self.fill[i] = 0.0
+        for tables in (self.table_rows, self.table_readers):
+            for arr in tables.values():
+                arr[i] = 0.0
+        self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
         if content is None:
             return
         self.fill[i] = content.fill
-        for table, rows in content.rows.items():
-            arr = self.table_rows.get(table)
-            if arr is None:
-                arr = self.table_rows[table] = np.zeros(len(self.zone_id))
-            arr[i] = rows
+        self.cap_bytes[i] = content.capacity_bytes
+        held = sum(content.rows.values())
+        if held and content.used_bytes:
+            self.row_bytes[i] = content.used_bytes / held
+        for tables, values in ((self.table_rows, content.rows),
+                               (self.table_readers, content.readers or {})):
+            for table, n in values.items():
+                arr = tables.get(table)
+                if arr is None:
+                    arr = tables[table] = np.zeros(len(self.zone_id))
+                arr[i] = n
+        self.active[i] = sum(1 for n in (content.readers or {}).values() if n > 0)
         for table, total in content.totals.items():
             self.table_total[table] = max(self.table_total.get(table, 0), total)
 
@@ -317,34 +349,154 @@ class LocalityIndex:
         zones = {int(z) for z in self.zone_id[slots] if z}
         return racks, zones
 
-    def cached_share(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray:
-        """Per node, 0..1: share of the job's hot rows its cache holds."""
+    def _hot_rows(self, spec: EmbeddingSpec) -> list[float]:
         hot = []
         for t in spec.tables:
             h = (spec.hot_rows or {}).get(t) or self.table_total.get(t)
             hot.append(float(h) if h else math.nan)
+        return hot
+
+    def capacity_rows(self, slots: np.ndarray) -> np.ndarray:
+        """Per node: the cache's size in rows (its bytes over its bytes per row, or the
+        cluster's median row size for an empty cache); inf where unknown."""
+        known = self.row_bytes[:len(self.slot)]
+        known = known[known > 0]
+        fallback = float(np.median(known)) if len(known) else 0.0
+        row_bytes = self._gather(self.row_bytes, slots)
+        row_bytes = np.where(row_bytes > 0, row_bytes, fallback)
+        cap = self._gather(self.cap_bytes, slots)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows = cap / row_bytes
+        return np.where((cap > 0) & (row_bytes > 0), rows, np.inf)
+
+    def _table_size(self, table: str, spec: EmbeddingSpec | None = None) -> float:
+        size = self.table_total.get(table) or (spec and (spec.hot_rows or {}).get(table))
+        if size:
+            return float(size)
+        arr = self.table_rows.get(table)
+        return max(float(arr.max()), 1.0) if arr is not None and len(arr) else 1.0
+
+    def _weight(self, readers: np.ndarray, size: float) -> np.ndarray:
+        """A table's pull on LFU room per node (``cache_model.lfu_room``; the tables' ids per
+        step taken as comparable)."""
+        alpha = self.weights.id_skew
+        if alpha <= 0:
+            return np.maximum(readers, 0.0)
+        rate = np.maximum(readers, 0.0) / _zipf_total(size, alpha)
+        return rate ** (1.0 / alpha)
+
+    def room(self, spec: EmbeddingSpec, slots: np.ndarray, job: bool = True
+             ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """``({table: rows per node}, capacity rows per node)``: the rows an LFU cache gives
+        each table running pods read there, with this job reading its tables too (``job``)
+        or without it; inf where the cache's size is unknown."""
+        cap = self.capacity_rows(slots)
+        pull: dict[str, np.ndarray] = {}
+        for u, readers in self.table_readers.items():
+            r = self._gather(readers, slots)
+            if r.any() or u in spec.tables:
+                pull[u] = r
+        for t in spec.tables:
+            r = pull.get(t, np.zeros(len(slots)))
+            pull[t] = r + 1 if job else r
+        weights = {u: self._weight(r, self._table_size(u, spec)) for u, r in pull.items()}
+        total = sum(weights.values(), np.zeros(len(slots)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rooms = {u: np.where(total > 0, cap * w / total, 0.0) for u, w in weights.items()}
+        return {u: np.where(np.isfinite(cap), r, np.inf) for u, r in rooms.items()}, cap
+
+    def cached_share(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray:
+        """Per node, -1..1: share of the job's hot-set traffic the node's cache is expected to
+        serve, less what its arrival costs the jobs already reading there (``expected``)."""
+        served, squeezed = self.expected(spec, slots)
+        return np.maximum(served - squeezed, -1.0)
+
+    def expected(self, spec: EmbeddingSpec, slots: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: (share of the job's hot-set traffic the cache is expected to serve, 0..1;
+        share of one table's traffic the tables in use there lose to it, ``squeeze``).
+
+        With the cache's size known, a table's rows are capped by the LFU ``room`` it gets
+        there once the job reads it too; the job is served between what the cache holds of
+        its tables at its start and what it will hold once warm (the declaration carries no
+        run length: the midpoint). Each table in use on the node loses, per reader, the share
+        its fewer rows no longer serve (``squeeze``); a reader's read of one table weighs like
+        one of the job's tables. Shares count fetched rows when the job declares
+        ``idsPerStep`` (what relieves the store), else lookups."""
+        alpha = self.weights.id_skew
+        hot = self._hot_rows(spec)
         known = not any(math.isnan(h) for h in hot)
         weights = np.array(hot) if known else np.ones(len(hot))
+        draws = spec.ids_per_step or {}
+        rooms, cap = self.room(spec, slots) if self.weights.cache else ({}, None)
         share = np.zeros(len(slots))
         for t, h, w in zip(spec.tables, hot, weights, strict=True):
             arr = self.table_rows.get(t)
-            if arr is None:
+            rows = self._gather(arr, slots) if arr is not None else np.zeros(len(slots))
+            if math.isnan(h):
+                share += w * (rows > 0)
                 continue
-            rows = self._gather(arr, slots)
-            share += w * (served_share(rows, h, self.weights.id_skew) if not math.isnan(h)
-                          else (rows > 0))
-        return share / weights.sum()
+            d = draws.get(t)
+            room = rooms.get(t, np.full(len(slots), np.inf))
+            now = served_share(np.minimum(rows, room), h, alpha, d)
+            warm = served_share(np.minimum(h, room), h, alpha, d)
+            share += w * np.where(np.isfinite(room), (now + warm) / 2, now)
+        share /= weights.sum()
+        squeezed = self.squeeze(spec, slots, rooms) if cap is not None else 0.0 * share
+        return share, squeezed
+
+    def squeeze(self, spec: EmbeddingSpec, slots: np.ndarray,
+                rooms: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """Per node: share of one table's traffic that the tables already read there lose to
+        the job's arrival (summed over their readers, per table of the job)."""
+        rooms = rooms if rooms is not None else self.room(spec, slots)[0]
+        loss = np.zeros(len(slots))
+        alpha = self.weights.id_skew
+        declared = list((spec.ids_per_step or {}).values())
+        stand_in = float(np.mean(declared)) if declared else None
+        for u, readers in self.table_readers.items():
+            r = self._gather(readers, slots)
+            room = rooms.get(u)
+            if room is None or not r.any():
+                continue
+            rows = self._gather(self.table_rows[u], slots) if u in self.table_rows else 0 * r
+            hit = np.flatnonzero((r > 0) & (rows > room))  # only where the table must shrink
+            if not len(hit):
+                continue
+            size = self._table_size(u)
+            d = (spec.ids_per_step or {}).get(u, stand_in)
+            lost = (served_share(rows[hit], size, alpha, d)
+                    - served_share(room[hit], size, alpha, d))
+            loss[hit] += r[hit] * lost
+        return loss / len(spec.tables)
 
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
         w = self.weights
         slots = self.slots_of(names)
-        out = w.cache * self.cached_share(spec, slots) if w.cache else np.zeros(len(names))
-        racks, zones = self.store_places(spec.store)
-        if racks and w.rack:
-            out += w.rack * np.isin(self._gather(self.rack_id, slots), list(racks))
-        if zones and w.zone:
-            out += w.zone * np.isin(self._gather(self.zone_id, slots), list(zones))
+        served, squeezed = self.expected(spec, slots)
+        out = w.cache * np.maximum(served - squeezed, -1.0)
+        # Only the misses travel to the store: the rack and zone tiers pay on what the cache
+        # does not serve (a node serving all the job's rows gains nothing from the store's rack).
+        miss = 1.0 - np.clip(served, 0.0, 1.0)
+        if w.rack:
+            out += w.rack * miss * self.shard_share(spec.store, self.rack_id, slots)
+        if w.zone:
+            out += w.zone * miss * self.shard_share(spec.store, self.zone_id, slots)
         return out
+
+    def shard_share(self, store: str, place_id: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Per node: share of the store's shards in its rack (``place_id`` = ``rack_id``) or
+        zone (``zone_id``). A table's blocks are spread over all shards, so a job reads that
+        share of its misses without leaving its rack (zone); 1 when the store sits in one.
+        Shards on nodes without the label count in no rack (zone)."""
+        shards = self.slots_of(sorted(self.store_nodes.get(store, ())))
+        shards = shards[shards >= 0]
+        if not len(shards) or not len(place_id):
+            return np.zeros(len(slots))
+        ids = place_id[shards].astype(np.int64)
+        counts = np.bincount(ids[ids > 0], minlength=int(place_id.max()) + 1).astype(float)
+        mine = self._gather(place_id, slots).astype(np.int64)
+        return np.where(mine > 0, counts[np.clip(mine, 0, len(counts) - 1)], 0.0) / len(shards)
 
     def avoids(self) -> bool:
         """Whether pods without embeddings are kept off any node (some node's cache holds

@@ -45,7 +45,7 @@ def test_shared_links_stretch_misses_only_when_loaded():
     topo = Topology.load(None, seed=1)
     raw = {**topo.raw, "links": {"store_gbps": 10.0, "rack_uplink_gbps": 0,
                                  "zone_link_gbps": 0, "node_nic_gbps": 0}}
-    net = StoreNetwork(raw, topo.zone, topo.rack)
+    net = StoreNetwork(raw, topo.zone, topo.rack, topo.shards())  # 10 Gb/s over the shards
     node = topo.names[0]
     paths = [net.path(node)] * 4
     miss = np.full(4, 1e7)  # bytes per step
@@ -64,17 +64,54 @@ def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     rows = {"a": 10**9, "b": 10**9, "c": 10**9}
     caches = NodeCaches(topo, rows, row_bytes=256)
     node = topo.names[0]
-    assert caches.start(node, ("a",)) == set()
+    assert caches.start(node, ("a",)) == {"a": 0}
     assert caches.held[node]["a"] == caches.capacity  # alone: the whole cache
-    assert caches.start(node, ("b", "c")) == {"a"}  # a's running job loses room (re-rated)
+    moved = caches.start(node, ("b", "c"))  # a's running job loses room (re-rated)
+    assert moved == {"a": caches.capacity, "b": 0, "c": 0}
     assert caches.held[node]["a"] <= caches.capacity // 3 + 1
     assert sum(caches.held[node].values()) <= caches.capacity
+    # LFU: a table read by two jobs keeps more rows than one read by one.
+    other = topo.names[1]
+    caches.start(other, ("a", "b"))
+    caches.start(other, ("a",))
+    assert caches.held[other]["a"] > 1.5 * caches.held[other]["b"]
+    assert sum(caches.held[other].values()) <= caches.capacity
+    # A job ends: the table it read loses a reader, the other grows back into the room.
+    b_rows = caches.held[other]["b"]
+    moved = caches.stop(other, ("a",))
+    assert moved["b"] == b_rows and caches.held[other]["b"] > b_rows
+    caches.stop(other, ("a", "b"))  # nobody reads them: they stay as leftovers
+    assert caches.active[other] == {} and caches.held[other]["a"] > 0
+
+
+def test_store_shards_split_every_jobs_misses():
+    """Each shard serves its part of every job's misses: the store's egress grows with its
+    shards, and a job in one shard rack still reads the other racks' shards over the uplinks."""
+    from bench.sim.embed_net import StoreNetwork
+
+    topo = Topology.load(None, seed=1, overrides={
+        "store.racks": ["zone-a/rack-0", "zone-a/rack-1"], "store.shards_per_rack": 2})
+    shards = topo.shards()
+    assert len(shards) == 4 and {(topo.zone[s], topo.rack[s]) for s in shards} == {
+        ("zone-a", "rack-0"), ("zone-a", "rack-1")}
+    net = StoreNetwork(topo.raw, topo.zone, topo.rack, shards)
+    assert net.capacity[:4].tolist() == [10.0 * 1.25e8] * 4  # shard_gbps each, NIC-capped
+    node = next(n for n in topo.names if (topo.zone[n], topo.rack[n]) == ("zone-a", "rack-0"))
+    path = {net.names[k]: v for k, v in net.path(node).items()}
+    assert path[f"nic:{node}"] == 1.0
+    assert all(path[f"shard:{s}"] == 0.25 for s in shards)
+    assert path["uplink:zone-a/rack-0"] == path["uplink:zone-a/rack-1"] == 0.5
+    assert topo.shard_tiers(node).count("rack") == 2 and topo.tier(node) == "rack"
+    far = next(n for n in topo.names if topo.zone[n] == "zone-b")
+    far_path = {net.names[k]: v for k, v in net.path(far).items()}
+    assert far_path["zone:zone-a"] == far_path["zone:zone-b"] == 1.0
+    assert set(topo.shard_tiers(far)) == {"cross_zone"}
 
 
 def test_topology_overrides_replace_file_values():
-    topo = Topology.load(None, seed=1, overrides={"links.store_gbps": 7.0,
+    topo = Topology.load(None, seed=1, overrides={"links.shard_gbps": 7.0,
                                                   "store.racks": ["zone-b/rack-1"]})
-    assert topo.raw["links"]["store_gbps"] == 7.0
+    assert topo.raw["links"]["shard_gbps"] == 7.0
     assert {n for n in topo.names if topo.tier(n) == "rack"} == {
         n for n in topo.names if (topo.zone[n], topo.rack[n]) == ("zone-b", "rack-1")}
     with pytest.raises(KeyError):

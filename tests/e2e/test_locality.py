@@ -135,7 +135,8 @@ async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, t
              "--tier-dir", str(tmp_path / "tier"), "--tier-mib", "1", "--tier-interval", "1"],
             stdout=log, stderr=subprocess.STDOUT)
         content = await wait_annotation(core, "agent-node", timeout=30)
-        assert content["tables"]["views"] == {"rows": 120, "total": 300}
+        # No pod on the node declares "views": listed through the pod list, with no readers.
+        assert content["tables"]["views"] == {"rows": 120, "total": 300, "readers": 0}
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             text = resp.read().decode()
         assert "sparse_embed_cache_up 1.0" in text

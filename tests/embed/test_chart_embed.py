@@ -47,4 +47,5 @@ def test_embed_cache_off_by_default_and_bounded_lfu_when_on():
     assert any(a.startswith("--tier-mib=") for a in agent["args"])
     role = docs[("ClusterRole", "t-sparse-embed-cache")]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
-                              "verbs": ["get", "patch"]}]
+                              "verbs": ["get", "patch"]},
+                             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]

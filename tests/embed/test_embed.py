@@ -17,7 +17,7 @@ from embed.client import EmbeddingClient
 from embed.layout import TableMeta
 from embed.publisher import CachePublisher, Snapshot, count_rows
 from embed.store import EmbeddingStore, connect
-from extender.annotations import ANN_EMBEDDING_CACHE
+from extender.annotations import ANN_EMBEDDING, ANN_EMBEDDING_CACHE
 from extender.placement.locality import decode_cache
 
 pytestmark = pytest.mark.redis
@@ -356,3 +356,45 @@ def test_tier_builder_covers_a_large_cache_over_several_bounded_refreshes(
     mask, rows = snap.split(hot)
     assert mask.all()  # after the scan went round, exactly the hot rows are held
     np.testing.assert_array_equal(rows, data[hot])
+
+
+async def test_publisher_counts_readers_on_its_node():
+    from types import SimpleNamespace
+
+    from embed.publisher import node_readers
+
+    def pod(phase, tables=None, bad=False):
+        ann = {}
+        if tables:
+            ann[ANN_EMBEDDING] = json.dumps({"store": "s", "tables": tables})
+        if bad:
+            ann[ANN_EMBEDDING] = "{oops"
+        return SimpleNamespace(metadata=SimpleNamespace(annotations=ann),
+                               status=SimpleNamespace(phase=phase))
+
+    class PodsCore(RecordingCore):
+        def __init__(self, pods):
+            super().__init__()
+            self.pods, self.selectors = pods, []
+
+        async def list_pod_for_all_namespaces(self, field_selector=None):
+            self.selectors.append(field_selector)
+            return SimpleNamespace(items=self.pods)
+
+    core = PodsCore([pod("Running", ["a", "b"]), pod("Pending", ["a"]), pod("Succeeded", ["a"]),
+                     pod("Running"), pod("Running", bad=True)])
+    clock = [1000.0]
+    pub = CachePublisher("n1", lambda: Snapshot({"a": 100}, {"a": 1000}, 10, 100),
+                         min_interval_s=30, clock=lambda: clock[0],
+                         readers=lambda c: node_readers(c, "n1"))
+    assert await pub.publish_once(core)
+    assert core.selectors == ["spec.nodeName=n1"]
+    content = decode_cache(core.patches[0][1]["metadata"]["annotations"][ANN_EMBEDDING_CACHE])
+    assert content.readers == {"a": 2, "b": 1} and content.rows == {"a": 100, "b": 0}
+    clock[0] += 10
+    assert not await pub.publish_once(core) and len(core.selectors) == 1  # no list too soon
+    core.pods = core.pods[:1]  # the pending pod went away: the readers changed
+    clock[0] += 30
+    assert await pub.publish_once(core)
+    content = decode_cache(core.patches[-1][1]["metadata"]["annotations"][ANN_EMBEDDING_CACHE])
+    assert content.readers == {"a": 1, "b": 1}

@@ -60,7 +60,74 @@ def test_parse_embedding_accepts_and_rejects():
 def test_cache_annotation_round_trip_and_garbage():
     c = decode_cache(encode_cache({"a": 5}, {"a": 100}, 50, 100, 1.0))
     assert c.rows == {"a": 5} and c.totals == {"a": 100} and c.fill == 0.5
+    assert c.readers is None  # not published: the scheduler cannot tell use from leftovers
     assert decode_cache("{bad") is None and decode_cache(None) is None
+    # Readers per table; a table read but not cached yet is listed with no rows.
+    c = decode_cache(encode_cache({"a": 5, "old": 7}, {}, 50, 100, 1.0, readers={"a": 2, "b": 1}))
+    assert c.rows == {"a": 5, "old": 7, "b": 0}
+    assert c.readers == {"a": 2, "old": 0, "b": 1}
+
+
+def test_parse_ids_per_step():
+    spec = parse_embedding({ANN_EMBEDDING: json.dumps(
+        {"store": "s", "tables": ["a", "b"], "idsPerStep": {"a": 4096}})})
+    assert spec.ids_per_step == {"a": 4096}
+    spec = parse_embedding({ANN_EMBEDDING: '{"store":"s","tables":["a"],"idsPerStep":100}'})
+    assert spec.ids_per_step == {"a": 100}
+    with pytest.raises(InvalidEmbedding, match="idsPerStep"):
+        parse_embedding({ANN_EMBEDDING: '{"store":"s","tables":["a"],"idsPerStep":0}'})
+
+
+def test_fetched_rows_share_is_below_the_lookup_share():
+    from extender.placement.cache_model import served_share
+
+    c = np.array([0.0, 1e3, 1e5, 1e6, 1e7])
+    draws = served_share(c, 1e7, 1.05)
+    fetched = served_share(c, 1e7, 1.05, draws=200_000)
+    assert fetched[0] == draws[0] == 0 and fetched[-1] == pytest.approx(1.0)
+    assert (np.diff(fetched) > 0).all() and (fetched[1:-1] < draws[1:-1]).all()
+    # Against a sampled step: the share of its distinct ids among the top 10^5 ranks.
+    ids = np.random.default_rng(1).zipf(1.05, 2_000_000)
+    ids = np.unique(ids[ids <= 1e7][:200_000])
+    assert fetched[2] == pytest.approx((ids <= 1e5).mean(), abs=0.03)
+
+
+def test_cache_room_and_shared_tables():
+    """A node whose cache already serves the job's table to running pods beats an empty cache
+    (warm at once, no new table), which beats a cache crowded with other tables in use (less
+    room once warm, and the tables there lose rows)."""
+    ix = LocalityIndex(LocalityWeights(id_skew=1.05))
+    row = 100  # bytes per cached row
+    cap = 1_000_000 * row
+    ix.observe_node("shared", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"t": 500_000, "u": 500_000}, {"t": 10**7, "u": 10**7}, 10**6 * row, cap, 0.0,
+        readers={"t": 1, "u": 1})}, None)
+    ix.observe_node("empty", cache({}, used=0, cap=cap), None)
+    ix.observe_node("crowded", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"u": 250_000, "v": 250_000, "w": 250_000, "x": 250_000}, {}, 10**6 * row, cap, 0.0,
+        readers=dict.fromkeys("uvwx", 2))}, None)
+    ix.observe_node("nocache", None, None)
+    spec = EmbeddingSpec("s", ("t",), {"t": 2_000_000}, ids_per_step={"t": 100_000})
+    slots = ix.slots_of(["shared", "empty", "crowded", "nocache"])
+    rooms, cap = ix.room(spec, slots)
+    assert cap[:3].tolist() == pytest.approx([1e6] * 3) and cap[3] == np.inf
+    pull = 2 ** (1 / 1.05)  # t read by two pods (the job too), u by one: LFU keeps more of t
+    assert rooms["t"][0] == pytest.approx(1e6 * pull / (1 + pull))
+    assert rooms["t"][1] == pytest.approx(1e6)  # the empty cache's row size from the others
+    assert rooms["t"][2] < 2e5 and rooms["t"][3] == np.inf
+    share = ix.cached_share(spec, slots)
+    assert share[0] > share[1] > share[2] and share[3] == 0
+    squeezed = ix.squeeze(spec, slots)
+    assert squeezed[2] > squeezed[0] > 0 == squeezed[1]  # u loses a little room on "shared"
+
+
+def test_rack_bonus_is_the_share_of_shards_in_the_rack():
+    ix = LocalityIndex(LocalityWeights(cache=0, rack=1.0, zone=0.0))
+    for name, rack in (("s1", "r1"), ("s2", "r1"), ("s3", "r1"), ("s4", "r2"), ("n", "r3")):
+        ix.observe_node(name, None, labels("z", rack))
+    ix.set_store("s", {"s1", "s2", "s3", "s4"})
+    bonus = ix.bonus(EmbeddingSpec("s", ("a",)), ["s1", "s4", "n", "unknown"])
+    assert bonus.tolist() == pytest.approx([0.75, 0.25, 0.0, 0.0])
 
 
 def test_cached_share_counts_hot_rows_then_rack_then_zone():
@@ -77,7 +144,9 @@ def test_cached_share_counts_hot_rows_then_rack_then_zone():
     assert share == pytest.approx([1050 / 1100, 500 / 1100, 0, 0, 0, 0])
     bonus = ix.bonus(spec, names)
     assert bonus[0] > bonus[2] > bonus[3] > bonus[4] == bonus[5] == 0
-    assert bonus[1] == pytest.approx(500 / 1100 + 0.2)  # half cached, off the store's rack
+    # Half cached, off the store's rack: the zone tier pays on the misses only.
+    assert bonus[1] == pytest.approx(500 / 1100 + 0.2 * (600 / 1100))
+    assert bonus[0] == pytest.approx(1050 / 1100 + 0.7 * (50 / 1100))
     assert bonus[2] == pytest.approx(0.7) and bonus[3] == pytest.approx(0.2)
     # Table sizes from the annotation stand in for missing hotRows.
     ix.observe_node("half", cache({"a": 500}, {"a": 2000}), labels("z1", "r2"))
@@ -162,8 +231,18 @@ async def test_prioritize_prefers_cache_then_rack():
     s = scheduler()
     got = await scores(s, embedded())
     assert got["a"] > got["b"] > got["c"]
-    got = await scores(s, embedded(tables=("other",)))  # nothing cached: rack wins
-    assert got["a"] == got["b"] > got["c"]
+    # Nothing of "other" cached: a's cache has room for it once warm (its rows are a leftover
+    # nobody reads), then the store's rack.
+    got = await scores(s, embedded(tables=("other",)))
+    assert got["a"] > got["b"] > got["c"]
+    other = EmbeddingSpec("store", ("other",), {"other": 5000})
+    leftover = s.locality.bonus(other, ["a", "b"])
+    # a's cache now full of tables running pods read: "other" gets less room and squeezes them.
+    s.update_nodes([("a", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"emb": 2500, "x": 2500}, {}, 900, 1000, 0.0, readers={"emb": 3, "x": 3})},
+        labels("z", "r1"))])
+    crowded = s.locality.bonus(other, ["a", "b"])
+    assert crowded[0] < leftover[0] and crowded[1] == leftover[1]
 
 
 async def test_pod_without_embeddings_avoids_the_cache_node_only_on_a_tie():
@@ -227,3 +306,14 @@ def test_avoidance_only_between_idle_nodes():
     ix.observe_node("b", cache({"t": 5}), None)
     term = ix.term(None, demand(1), ["a", "b"], idle_nodes(state, ["a", "b"]))
     assert term[0] == 0 and term[1] > 0  # packing onto the used node is never discouraged
+
+
+def test_lfu_room_by_read_rate_with_water_filling():
+    from extender.placement.cache_model import lfu_room
+
+    equal = lfu_room(900, np.array([1, 1, 1]), np.array([1e6, 1e6, 1e6]), 1.05)
+    assert equal.tolist() == pytest.approx([300, 300, 300])
+    shared = lfu_room(900, np.array([3, 1, 0]), np.array([1e6, 1e6, 1e6]), 1.05)
+    assert shared[2] == 0 and shared[0] == pytest.approx(3 ** (1 / 1.05) * shared[1])
+    small = lfu_room(900, np.array([1, 1]), np.array([100, 1e6]), 1.05)  # fits whole
+    assert small.tolist() == pytest.approx([100, 800])
