@@ -44,11 +44,9 @@ content instead of labels.
 from __future__ import annotations
 
 import json
-import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -60,7 +58,12 @@ from extender.annotations import (
 )
 from extender.demand import MILLI_PER_GPU, PodDemand
 from extender.errors import InvalidDemand
-from extender.placement.cache_model import served_share, zipf_norm  # noqa: F401 (re-exported)
+from extender.placement.cache_model import (  # noqa: F401 (served_share, zipf_norm re-exported)
+    CacheRoomModel,
+    gather,
+    served_share,
+    zipf_norm,
+)
 from extender.placement.state import ClusterState
 
 CACHE_FORMAT = 1
@@ -197,11 +200,6 @@ def decode_cache(raw: str | None) -> CacheContent | None:
         return None
 
 
-@lru_cache(maxsize=4096)
-def _zipf_total(size: float, alpha: float) -> float:
-    return float(zipf_norm(size, alpha))
-
-
 def gpu_amount(demand: PodDemand) -> float:
     """GPUs the pod uses (whole plus its share's compute fraction): scales the bonus like the
     policies' per-GPU costs scale with the slots."""
@@ -250,6 +248,8 @@ class LocalityIndex:
         self._ids: dict[str, int] = {}
         self._seen: dict[str, tuple[str | None, str | None, str | None]] = {}
         self.store_nodes: dict[str, frozenset[str]] = {}
+        # What the caches hold and would hold for a job: a unit of its own, reading these arrays.
+        self.cache_room = CacheRoomModel(self)
 
     # --- updates ------------------------------------------------------------------------
 
@@ -336,10 +336,7 @@ class LocalityIndex:
         except KeyError:
             return np.array([self.slot.get(n, -1) for n in names], dtype=np.int64)
 
-    def _gather(self, arr: np.ndarray, slots: np.ndarray, default: float = 0) -> np.ndarray:
-        if not len(arr):  # no node seen yet
-            return np.full(len(slots), default, dtype=arr.dtype)
-        return np.where(slots >= 0, arr[np.maximum(slots, 0)], default)
+    _gather = staticmethod(gather)
 
     def store_places(self, store: str) -> tuple[set[int], set[int]]:
         """(rack ids, zone ids) where the store's shards run; empty when unknown."""
@@ -349,126 +346,30 @@ class LocalityIndex:
         zones = {int(z) for z in self.zone_id[slots] if z}
         return racks, zones
 
-    def _hot_rows(self, spec: EmbeddingSpec) -> list[float]:
-        hot = []
-        for t in spec.tables:
-            h = (spec.hot_rows or {}).get(t) or self.table_total.get(t)
-            hot.append(float(h) if h else math.nan)
-        return hot
+    # --- cache room (``CacheRoomModel``; kept here as the index's public queries) --------
 
     def capacity_rows(self, slots: np.ndarray) -> np.ndarray:
-        """Per node: the cache's size in rows (its bytes over its bytes per row, or the
-        cluster's median row size for an empty cache); inf where unknown."""
-        known = self.row_bytes[:len(self.slot)]
-        known = known[known > 0]
-        fallback = float(np.median(known)) if len(known) else 0.0
-        row_bytes = self._gather(self.row_bytes, slots)
-        row_bytes = np.where(row_bytes > 0, row_bytes, fallback)
-        cap = self._gather(self.cap_bytes, slots)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rows = cap / row_bytes
-        return np.where((cap > 0) & (row_bytes > 0), rows, np.inf)
-
-    def _table_size(self, table: str, spec: EmbeddingSpec | None = None) -> float:
-        size = self.table_total.get(table) or (spec and (spec.hot_rows or {}).get(table))
-        if size:
-            return float(size)
-        arr = self.table_rows.get(table)
-        return max(float(arr.max()), 1.0) if arr is not None and len(arr) else 1.0
-
-    def _weight(self, readers: np.ndarray, size: float) -> np.ndarray:
-        """A table's pull on LFU room per node (``cache_model.lfu_room``; the tables' ids per
-        step taken as comparable)."""
-        alpha = self.weights.id_skew
-        if alpha <= 0:
-            return np.maximum(readers, 0.0)
-        rate = np.maximum(readers, 0.0) / _zipf_total(size, alpha)
-        return rate ** (1.0 / alpha)
+        """Per node: the cache's size in rows (``CacheRoomModel.capacity_rows``)."""
+        return self.cache_room.capacity_rows(slots)
 
     def room(self, spec: EmbeddingSpec, slots: np.ndarray, job: bool = True
              ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """``({table: rows per node}, capacity rows per node)``: the rows an LFU cache gives
-        each table running pods read there, with this job reading its tables too (``job``)
-        or without it; inf where the cache's size is unknown."""
-        cap = self.capacity_rows(slots)
-        pull: dict[str, np.ndarray] = {}
-        for u, readers in self.table_readers.items():
-            r = self._gather(readers, slots)
-            if r.any() or u in spec.tables:
-                pull[u] = r
-        for t in spec.tables:
-            r = pull.get(t, np.zeros(len(slots)))
-            pull[t] = r + 1 if job else r
-        weights = {u: self._weight(r, self._table_size(u, spec)) for u, r in pull.items()}
-        total = sum(weights.values(), np.zeros(len(slots)))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rooms = {u: np.where(total > 0, cap * w / total, 0.0) for u, w in weights.items()}
-        return {u: np.where(np.isfinite(cap), r, np.inf) for u, r in rooms.items()}, cap
+        """Rows an LFU cache gives each table in use (``CacheRoomModel.room``)."""
+        return self.cache_room.room(spec, slots, job)
 
     def cached_share(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray:
-        """Per node, -1..1: share of the job's hot-set traffic the node's cache is expected to
-        serve, less what its arrival costs the jobs already reading there (``expected``)."""
-        served, squeezed = self.expected(spec, slots)
-        return np.maximum(served - squeezed, -1.0)
+        """Served less squeezed share per node (``CacheRoomModel.cached_share``)."""
+        return self.cache_room.cached_share(spec, slots)
 
     def expected(self, spec: EmbeddingSpec, slots: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Per node: (share of the job's hot-set traffic the cache is expected to serve, 0..1;
-        share of one table's traffic the tables in use there lose to it, ``squeeze``).
-
-        With the cache's size known, a table's rows are capped by the LFU ``room`` it gets
-        there once the job reads it too; the job is served between what the cache holds of
-        its tables at its start and what it will hold once warm (the declaration carries no
-        run length: the midpoint). Each table in use on the node loses, per reader, the share
-        its fewer rows no longer serve (``squeeze``); a reader's read of one table weighs like
-        one of the job's tables. Shares count fetched rows when the job declares
-        ``idsPerStep`` (what relieves the store), else lookups."""
-        alpha = self.weights.id_skew
-        hot = self._hot_rows(spec)
-        known = not any(math.isnan(h) for h in hot)
-        weights = np.array(hot) if known else np.ones(len(hot))
-        draws = spec.ids_per_step or {}
-        rooms, cap = self.room(spec, slots) if self.weights.cache else ({}, None)
-        share = np.zeros(len(slots))
-        for t, h, w in zip(spec.tables, hot, weights, strict=True):
-            arr = self.table_rows.get(t)
-            rows = self._gather(arr, slots) if arr is not None else np.zeros(len(slots))
-            if math.isnan(h):
-                share += w * (rows > 0)
-                continue
-            d = draws.get(t)
-            room = rooms.get(t, np.full(len(slots), np.inf))
-            now = served_share(np.minimum(rows, room), h, alpha, d)
-            warm = served_share(np.minimum(h, room), h, alpha, d)
-            share += w * np.where(np.isfinite(room), (now + warm) / 2, now)
-        share /= weights.sum()
-        squeezed = self.squeeze(spec, slots, rooms) if cap is not None else 0.0 * share
-        return share, squeezed
+        """(served, squeezed) shares per node (``CacheRoomModel.expected``)."""
+        return self.cache_room.expected(spec, slots)
 
     def squeeze(self, spec: EmbeddingSpec, slots: np.ndarray,
                 rooms: dict[str, np.ndarray] | None = None) -> np.ndarray:
-        """Per node: share of one table's traffic that the tables already read there lose to
-        the job's arrival (summed over their readers, per table of the job)."""
-        rooms = rooms if rooms is not None else self.room(spec, slots)[0]
-        loss = np.zeros(len(slots))
-        alpha = self.weights.id_skew
-        declared = list((spec.ids_per_step or {}).values())
-        stand_in = float(np.mean(declared)) if declared else None
-        for u, readers in self.table_readers.items():
-            r = self._gather(readers, slots)
-            room = rooms.get(u)
-            if room is None or not r.any():
-                continue
-            rows = self._gather(self.table_rows[u], slots) if u in self.table_rows else 0 * r
-            hit = np.flatnonzero((r > 0) & (rows > room))  # only where the table must shrink
-            if not len(hit):
-                continue
-            size = self._table_size(u)
-            d = (spec.ids_per_step or {}).get(u, stand_in)
-            lost = (served_share(rows[hit], size, alpha, d)
-                    - served_share(room[hit], size, alpha, d))
-            loss[hit] += r[hit] * lost
-        return loss / len(spec.tables)
+        """What readers already on each node lose (``CacheRoomModel.squeeze``)."""
+        return self.cache_room.squeeze(spec, slots, rooms)
 
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
         w = self.weights
