@@ -142,19 +142,6 @@ class Sparse:
         if self.drain_weight:
             self._waiting.observe(demand)
 
-    def cache_epoch(self, state: ClusterState, demand: PodDemand) -> tuple[object, ...] | None:
-        """What this pod's costs read besides the nodes' own GPUs and the inventory, for a
-        cost cache (``extender.verbs.costcache``) to compare by identity: the fragmentation
-        model (replaced whenever the learned mix is re-read or ``set_workload`` is called) and
-        the interference matrix (live pair estimates replace ``state.matrix``). None when the
-        costs read more: with the pod's own solo profile known, the learned pair model reads
-        the residents' profiles, which change without any booking. Call after ``note``."""
-        if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
-            return None  # the drain term reads the waiting pods, which the epoch does not
-        if self._learned(state, demand):
-            return None
-        return (self._frag.model, state.matrix)
-
     def costs(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks
     ) -> tuple[np.ndarray, np.ndarray]:
