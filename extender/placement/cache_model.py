@@ -12,9 +12,10 @@ holds a table's hottest rows first, so a cache holding ``c`` rows serves its top
   ranks serve the share of the step's distinct rows that this sums to over ``k <= c``, far
   less than their share of the draws. This is the share that relieves the store's links.
 
-Cache room: an LFU cache shared by the tables that jobs on the node read gives each table about
-an equal part (their rows are drawn at comparable rates), and tables nobody reads any more are
-evicted first (their counters decay). ``room`` is that part.
+Cache room: an LFU cache shared by the tables that jobs on the node read keeps the rows read
+most often, so a table's part grows with its readers and shrinks with its size (``lfu_room``,
+what the replay's caches do); tables nobody reads any more are evicted first (their counters
+decay). ``CacheRoomModel.room`` is the scheduler's estimate of that part per node.
 
 ``CacheRoomModel`` applies this per node to what the locality index knows of each node's cache
 (its size, rows held and readers per table).
