@@ -72,9 +72,9 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     except LedgerUnavailable as exc:
         if getattr(s.binder, "binds_pods", True):  # pod bound: booking stays, confirmed later
             s.upkeep.confirm_later(args.pod_uid)
-        else:  # the booking was the whole binding: undo it (if the confirm did land, the
-            # booking is bound and a retried bind of the pod answers success with it)
-            await roll_back(s, reservation)
+        else:  # the booking was the whole binding: undo it, as booked or as bound (the
+            # confirm, or its re-booking, may have landed with its answer lost)
+            await roll_back(s, reservation, bound_too=True)
         s.notify(Outcome("bind", *ref, False, f"booking not confirmed: {exc}"))
         return BindingResult(Error=f"bind {key}: booking not confirmed: {exc}")
     except ReservationConflict as exc:
@@ -107,16 +107,20 @@ async def confirm(s: Scheduler, reservation: Reservation) -> Reservation:
     return bound
 
 
-async def roll_back(s: Scheduler, reservation: Reservation) -> None:
-    """Drop what this bind booked (only that very booking: a later attempt books its own);
-    if the store cannot be reached, the upkeep drops it later. A gang worker keeps its
-    slot's GPUs for the retry."""
+async def roll_back(s: Scheduler, reservation: Reservation, bound_too: bool = False) -> None:
+    """Drop what this bind booked (only that very booking: a later attempt books its own;
+    with ``bound_too`` also that booking confirmed); if the store cannot be reached, the
+    upkeep drops it later. A gang worker keeps its slot's GPUs for the retry."""
     if gang.is_gang_worker(s, reservation.pod_uid):
         return
+    candidates = (reservation, reservation.bound()) if bound_too else (reservation,)
     try:
-        await s.release(reservation.pod_uid, keep_pending=True, only_if=reservation)
+        for candidate in candidates:
+            if await s.release(candidate.pod_uid, keep_pending=True,
+                               only_if=candidate) is not None:
+                return
     except LedgerUnavailable:
-        s.upkeep.drop_later(reservation)
+        s.upkeep.drop_later(*candidates)
 
 
 async def demand_for_bind(s: Scheduler, args: BindingArgs) -> PodDemand | None:

@@ -347,7 +347,7 @@ def test_trust_flag_reaches_the_scheduler(repo_root):
 
 class FailingLedger(MemoryLedger):
     """A ledger whose chosen operations fail like an unreachable Redis; ``after_write`` makes
-    reserve fail after the booking landed (the answer lost on the way back)."""
+    reserve and confirm fail after their write landed (the answer lost on the way back)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -374,6 +374,8 @@ class FailingLedger(MemoryLedger):
         return await super().reserve_change(reservation, capacities)
 
     async def confirm_change(self, pod_uid, booked=None):
+        if self.after_write and "confirm" in self.failing:
+            await super().confirm_change(pod_uid, booked)
         self._maybe_fail("confirm")
         return await super().confirm_change(pod_uid, booked)
 
@@ -415,7 +417,7 @@ async def test_store_down_answers_200_with_error_on_every_verb(flaky):
     assert 'code="500"' not in metrics
 
 
-@pytest.mark.parametrize("failing", [{"reserve"}, {"confirm"}])
+@pytest.mark.parametrize("failing", [{"reserve"}, {"confirm"}, {"confirm", "release"}])
 async def test_bind_that_answers_an_error_leaves_no_booking(flaky, failing):
     p = pod("p", mem=1000, milli=100)
     await post(flaky, "filter", {"Pod": p, "NodeNames": ["gpu-a"]})
