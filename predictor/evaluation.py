@@ -193,15 +193,15 @@ def device_memory_lofo(df, grp, view: str = "described",  # noqa: ANN001, ANN201
         tr_rows, y_tr, fam_tr = fits.fit_data(level, f)
         cal = others & replayed
         if (test & replayed).any() and cal.sum() >= memory_model.DEVICE_MIN_ROWS:
-            quad = memory_model.calibrate_replayed(
+            *allow, base = memory_model.calibrate_replayed(
                 tr_rows, y_tr, fam_tr,
                 [r for r, t in zip(g_rows, cal, strict=True) if t], list(g_fam[cal]),
-                used[cal])
+                used[cal], training.device_base(df, grp[cal]))
             sel = test & replayed
             sel_rows = [r for r, t in zip(g_rows, sel, strict=True) if t]
             cols = memory_model.allowance_columns(
                 memory_model.parts_level(level, coef, sel_rows), sel_rows)
-            reserved[sel] = np.ceil(cols @ np.array(quad[:3]) + quad[3])
+            reserved[sel] = np.ceil(cols @ np.array(allow) + base)
             test = test & ~replayed
             if not test.any():
                 continue

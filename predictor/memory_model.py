@@ -25,12 +25,14 @@ level). The reservation prices them separately::
   slack included).
 
 * described specs carrying the caching-allocator replay (``slack_bytes``) on GPU models with
-  measured rows: ``s_peak x (state + activations + slack) + w_conv x conv activations +
-  w_emb x dense-gradient lookups + offset``: the predicted reserved peak and an allowance
-  for what the trace cannot see, memory GPU kernels allocate inside one op (cuDNN
-  workspaces, the CUDA embedding backward's buffers) and the fragmentation it leaves
-  (:func:`allowance_columns`, :func:`fit_allowance`, :func:`calibrate_replayed`), times the
-  margin a family it has not seen needs (:func:`allowance_margin`).
+  measured rows: ``base + m x (s_peak x (state + activations + slack) + w_conv x conv
+  layer + w_emb x dense-gradient lookups + w_seg)``: ``base`` is what the measured rows pin
+  (the largest CUDA context and the BLAS workspaces, :func:`device_base_mib`), the rest the
+  predicted reserved peak and an allowance for what the trace cannot see, memory GPU
+  kernels allocate inside one op (cuDNN workspaces, the CUDA embedding backward's buffers)
+  and the fragmentation it leaves (:func:`allowance_columns`, :func:`fit_allowance`,
+  :func:`calibrate_replayed`), times the margin ``m`` a family it has not seen needs
+  (:func:`allowance_margin`).
 
 The others are linear quantile regressions of the relative error (:func:`fit_scales`), rows
 weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
@@ -57,10 +59,12 @@ import numpy as np
 from predictor import features, gpus
 
 RESERVE_ALPHA = 0.02  # target share of a held-out family's rows under-reserved
-FORMAT = "sparse-predictor/memory-phases/9"
-# loaded when their terms match; format 7 has no replayed calibration, format 8 one of
-# another meaning (scales of state, activations and slack), which is dropped
-OLD_FORMATS = ("sparse-predictor/memory-phases/7", "sparse-predictor/memory-phases/8")
+FORMAT = "sparse-predictor/memory-phases/10"
+# loaded when their terms match; format 7 has no replayed calibration, formats 8 and 9 one
+# of another meaning (8: scales of state, activations and slack; 9: a fitted offset, times
+# the margin), which is dropped
+OLD_FORMATS = ("sparse-predictor/memory-phases/7", "sparse-predictor/memory-phases/8",
+               "sparse-predictor/memory-phases/9")
 DEVICE_MIN_ROWS = 20  # fewer measured rows than this: the CPU calibration and the context
 
 
@@ -348,75 +352,93 @@ def calibrate_device(
 
 
 def allowance_columns(parts: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    """``[replayed reserved peak, convolution activations, embedding backward]`` (MiB) of
-    described specs carrying the allocator replay: the fitted parts plus the replayed slack
-    (``slack_mib``); the activations of convolutional models (``conv``), which cuDNN's
-    workspaces follow; and the uncoalesced lookups of tables with dense gradients
-    (``gathered_mib``), which the CUDA embedding backward sorts and reduces into buffers of
-    its own. The last two are what a traced step cannot see: memory allocated inside GPU
-    kernels, and the fragmentation those allocations leave between the traced tensors."""
+    """``[replayed reserved peak, conv layer, embedding backward, 1]`` (MiB) of described
+    specs carrying the allocator replay: the fitted parts plus the replayed slack
+    (``slack_mib``); a convolutional model's mean layer output (``conv_layer_mib``: batch x
+    activations / layers), the size cuDNN's convolution workspaces follow; the uncoalesced
+    lookups of tables with dense gradients (``gathered_mib``), which the CUDA embedding
+    backward sorts and reduces into buffers of its own; and a column of ones, the segments
+    such buffers add on any model. The last three are what a traced step cannot see: memory
+    allocated inside GPU kernels, and the fragmentation it leaves between traced tensors."""
     parts = np.asarray(parts, dtype=float).reshape(len(rows), 2)
     slack = np.array([r["slack_mib"] for r in rows], dtype=float)
-    conv = np.array([r["conv"] for r in rows], dtype=float)
+    conv = np.array([r["conv_layer_mib"] for r in rows], dtype=float)
     emb = np.array([r["gathered_mib"] * (1.0 - r["sparse"]) for r in rows], dtype=float)
-    return np.column_stack([parts.sum(axis=1) + slack, conv * parts[:, 1], emb])
+    return np.column_stack([parts.sum(axis=1) + slack, conv, emb, np.ones(len(rows))])
 
 
 def fit_allowance(cols: np.ndarray, used_mib: np.ndarray,
-                  groups: Sequence[str] | None = None) -> Quad:
-    """``(s_peak, w_conv, w_emb, offset)`` with ``cols @ (s_peak, w_conv, w_emb) + offset``
-    at least the measured memory on every calibration row (families as conformal units,
-    fewer than 49 of them: cover all) and the family-weighted mean over-reservation in MiB
-    the least: ``s_peak >= 1`` prices the fragmentation the replay misses, ``w_conv`` and
-    ``w_emb >= 0`` the kernels' own buffers, ``offset >= 0`` the CUDA context and library
-    workspaces. MiB rather than relative error: a MiB booked idle on a large job blocks a
-    co-runner as much as one on a small job, and a relative objective lets the smallest jobs
-    (where a few MiB of constant gap are a large share) set the scales of every job."""
+                  groups: Sequence[str] | None = None, base_mib: float = 0.0) -> Quad:
+    """``(s_peak, w_conv, w_emb, w_seg)`` with ``base_mib + cols @ coef`` at least the
+    measured memory on every calibration row (families as conformal units, fewer than 49 of
+    them: cover all) and the family-weighted mean over-reservation in MiB the least.
+    ``base_mib`` is what the data pins and is not fitted: the largest CUDA context measured
+    and the BLAS workspaces (:func:`device_base_mib`). ``s_peak >= 1`` prices the
+    fragmentation the replay misses, ``w_conv``, ``w_emb``, ``w_seg >= 0`` the kernels' own
+    buffers. MiB rather than relative error: a MiB booked idle on a large job blocks a
+    co-runner as much as one on a small job."""
     from scipy.optimize import linprog
 
     x = np.asarray(cols, dtype=float)
-    t = np.asarray(used_mib, dtype=float)
-    ok = np.isfinite(x).all(axis=1) & (t > 0)
+    t = np.asarray(used_mib, dtype=float) - base_mib
+    ok = np.isfinite(x).all(axis=1) & np.isfinite(t)
     x, t = x[ok], t[ok]
     if len(t) == 0:
         return 1.0, 0.0, 0.0, 0.0
     weight = family_weights(None if groups is None else np.asarray(groups)[ok], len(t))
-    xa = np.column_stack([x, np.ones(len(t))])
     with _one_blas_thread():
-        res = linprog(weight @ xa, A_ub=-xa, b_ub=-t, method="highs",
+        res = linprog(weight @ x, A_ub=-x, b_ub=-t, method="highs",
                       bounds=[(1.0, None), (0.0, None), (0.0, None), (0.0, None)])
     if not res.success:
         raise RuntimeError(f"reservation calibration failed: {res.message}")
-    s_peak, w_conv, w_emb, offset = (float(v) for v in res.x)
-    return s_peak, w_conv, w_emb, offset
+    s_peak, w_conv, w_emb, w_seg = (float(v) for v in res.x)
+    return s_peak, w_conv, w_emb, w_seg
+
+
+def device_base_mib(ctx_mib: np.ndarray, blas_mib: np.ndarray) -> float:
+    """What a GPU's measured rows pin of every reservation on it: the largest CUDA context
+    (``NVML - max_memory_reserved``: driver, kernel images, handles; it varies by some
+    50 MiB between processes, and the largest is the safe one) plus the BLAS workspaces
+    (``max_memory_allocated`` - the replayed allocated peak, median: cuBLAS and cuBLASLt
+    keep one workspace each per handle, 32 MiB each on Hopper, allocated through the
+    caching allocator as segments of their own)."""
+    ctx = np.asarray(ctx_mib, dtype=float)
+    blas = np.asarray(blas_mib, dtype=float)
+    ctx, blas = ctx[np.isfinite(ctx)], blas[np.isfinite(blas)]
+    return float(np.ceil((ctx.max() if len(ctx) else 0.0)
+                         + max(0.0, float(np.median(blas)) if len(blas) else 0.0)))
 
 
 def calibrate_replayed(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
     gpu_rows: Sequence[dict[str, float]], gpu_groups: Sequence[str], used_mib: np.ndarray,
-) -> Quad:
-    """``(s_peak, w_conv, w_emb, offset)`` (:func:`fit_allowance`) for one GPU model's
-    measured rows of described specs that carry the allocator replay, each row's parts
-    estimated by a fit without its family, all four times :func:`allowance_margin`."""
+    base_mib: float = 0.0,
+) -> Quint:
+    """``(s_peak, w_conv, w_emb, w_seg, base_mib)`` for one GPU model's measured rows of
+    described specs that carry the allocator replay: each row's parts estimated by a fit
+    without its family, the allowance (:func:`fit_allowance`) times
+    :func:`allowance_margin`; the pinned base is not scaled."""
     parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups)
     cols = allowance_columns(parts, gpu_rows)
-    quad = fit_allowance(cols, used_mib, gpu_groups)
-    margin = allowance_margin(cols, used_mib, gpu_groups)
-    return tuple(margin * v for v in quad)  # type: ignore[return-value]
+    quad = fit_allowance(cols, used_mib, gpu_groups, base_mib)
+    margin = allowance_margin(cols, used_mib, gpu_groups, base_mib)
+    return (*(margin * v for v in quad), float(base_mib))  # type: ignore[return-value]
 
 
-def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str]) -> float:
+def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
+                     base_mib: float = 0.0) -> float:
     """The relative margin (>= 1) the allowance of :func:`fit_allowance` needs on a family
     it has not seen: for each calibration family, the allowance fitted without it and the
-    largest ratio of its measured memory to that reservation (the family's conformal
-    score); the largest score, since below 49 families only covering every held-out family
-    is honest (:func:`reserve_quantile`). A fit that covers every row it saw does not cover
-    a new architecture whose kernels buffer more per traced MiB (a second convolutional
-    family against the first's cuDNN workspaces), and that is what a new job is."""
+    largest ratio of its measured memory (less the pinned base) to that allowance (the
+    family's conformal score); the largest score, since below 49 families only covering
+    every held-out family is honest (:func:`reserve_quantile`). A fit that covers every row
+    it saw does not cover a new architecture whose kernels buffer more per traced MiB (a
+    second convolutional family against the first's cuDNN workspaces), and that is what a
+    new job is."""
     x = np.asarray(cols, dtype=float)
-    t = np.asarray(used_mib, dtype=float)
+    t = np.asarray(used_mib, dtype=float) - base_mib
     g = np.asarray(groups)
-    ok = np.isfinite(x).all(axis=1) & (t > 0)
+    ok = np.isfinite(x).all(axis=1) & np.isfinite(t)
     x, t, g = x[ok], t[ok], g[ok]
     fams = sorted(set(g))
     if len(fams) < 2:
@@ -425,7 +447,7 @@ def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[st
     for fam in fams:
         held = g == fam
         quad = np.array(fit_allowance(x[~held], t[~held], list(g[~held])))
-        scores.append(float(np.max(t[held] / (x[held] @ quad[:3] + quad[3]))))
+        scores.append(float(np.max(t[held] / (x[held] @ quad))))
     score = max(scores)
     if not math.isfinite(score):
         raise RuntimeError("reservation margin: a calibration family is not covered")
@@ -434,6 +456,7 @@ def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[st
 
 Triple = tuple[float, float, float]
 Quad = tuple[float, float, float, float]
+Quint = tuple[float, float, float, float, float]
 
 
 @dataclass
@@ -448,8 +471,8 @@ class MemoryModel:
     reserve: dict[str, tuple[float, float]] = field(default_factory=dict)
     device: dict[str, dict[str, Triple]] = field(default_factory=dict)
     # described specs carrying ``slack_bytes``: per GPU model with measured rows,
-    # ``(s_peak, w_conv, w_emb, offset)`` (:func:`calibrate_replayed`)
-    replayed: dict[str, Quad] = field(default_factory=dict)
+    # ``(s_peak, w_conv, w_emb, w_seg, base_mib)`` (:func:`calibrate_replayed`)
+    replayed: dict[str, Quint] = field(default_factory=dict)
     ctx_mib: dict[str, int] = field(
         default_factory=lambda: {k: g.ctx_mib for k, g in gpus.CATALOGUE.items()}
     )
@@ -521,8 +544,8 @@ class MemoryModel:
         if spec.gpu_model in self.replayed:
             cols = allowance_columns(np.asarray(parts).reshape(1, 2),
                                      [features.derive(spec)])[0]
-            s_peak, w_conv, w_emb, offset = self.replayed[spec.gpu_model]
-            return int(math.ceil(cols @ np.array([s_peak, w_conv, w_emb]) + offset))
+            *coef, base = self.replayed[spec.gpu_model]
+            return int(math.ceil(cols @ np.array(coef) + base))
         s_state, s_act, offset = self.reservation(spec.gpu_model, "described")
         return int(math.ceil(parts[0] * s_state + parts[1] * s_act + slack_mib + offset))
 

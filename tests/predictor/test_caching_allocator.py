@@ -178,35 +178,52 @@ def test_replay_frees_what_the_previous_step_left_in_each_repeat() -> None:
 
 
 def test_allowance_prices_kernel_buffers_by_kind() -> None:
-    """The H200 allowance: the replayed peak scaled >= 1, the convolution activations only
-    for convolutional models, the embedding backward only for tables with dense gradients;
-    the calibration covers every row it is fitted on."""
+    """The H200 allowance: the replayed peak scaled >= 1, the convolution layer size only
+    for convolutional models, the embedding backward only for tables with dense gradients,
+    above a base the measured rows pin; the calibration covers every row it is fitted on."""
     import numpy as np
 
     from predictor import memory_model as mm
 
-    rows = [{"slack_mib": 10.0, "conv": 1.0, "gathered_mib": 0.0, "sparse": 0.0},
-            {"slack_mib": 5.0, "conv": 0.0, "gathered_mib": 40.0, "sparse": 0.0},
-            {"slack_mib": 5.0, "conv": 0.0, "gathered_mib": 40.0, "sparse": 1.0}]
+    rows = [{"slack_mib": 10.0, "conv_layer_mib": 30.0, "gathered_mib": 0.0, "sparse": 0.0},
+            {"slack_mib": 5.0, "conv_layer_mib": 0.0, "gathered_mib": 40.0, "sparse": 0.0},
+            {"slack_mib": 5.0, "conv_layer_mib": 0.0, "gathered_mib": 40.0, "sparse": 1.0}]
     parts = np.array([[100.0, 300.0], [500.0, 20.0], [500.0, 20.0]])
     cols = mm.allowance_columns(parts, rows)
-    assert cols.tolist() == [[410.0, 300.0, 0.0], [525.0, 0.0, 40.0], [525.0, 0.0, 0.0]]
+    assert cols.tolist() == [[410.0, 30.0, 0.0, 1.0], [525.0, 0.0, 40.0, 1.0],
+                             [525.0, 0.0, 0.0, 1.0]]
     rng = np.random.default_rng(0)
-    x = np.column_stack([rng.uniform(100, 5000, 60), rng.uniform(0, 1000, 60) * (
-        rng.random(60) < 0.5), rng.uniform(0, 300, 60)])
-    used = x @ np.array([1.05, 0.2, 0.5]) + 800 + rng.uniform(0, 50, 60)
+    n = 60
+    x = np.column_stack([rng.uniform(100, 5000, n), rng.uniform(0, 100, n) * (
+        rng.random(n) < 0.5), rng.uniform(0, 300, n), np.ones(n)])
+    base = 858.0
+    used = x @ np.array([1.05, 4.0, 0.5, 0.0]) + base + rng.uniform(0, 50, n)
     groups = np.repeat(["a", "b", "c"], 20)
-    s_peak, w_conv, w_emb, offset = mm.fit_allowance(x, used, groups)
-    assert s_peak >= 1.0 and w_conv >= 0 and w_emb >= 0 and offset >= 0
-    booked = x @ np.array([s_peak, w_conv, w_emb]) + offset
+    coef = np.array(mm.fit_allowance(x, used, groups, base))
+    assert coef[0] >= 1.0 and np.all(coef[1:] >= 0)
+    booked = x @ coef + base
     assert np.all(booked >= used - 1e-6)
     assert np.median((booked - used) / used) < 0.05
+
+
+def test_device_base_is_the_largest_context_and_the_blas_workspaces() -> None:
+    """The pinned part of an H200 reservation: the largest measured context (a process's
+    context varies; the largest is safe) and the median allocated-peak gap to the replay
+    (cuBLAS + cuBLASLt workspaces, 2 x 32 MiB on Hopper)."""
+    import numpy as np
+
+    from predictor import memory_model as mm
+
+    ctx = np.array([742.0, 784.0, 794.0, np.nan])
+    blas = np.array([65.0, 64.9, 650.0, -800.0, 65.0])
+    assert mm.device_base_mib(ctx, blas) == 794.0 + 65.0
 
 
 def test_allowance_margin_covers_a_family_the_fit_has_not_seen() -> None:
     """The margin is each calibration family's need against the allowance fitted without
     it: 1 when every family follows the same law, above 1 when one family's kernels buffer
-    more per convolution MiB than the others', and then enough to cover that family."""
+    more per convolution MiB than the others', and then enough to cover that family; the
+    pinned base is not scaled."""
     import numpy as np
 
     from predictor import memory_model as mm
@@ -214,16 +231,17 @@ def test_allowance_margin_covers_a_family_the_fit_has_not_seen() -> None:
     rng = np.random.default_rng(1)
     n = 20
     peak = rng.uniform(100, 4000, 4 * n)
-    conv = np.concatenate([rng.uniform(0, 2000, 2 * n), np.zeros(2 * n)])
-    x = np.column_stack([peak, conv, np.zeros(4 * n)])
+    conv = np.concatenate([rng.uniform(0, 200, 2 * n), np.zeros(2 * n)])
+    x = np.column_stack([peak, conv, np.zeros(4 * n), np.ones(4 * n)])
     groups = np.repeat(["conv_a", "conv_b", "mlp_c", "mlp_d"], n)
-    same = peak + 0.2 * conv + 800
-    assert mm.allowance_margin(x, same, groups) == pytest.approx(1.0, abs=1e-6)
-    heavier = same + np.where(groups == "conv_b", 0.3 * conv, 0.0)
-    margin = mm.allowance_margin(x, heavier, groups)
+    base = 800.0
+    same = peak + 2.0 * conv + base
+    assert mm.allowance_margin(x, same, groups, base) == pytest.approx(1.0, abs=1e-6)
+    heavier = same + np.where(groups == "conv_b", 3.0 * conv, 0.0)
+    margin = mm.allowance_margin(x, heavier, groups, base)
     assert margin > 1.05
     held = groups == "conv_b"
-    quad = np.array(mm.fit_allowance(x[~held], heavier[~held], groups[~held]))
-    booked = x[held] @ quad[:3] + quad[3]
-    assert np.any(booked < heavier[held])
-    assert np.all(margin * booked >= heavier[held] - 1e-6)
+    coef = np.array(mm.fit_allowance(x[~held], heavier[~held], groups[~held], base))
+    allowance = x[held] @ coef
+    assert np.any(allowance + base < heavier[held])
+    assert np.all(margin * allowance + base >= heavier[held] - 1e-6)
