@@ -257,6 +257,7 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
         tables=tables, dense_features=cfg.get("dense_features", 0),
         bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
         top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),
+        optimizer_impl=cfg.get("optimizer_impl") or "foreach",
         **measured_fields(m, cfg["batch_size"]),
     )
 
@@ -273,6 +274,7 @@ def described_spec(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> fe
         layers=int(m.get("n_layers") or 0), tables=tables,
         dense_features=int(cfg.get("dense_features", 0)),
         sparse_grad=bool(cfg.get("sparse_grad", False)),
+        optimizer_impl=cfg.get("optimizer_impl") or "foreach",
         **measured_fields(m, cfg["batch_size"]),
     )
 
@@ -566,6 +568,10 @@ def specs(df) -> list[features.ModelSpec]:  # noqa: ANN001
     (``leaf_activations_per_sample``, what a model summary states) as ``leaf_activations``:
     the optional job field, read only at the job level."""
     out = [features.parse_model(s) for s in df["spec_json"]]
+    if "config_json" in df:  # how the optimizer steps, as the config built it
+        impls = [json.loads(c).get("optimizer_impl") or "foreach" for c in df["config_json"]]
+        out = [msgspec.structs.replace(s, optimizer_impl=i) if i != s.optimizer_impl else s
+               for s, i in zip(out, impls, strict=True)]
     if "leaf_activations_per_sample" not in df:
         return out
     leaf = df["leaf_activations_per_sample"].to_numpy(dtype=float)
