@@ -147,9 +147,11 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     step_bytes: MeasuredBytes | None = None  # the optimizer step's transient peak
     state_bytes: MeasuredBytes | None = None  # optimizer state after a step
     batch_bytes: MeasuredBytes | None = None  # the inputs of one sample (ids, features, target)
-    # what PyTorch's CUDA caching allocator reserves beyond the live tensors' peak (segment
-    # rounding, cached free blocks), replayed on the traced step; bytes at this batch size
-    slack_bytes: MeasuredBytes | None = None
+    # the traced step replayed as the CUDA program runs it through PyTorch's caching
+    # allocator: its reserved peak minus the traced peak (segment rounding, cached free
+    # blocks; negative where CUDA kernels keep less, e.g. fused dropout's bool masks);
+    # bytes at this batch size
+    slack_bytes: Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)] | None = None
     schema_version: Literal[1] = 1
 
     def __post_init__(self) -> None:

@@ -416,42 +416,131 @@ def calibrate_replayed(
 ) -> Quint:
     """``(s_peak, w_conv, w_emb, w_seg, base_mib)`` for one GPU model's measured rows of
     described specs that carry the allocator replay: each row's parts estimated by a fit
-    without its family, the allowance (:func:`fit_allowance`) times
-    :func:`allowance_margin`; the pinned base is not scaled."""
+    without its family, the allowance (:func:`fit_allowance`) with the margin of
+    :func:`fit_margin` folded in; the pinned base is not scaled."""
     parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups)
     cols = allowance_columns(parts, gpu_rows)
     quad = fit_allowance(cols, used_mib, gpu_groups, base_mib)
-    margin = allowance_margin(cols, used_mib, gpu_groups, base_mib)
-    return (*(margin * v for v in quad), float(base_mib))  # type: ignore[return-value]
+    held = held_out_allowance(cols, used_mib, gpu_groups, base_mib)
+    margin = fit_margin(held, np.asarray(used_mib, dtype=float) - base_mib, gpu_groups)
+    return (*with_margin(quad, margin), float(base_mib))
 
 
-def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
-                     base_mib: float = 0.0) -> float:
-    """The relative margin (>= 1) the allowance of :func:`fit_allowance` needs on a family
-    it has not seen: for each calibration family, the allowance fitted without it and the
-    largest ratio of its measured memory (less the pinned base) to that allowance (the
-    family's conformal score); the largest score, since below 49 families only covering
-    every held-out family is honest (:func:`reserve_quantile`). A fit that covers every row
-    it saw does not cover a new architecture whose kernels buffer more per traced MiB (a
-    second convolutional family against the first's cuDNN workspaces), and that is what a
-    new job is."""
+def with_margin(quad: Sequence[float], margin: Triple) -> Quad:
+    """The allowance ``(s_peak, w_conv, w_emb, w_seg)`` with the margin ``(m_peak, m_rest,
+    c_mib)`` of :func:`fit_margin` folded in."""
+    s_peak, w_conv, w_emb, w_seg = quad
+    m_peak, m_rest, c = margin
+    return m_peak * s_peak, m_rest * w_conv, m_rest * w_emb, m_rest * w_seg + c
+
+
+def held_out_allowance(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
+                       base_mib: float = 0.0) -> np.ndarray:
+    """Each calibration row's allowance as a family it has not seen would get it: ``[s_peak x
+    replayed peak, w_conv x conv + w_emb x lookups + w_seg]`` of :func:`fit_allowance`
+    fitted on the other calibration families (MiB). NaN for rows not scored: a family that
+    alone exercises an allowance term (the only convolutional family left, say) would be
+    scored by a fit that cannot price that term at all, which never happens to a new job
+    (the model it meets is fitted with that family), so its rows are not exchangeable with
+    a new family's and are left out rather than taken as the worst."""
     x = np.asarray(cols, dtype=float)
     t = np.asarray(used_mib, dtype=float) - base_mib
     g = np.asarray(groups)
+    out = np.full((len(t), 2), np.nan)
     ok = np.isfinite(x).all(axis=1) & np.isfinite(t)
-    x, t, g = x[ok], t[ok], g[ok]
-    fams = sorted(set(g))
+    fams = sorted(set(g[ok]))
     if len(fams) < 2:
-        return 1.0
-    scores = []
+        return out
     for fam in fams:
-        held = g == fam
-        quad = np.array(fit_allowance(x[~held], t[~held], list(g[~held])))
-        scores.append(float(np.max(t[held] / (x[held] @ quad))))
-    score = max(scores)
-    if not math.isfinite(score):
+        held, rest = ok & (g == fam), ok & (g != fam)
+        used_terms = (x[held] != 0).any(axis=0)
+        if (used_terms & ~(x[rest] != 0).any(axis=0)).any():
+            continue
+        priced = x[held] * np.array(fit_allowance(x[rest], t[rest], list(g[rest])))
+        out[held] = np.column_stack([priced[:, 0], priced[:, 1:].sum(axis=1)])
+    return out
+
+
+def allowance_needs(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
+                    base_mib: float = 0.0) -> np.ndarray:
+    """Each calibration row's *need*: the factor its held-out allowance
+    (:func:`held_out_allowance`) must be multiplied by to cover it, ``(measured - base) /
+    allowance`` (NaN where not scored)."""
+    held = held_out_allowance(cols, used_mib, groups, base_mib)
+    return (np.asarray(used_mib, dtype=float) - base_mib) / held.sum(axis=1)
+
+
+def family_scores(needs: np.ndarray, groups: Sequence[str]) -> dict[str, float]:
+    """A scored family's conformal score: the largest need among its rows, the smallest
+    margin that leaves none of them under. (Covering all but 2 % of a family's rows is
+    the same thing below 50 rows a family.)"""
+    n, g = np.asarray(needs, dtype=float), np.asarray(groups)
+    return {str(f): float(np.max(n[g == f])) for f in sorted(set(g))
+            if np.isfinite(n[g == f]).any()}
+
+
+def conformal_margin(scores: Sequence[float], alpha: float = RESERVE_ALPHA) -> float:
+    """The split-conformal margin over K exchangeable family scores: the
+    ``ceil(q K)``-th smallest, ``q = (1 - alpha)(1 + 1/K)`` (:func:`reserve_quantile`);
+    at least 1. Below 49 families that is the largest score."""
+    s = np.sort(np.asarray([v for v in scores if math.isfinite(v)], dtype=float))
+    if len(s) == 0:
+        return 1.0
+    k = min(len(s), max(1, math.ceil(reserve_quantile(len(s), alpha) * len(s))))
+    return max(1.0, float(s[k - 1]))
+
+
+def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
+                     base_mib: float = 0.0, alpha: float = RESERVE_ALPHA) -> float:
+    """One relative margin (>= 1) on the whole allowance of :func:`fit_allowance`: the
+    split-conformal quantile (:func:`conformal_margin`) of the calibration families' scores
+    (:func:`family_scores` of :func:`allowance_needs`). Families, not rows, are the
+    exchangeable units: a new architecture brings all its rows' errors at once (its
+    kernels buffer more per traced MiB on every row), so a row-level quantile would let
+    one family fall under wholesale. Shown next to :func:`fit_margin`, which ships."""
+    needs = allowance_needs(cols, used_mib, groups, base_mib)
+    if np.isinf(needs).any():
         raise RuntimeError("reservation margin: a calibration family is not covered")
-    return max(1.0, score)
+    scores = family_scores(needs, groups)
+    if len(set(np.asarray(groups))) >= 2 and not scores:
+        raise RuntimeError("reservation margin: no calibration family could be scored")
+    return conformal_margin(list(scores.values()), alpha)
+
+
+def fit_margin(held: np.ndarray, target_mib: np.ndarray, groups: Sequence[str],
+               alpha: float = RESERVE_ALPHA) -> Triple:
+    """The margin ``(m_peak, m_rest, c_mib)`` booked on top of the allowance: ``m_peak x
+    (s_peak x replayed peak) + m_rest x (the kernel-buffer terms) + c_mib``, the least
+    family-weighted MiB (:func:`fit_allowance`'s objective) that covers the held-out
+    allowance (:func:`held_out_allowance`) of every row of the calibration families inside
+    the conformal level: with K scored families, the ``ceil(q K)`` with the smallest
+    scalar scores (:func:`family_scores`), ``q`` of :func:`reserve_quantile` (all of them
+    below 49 families). Two multipliers and a constant rather than one factor: what a new
+    family adds is partly fragmentation, proportional to the replayed peak (about 1 % on
+    the largest recommendation jobs), and partly kernel buffers of a fixed size (up to
+    190 MiB on small BERT jobs), and one factor on the whole peak books the second kind
+    on every large job."""
+    from scipy.optimize import linprog
+
+    a = np.asarray(held, dtype=float)
+    t = np.asarray(target_mib, dtype=float)
+    g = np.asarray(groups)
+    ok = np.isfinite(a).all(axis=1) & np.isfinite(t)
+    if not ok.any():
+        return 1.0, 1.0, 0.0
+    scores = family_scores(t / a.sum(axis=1), g)
+    keep = sorted(scores, key=scores.__getitem__)
+    k = max(1, math.ceil(reserve_quantile(len(keep), alpha) * len(keep)))
+    ok &= np.isin(g, keep[:k])
+    x = np.column_stack([a[ok], np.ones(int(ok.sum()))])
+    weight = family_weights(g[ok], int(ok.sum()))
+    with _one_blas_thread():
+        res = linprog(weight @ x, A_ub=-x, b_ub=-t[ok], method="highs",
+                      bounds=[(1.0, None), (1.0, None), (0.0, None)])
+    if not res.success:
+        raise RuntimeError(f"reservation margin: {res.message}")
+    m_peak, m_rest, c = (float(v) for v in res.x)
+    return m_peak, m_rest, c
 
 
 Triple = tuple[float, float, float]
@@ -539,8 +628,10 @@ class MemoryModel:
         """The reservation of a described spec with the allocator replay: the reserved peak
         (parts + slack) and what the trace cannot see (:func:`allowance_columns`) priced by
         the GPU's measured calibration, or, on a GPU without measured rows, the
-        CPU-calibrated scales, the slack as replayed and the context."""
-        slack_mib = (spec.slack_bytes or 0.0) / 2**20
+        CPU-calibrated scales, the slack as replayed and the context. There a negative
+        slack (CUDA kernels keeping less than the traced CPU ones) is not taken as credit:
+        no measured row of that GPU vouches for it."""
+        slack_mib = max(0.0, spec.slack_bytes or 0.0) / 2**20
         if spec.gpu_model in self.replayed:
             cols = allowance_columns(np.asarray(parts).reshape(1, 2),
                                      [features.derive(spec)])[0]
