@@ -269,10 +269,9 @@ def test_dropout_is_replayed_with_the_cuda_kernels_bool_mask() -> None:
 
 
 def test_margin_is_the_family_conformal_quantile_of_held_out_needs() -> None:
-    """Each calibration family's rows are scored against an allowance fitted without it;
-    a family that alone uses a term is not scored (a fit without it cannot price that
-    term, which a new job's model always can); below 49 families the margin is the
-    largest score."""
+    """Each calibration family's rows are scored against an allowance fitted without it
+    (the only family with a term is scored by a fit that cannot price it: pessimistic,
+    kept); below 49 families the margin is the largest score."""
     import numpy as np
 
     from predictor import memory_model as mm
@@ -285,17 +284,18 @@ def test_margin_is_the_family_conformal_quantile_of_held_out_needs() -> None:
     scale = np.array([1.0] * 10 + [1.0] * 10 + [1.05] * 10 + [1.0] * 10)
     used = (peak + 4 * conv + 50) * scale
     needs = mm.allowance_needs(cols, used, groups)
-    assert np.isnan(needs[:10]).all()  # only family with convolutions: not scored
+    assert np.isfinite(needs).all()
     scores = mm.family_scores(needs, groups)
-    assert set(scores) == {"a", "b", "c"}
-    assert scores["b"] > 1.0  # fitted on a and c, b needs its extra 5 %
+    assert set(scores) == {"cnn", "a", "b", "c"}
+    assert scores["b"] > 1.0  # fitted on the others, b needs its extra 5 %
+    assert scores["cnn"] > scores["a"]  # its convolutions unpriced without it
     assert mm.allowance_margin(cols, used, groups) == pytest.approx(max(scores.values()))
     assert mm.conformal_margin([1.2, 1.1]) == pytest.approx(1.2)
     assert mm.conformal_margin([0.9]) == 1.0
     assert mm.conformal_margin(list(np.linspace(1.0, 2.0, 200))) < 2.0  # 200 families: q < 1
 
 
-def test_shipped_margin_covers_every_scored_held_out_row() -> None:
+def test_shipped_margin_covers_every_held_out_row() -> None:
     """Two factors and a constant on the held-out allowance: every scored calibration row
     covered (below 49 families), a fixed-size buffer on a small job met by the constant
     rather than by a factor on every large job's peak."""
