@@ -65,7 +65,7 @@ def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
 # The job's fields the predictor reads as they are (camelCase, as in the CRD).
 JOB_FIELDS = ("batchSize", "macs", "params", "vocabularySize", "embeddingDim",
               "embeddingSizeTotal", "embeddingDimTotal", "embeddingTableCount", "optimizer",
-              "dtype", "sparseGradients", "idsPerSample", "leafActivations")
+              "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl")
 
 
 def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:

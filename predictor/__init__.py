@@ -8,4 +8,4 @@ Layers (lower layers never import higher ones):
   generator   dataset, generate.* : the only modules that import torch, and only lazily
 """
 
-MODEL_VERSION = "v7"
+MODEL_VERSION = "v9"

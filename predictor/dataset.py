@@ -257,6 +257,7 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
         tables=tables, dense_features=cfg.get("dense_features", 0),
         bottom_mlp=list(cfg.get("bottom_mlp", []) if fam == "dlrm" else []),
         top_mlp=list(cfg.get("top_mlp", [])), sparse_grad=bool(cfg.get("sparse_grad", False)),
+        optimizer_impl=cfg.get("optimizer_impl") or "foreach",
         **measured_fields(m, cfg["batch_size"]),
     )
 
@@ -273,6 +274,7 @@ def described_spec(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> fe
         layers=int(m.get("n_layers") or 0), tables=tables,
         dense_features=int(cfg.get("dense_features", 0)),
         sparse_grad=bool(cfg.get("sparse_grad", False)),
+        optimizer_impl=cfg.get("optimizer_impl") or "foreach",
         **measured_fields(m, cfg["batch_size"]),
     )
 
@@ -300,8 +302,9 @@ def measured_fields(m: dict[str, Any], batch_size: int) -> dict[str, float]:
         out["batch_bytes"] = round(float(m["input_bytes"]) / batch_size, 3)
     reserved, peak = m.get("cuda_reserved_bytes"), m.get("peak_bytes")
     if reserved not in (None, "") and reserved == reserved and peak not in (None, ""):
-        # what the CUDA caching allocator reserves beyond the live peak (the replay)
-        out["slack_bytes"] = max(0.0, float(reserved) - float(m["peak_bytes"]))
+        # what the CUDA caching allocator reserves beyond the traced peak (the replay of
+        # the CUDA program; below it where CUDA kernels keep less than the CPU ones)
+        out["slack_bytes"] = float(reserved) - float(m["peak_bytes"])
     return out
 
 
@@ -566,6 +569,10 @@ def specs(df) -> list[features.ModelSpec]:  # noqa: ANN001
     (``leaf_activations_per_sample``, what a model summary states) as ``leaf_activations``:
     the optional job field, read only at the job level."""
     out = [features.parse_model(s) for s in df["spec_json"]]
+    if "config_json" in df:  # how the optimizer steps, as the config built it
+        impls = [json.loads(c).get("optimizer_impl") or "foreach" for c in df["config_json"]]
+        out = [msgspec.structs.replace(s, optimizer_impl=i) if i != s.optimizer_impl else s
+               for s, i in zip(out, impls, strict=True)]
     if "leaf_activations_per_sample" not in df:
         return out
     leaf = df["leaf_activations_per_sample"].to_numpy(dtype=float)

@@ -50,6 +50,15 @@ def _optimizer_name(opts: list[Any]) -> str:
     return name
 
 
+def _optimizer_impl(opts: list[Any]) -> str:
+    """How the (first) optimizer steps: ``fused=True``, ``foreach=False`` (single-tensor),
+    else foreach (``foreach=None`` is foreach on CUDA)."""
+    defaults = getattr(opts[0], "defaults", {})
+    if defaults.get("fused"):
+        return "fused"
+    return "single" if defaults.get("foreach") is False else "foreach"
+
+
 def _family(model: Any, tables: list[features.Table]) -> str:
     from torch import nn
 
@@ -179,7 +188,7 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
         activations=round(float(m["activations_per_sample"]), 3),
         inputs=float(image_like), layers=int(m["n_layers"]), tables=tables,
         dense_features=int(dense), sparse_grad=sparse and opt_name in (
-            "sgd", "momentum", "adagrad", "sparse_adam"),
+            "sgd", "momentum", "adagrad", "sparse_adam"), optimizer_impl=_optimizer_impl(opts),
         **_measured(m, b),
     )
     return {k: v for k, v in msgspec.to_builtins(spec).items()

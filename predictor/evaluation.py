@@ -82,6 +82,34 @@ class AllocatorResult:
 
 
 @dataclass
+class MarginFold:
+    """One held-out family of the replayed reservation: the scalar margin the family rule
+    chose, the calibration rows' held-out needs it chose from, the family's rows (allowance
+    without margin, measured memory, pinned base) to price any other margin on, and what
+    the shipped margin books for them."""
+
+    family: str
+    margin: float  # one factor on the whole allowance, the family-conformal scalar rule
+    needs: np.ndarray
+    allowance: np.ndarray
+    used: np.ndarray
+    base: float
+    shipped: np.ndarray  # what the shipped margin (memory_model.fit_margin) books
+
+    def reserved(self, margin: float) -> np.ndarray:
+        return np.ceil(margin * self.allowance + self.base)
+
+
+@dataclass
+class MarginRow:
+    setting: str  # "m = 1.05", or a rule
+    margins: str  # the margin per held-out family (min-max)
+    under_share: float  # held-out rows under-reserved, pooled
+    under_worst: float  # the worst family's share
+    over_median: float
+
+
+@dataclass
 class ComputeResult:
     family: str
     n: int
@@ -95,6 +123,8 @@ class Evaluation:
     device: dict[str, dict[str, list[DeviceResult]]] = field(default_factory=dict)  # level, GPU
     compute: list[ComputeResult] = field(default_factory=list)
     allocator: dict[str, list[AllocatorResult]] = field(default_factory=dict)  # per GPU
+    # per GPU: the replayed reservation's margin against what it costs (held-out families)
+    margin_tradeoff: dict[str, list[MarginRow]] = field(default_factory=dict)
     # per GPU: (measured reserved peak, replayed + constant, family), for the plot
     allocator_points: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict)
@@ -169,15 +199,17 @@ def memory_lofo(df, view: str = "described", ctx_mib: float | None = None,  # no
         parts = memory_model.parts_level(level, coef, te_rows)
         preds[test] = parts.sum(axis=1)
         # a described spec with the allocator replay books its slack on top (as predicted)
-        slack = np.array([r["slack_mib"] for r in te_rows])
+        slack = np.maximum(0.0, np.array([r["slack_mib"] for r in te_rows]))
         reserved[test] = np.ceil(parts[:, 0] * s_state + parts[:, 1] * s_act + slack + ctx)
     return preds, reserved, scales, y, fam, ctx
 
 
 def device_memory_lofo(df, grp, view: str = "described",  # noqa: ANN001, ANN201
-                       fits: HeldOutFits | None = None):
+                       fits: HeldOutFits | None = None,
+                       margins: list[MarginFold] | None = None):
     """(reserved, used, family) for one GPU model's rows ``grp``: each family's reservation
-    comes from a fit and a device calibration that never saw that family."""
+    comes from a fit and a device calibration that never saw that family. ``margins``
+    collects, per held-out family, what the replayed reservation's margin was chosen from."""
     level, optional = VIEWS[view]
     fits = fits or HeldOutFits(df, float(gpus.get(gpus.DEFAULT_GPU).ctx_mib))
     g_rows = training.level_rows(dataset.specs(grp), level, optional)
@@ -193,15 +225,29 @@ def device_memory_lofo(df, grp, view: str = "described",  # noqa: ANN001, ANN201
         tr_rows, y_tr, fam_tr = fits.fit_data(level, f)
         cal = others & replayed
         if (test & replayed).any() and cal.sum() >= memory_model.DEVICE_MIN_ROWS:
-            quad = memory_model.calibrate_replayed(
-                tr_rows, y_tr, fam_tr,
-                [r for r, t in zip(g_rows, cal, strict=True) if t], list(g_fam[cal]),
-                used[cal])
+            # memory_model.calibrate_replayed, kept apart so the margin's trade-off shows
+            cal_rows = [r for r, t in zip(g_rows, cal, strict=True) if t]
+            cal_cols = memory_model.allowance_columns(
+                memory_model.lofo_parts(tr_rows, y_tr, fam_tr, cal_rows, list(g_fam[cal])),
+                cal_rows)
+            base = training.device_base(df, grp[cal])
+            quad = np.array(memory_model.fit_allowance(cal_cols, used[cal], list(g_fam[cal]),
+                                                       base))
+            held = memory_model.held_out_allowance(cal_cols, used[cal], list(g_fam[cal]),
+                                                   base)
+            margin = memory_model.fit_margin(held, used[cal] - base, list(g_fam[cal]))
             sel = test & replayed
             sel_rows = [r for r, t in zip(g_rows, sel, strict=True) if t]
             cols = memory_model.allowance_columns(
                 memory_model.parts_level(level, coef, sel_rows), sel_rows)
-            reserved[sel] = np.ceil(cols @ np.array(quad[:3]) + quad[3])
+            reserved[sel] = np.ceil(
+                cols @ np.array(memory_model.with_margin(quad, margin)) + base)
+            if margins is not None:
+                needs = (used[cal] - base) / held.sum(axis=1)
+                scalar = memory_model.conformal_margin(
+                    list(memory_model.family_scores(needs, list(g_fam[cal])).values()))
+                margins.append(MarginFold(f, scalar, needs[np.isfinite(needs)], cols @ quad,
+                                          used[sel], base, reserved[sel]))
             test = test & ~replayed
             if not test.any():
                 continue
@@ -247,6 +293,40 @@ def allocator_lofo(df, grp):  # noqa: ANN001, ANN201
 
     return ([result(f, fam == f) for f in sorted(set(fam))]
             + [result("overall", np.ones(len(fam), dtype=bool))]), (res, pred_res, fam)
+
+
+MARGIN_GRID = (1.0, 1.02, 1.04, 1.06, 1.08, 1.10, 1.12, 1.15, 1.20, 1.30)
+# row-level quantiles of the calibration needs, shown next to the shipped family rule
+NEED_LEVELS = (0.90, 0.95, 0.98)
+
+
+def _margin_row(setting: str, folds: list[MarginFold], margins: list[float],
+                booked: list[np.ndarray] | None = None) -> MarginRow:
+    booked = booked or [f.reserved(m) for f, m in zip(folds, margins, strict=True)]
+    under = [b < f.used for f, b in zip(folds, booked, strict=True)]
+    over = np.concatenate([(b - f.used) / f.used for f, b in zip(folds, booked, strict=True)])
+    return MarginRow(setting, f"{min(margins):.3f}-{max(margins):.3f}",
+                     float(np.mean(np.concatenate(under))), max(float(np.mean(u)) for u in under),
+                     float(np.median(over)))
+
+
+def margin_tradeoff(folds: list[MarginFold]) -> list[MarginRow]:
+    """Rows under against median over on the held-out families as the margin varies: one
+    factor for every fold (a grid), row-level quantiles of each fold's calibration needs
+    (split-conformal over rows: ``(1 - a)(1 + 1/n)``), the family-conformal factor
+    (:func:`memory_model.allowance_margin`) and the shipped family-conformal margin
+    (:func:`memory_model.fit_margin`)."""
+    rows = [_margin_row(f"m = {m:.2f}", folds, [m] * len(folds)) for m in MARGIN_GRID]
+    for level in NEED_LEVELS:
+        ms = [max(1.0, float(np.quantile(f.needs, min(1.0, level * (1 + 1 / len(f.needs))))))
+              if len(f.needs) else 1.0 for f in folds]
+        rows.append(_margin_row(f"rows q{100 * level:.0f}", folds, ms))
+    rows.append(_margin_row("families, one factor", folds, [f.margin for f in folds]))
+    # the shipped margin: two factors and a constant; its "per family" column is the
+    # factor it amounts to on the held-out rows' whole allowance (median)
+    eff = [float(np.median((f.shipped - f.base) / f.allowance)) for f in folds]
+    rows.append(_margin_row("families (shipped)", folds, eff, [f.shipped for f in folds]))
+    return rows
 
 
 def compute_lofo(df) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
@@ -302,7 +382,11 @@ def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
                 if len(grp) < memory_model.DEVICE_MIN_ROWS:
                     continue
                 step(f"reservation on {name}, {level} level")
-                reserved, used, g_fam = device_memory_lofo(df, grp, level, fits=fits)
+                folds: list[MarginFold] = []
+                reserved, used, g_fam = device_memory_lofo(df, grp, level, fits=fits,
+                                                           margins=folds)
+                if folds:
+                    out.margin_tradeoff[str(name)] = margin_tradeoff(folds)
                 out.device.setdefault(level, {})[str(name)] = [
                     _device_result(f, reserved[g_fam == f], used[g_fam == f])
                     for f in sorted(set(g_fam))
@@ -349,6 +433,14 @@ def format_table(ev: Evaluation) -> str:
             rg = GOALS["reservation"]
             lines += [f"goals: <= {100 * rg['under_share']:.0f}% of jobs under-reserved, median "
                       f"over-reservation <= {100 * rg['over_median']:.0f}%", ""]
+    for gpu_model, results in ev.margin_tradeoff.items():
+        head = (f"{'margin':20s} {'per family':>11s} {'under':>6s} {'worst family':>12s} "
+                f"{'median over':>11s}")
+        lines += [f"Replayed reservation on {gpu_model}: the margin against rows under and "
+                  "median over (held-out families)", head, "-" * len(head)]
+        lines += [f"{r.setting:20s} {r.margins:>11s} {100 * r.under_share:5.1f}% "
+                  f"{100 * r.under_worst:11.1f}% {100 * r.over_median:10.1f}%" for r in results]
+        lines.append("")
     for gpu_model, results in ev.allocator.items():
         head = (f"{'held-out family':16s} {'n':>4s} {'res. MAPE':>9s} {'under':>6s} "
                 f"{'largest under':>13s} {'alloc. MAPE':>11s}")

@@ -65,6 +65,16 @@ OPT_STEP_TEMP: dict[str, float] = {
     "sgd": 0.0, "momentum": 0.0, "adagrad": 2.0, "rowwise_adagrad": 2.0, "adam": 1.0,
     "adamw": 1.0, "sparse_adam": 1.0, "rmsprop": 1.0,
 }
+# The single-tensor step (``foreach=False``) runs parameter by parameter and frees each one's
+# temporaries before the next: its peak is the largest parameter's temporaries (Adam/AdamW:
+# the sqrt of the second moment and its eps-shifted quotient, two buffers; Adagrad and
+# RMSprop one; the traced rows show 2.0-2.6 / 1.0-1.5 / 1.0-1.6 x the largest table). The
+# fused step (``fused=True``) runs in one kernel without parameter-sized temporaries.
+OPT_STEP_TEMP_SINGLE: dict[str, float] = {
+    "sgd": 0.0, "momentum": 0.0, "adagrad": 1.0, "rowwise_adagrad": 1.0, "adam": 2.0,
+    "adamw": 2.0, "sparse_adam": 1.0, "rmsprop": 1.0,
+}
+OptimizerImpl = Literal["foreach", "single", "fused"]
 # Fraction of the forward op outputs (``activations``) a CNN keeps for backward, from the block
 # structure: conv -> BN -> in-place activation keeps conv and BN outputs (2 of 3 outputs);
 # a ResNet basic block (conv, BN, ReLU_, conv, BN, add, ReLU_) keeps 4 of 7; a Darknet
@@ -122,6 +132,9 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     bottom_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     top_mlp: Annotated[list[Width], msgspec.Meta(max_length=1000)] = []
     sparse_grad: bool = False  # nn.EmbeddingBag(sparse=True)
+    # how the optimizer steps: ``foreach`` (PyTorch's default on CUDA), ``single``
+    # (``foreach=False``) or ``fused`` (``fused=True``); read when ``step_bytes`` is not given
+    optimizer_impl: OptimizerImpl = "foreach"
     # job-fields level, optional: output elements of the leaf modules' forward per sample
     # (what torchinfo's summary counts as its forward pass size); 0 = not given
     leaf_activations: NonNegBig = 0.0
@@ -134,9 +147,11 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     step_bytes: MeasuredBytes | None = None  # the optimizer step's transient peak
     state_bytes: MeasuredBytes | None = None  # optimizer state after a step
     batch_bytes: MeasuredBytes | None = None  # the inputs of one sample (ids, features, target)
-    # what PyTorch's CUDA caching allocator reserves beyond the live tensors' peak (segment
-    # rounding, cached free blocks), replayed on the traced step; bytes at this batch size
-    slack_bytes: MeasuredBytes | None = None
+    # the traced step replayed as the CUDA program runs it through PyTorch's caching
+    # allocator: its reserved peak minus the traced peak (segment rounding, cached free
+    # blocks; negative where CUDA kernels keep less, e.g. fused dropout's bool masks);
+    # bytes at this batch size
+    slack_bytes: Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)] | None = None
     schema_version: Literal[1] = 1
 
     def __post_init__(self) -> None:
@@ -186,6 +201,9 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     # gradients hold only the rows a batch touched (unset: dense, PyTorch's default; SparseAdam
     # implies sparse)
     sparse_gradients: bool | None = None
+    # optional: how the optimizer steps (``foreach``: PyTorch's default on CUDA; ``single``:
+    # built with ``foreach=False``; ``fused``: ``fused=True``); unset: foreach
+    optimizer_impl: OptimizerImpl | None = None
     # optional: ids looked up per sample in each table (multi-hot length, sequence length; one
     # value for all tables is accepted); unset: one id per table and sample
     ids_per_sample: Annotated[list[Pooling], msgspec.Meta(max_length=100_000)] = []
@@ -198,7 +216,7 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
 
 # The optional job fields, in the groups the evaluation reports them by: the gradient layout
 # of the tables and the ids per sample, and the activations a model summary states.
-OPTIONAL_LAYOUT = ("sparseGradients", "idsPerSample")
+OPTIONAL_LAYOUT = ("sparseGradients", "idsPerSample", "optimizerImpl")
 OPTIONAL_ACTIVATIONS = ("leafActivations",)
 OPTIONAL_JOB_FIELDS = (*OPTIONAL_LAYOUT, *OPTIONAL_ACTIVATIONS)
 
@@ -242,7 +260,8 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
         family="recommendation" if tables else "other", batch_size=job.batch_size,
         optimizer=optimizer, dtype=job.dtype or "fp32", gpu_model=job.gpu_model or gpu_model,
         macs=job.macs, params=job.params, tables=tables,
-        sparse_grad=sparse, leaf_activations=job.leaf_activations or 0.0,
+        sparse_grad=sparse, optimizer_impl=job.optimizer_impl or "foreach",
+        leaf_activations=job.leaf_activations or 0.0,
     )
 
 
@@ -267,6 +286,8 @@ def to_job_fields(spec: ModelSpec,
     out["dtype"] = spec.dtype
     if "sparseGradients" in names and spec.sparse_grad:
         out["sparseGradients"] = True
+    if "optimizerImpl" in names and spec.optimizer_impl != "foreach":
+        out["optimizerImpl"] = spec.optimizer_impl
     if "idsPerSample" in names and spec.tables:
         out["idsPerSample"] = [t.pooling for t in spec.tables for _ in range(t.count)]
     if "leafActivations" in names and spec.leaf_activations > 0:
@@ -478,6 +499,12 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         step_temp_mib = (dense_params * b * mib * OPT_STEP_TEMP[spec.optimizer]
                          + (grad_mib - dense_params * b * mib)
                          * OPT_STEP_TEMP_SPARSE.get(spec.optimizer, 1.0))
+    elif spec.optimizer_impl == "fused":
+        step_temp_mib = 0.0
+    elif spec.optimizer_impl == "single":
+        # the largest parameter: the largest table, or (no tables) at most the dense part
+        largest = max((t.rows * t.dim for t in spec.tables), default=0) or dense_params
+        step_temp_mib = largest * b * mib * OPT_STEP_TEMP_SINGLE[spec.optimizer]
     else:
         step_temp_mib = p_mib * OPT_STEP_TEMP[spec.optimizer]
     step_mib = hold_mib + grad_mib + step_temp_mib
@@ -507,6 +534,10 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "sparse": 1.0 if spec.sparse_grad else 0.0,
         "conv": 1.0 if spec.family in CNN_FAMILIES else 0.0,
         "act_mib": spec.batch_size * spec.activations * b * mib,
+        # a convolutional model's mean layer output (activations over conv/linear layers):
+        # the size cuDNN's convolution workspaces follow (memory_model.allowance_columns)
+        "conv_layer_mib": (spec.batch_size * spec.activations / max(spec.layers, 1) * b * mib
+                           if spec.family in CNN_FAMILIES else 0.0),
         "io_mib": io_mib,
         "slack_mib": (spec.slack_bytes or 0.0) * mib,
         "step_mib": step_mib,

@@ -25,12 +25,14 @@ level). The reservation prices them separately::
   slack included).
 
 * described specs carrying the caching-allocator replay (``slack_bytes``) on GPU models with
-  measured rows: ``s_peak x (state + activations + slack) + w_conv x conv activations +
-  w_emb x dense-gradient lookups + offset``: the predicted reserved peak and an allowance
-  for what the trace cannot see, memory GPU kernels allocate inside one op (cuDNN
-  workspaces, the CUDA embedding backward's buffers) and the fragmentation it leaves
-  (:func:`allowance_columns`, :func:`fit_allowance`, :func:`calibrate_replayed`), times the
-  margin a family it has not seen needs (:func:`allowance_margin`).
+  measured rows: ``base + m x (s_peak x (state + activations + slack) + w_conv x conv
+  layer + w_emb x dense-gradient lookups + w_seg)``: ``base`` is what the measured rows pin
+  (the largest CUDA context and the BLAS workspaces, :func:`device_base_mib`), the rest the
+  predicted reserved peak and an allowance for what the trace cannot see, memory GPU
+  kernels allocate inside one op (cuDNN workspaces, the CUDA embedding backward's buffers)
+  and the fragmentation it leaves (:func:`allowance_columns`, :func:`fit_allowance`,
+  :func:`calibrate_replayed`), times the margin ``m`` a family it has not seen needs
+  (:func:`allowance_margin`).
 
 The others are linear quantile regressions of the relative error (:func:`fit_scales`), rows
 weighted so that every family counts the same, covered in the share :func:`reserve_quantile`
@@ -57,10 +59,12 @@ import numpy as np
 from predictor import features, gpus
 
 RESERVE_ALPHA = 0.02  # target share of a held-out family's rows under-reserved
-FORMAT = "sparse-predictor/memory-phases/9"
-# loaded when their terms match; format 7 has no replayed calibration, format 8 one of
-# another meaning (scales of state, activations and slack), which is dropped
-OLD_FORMATS = ("sparse-predictor/memory-phases/7", "sparse-predictor/memory-phases/8")
+FORMAT = "sparse-predictor/memory-phases/10"
+# loaded when their terms match; format 7 has no replayed calibration, formats 8 and 9 one
+# of another meaning (8: scales of state, activations and slack; 9: a fitted offset, times
+# the margin), which is dropped
+OLD_FORMATS = ("sparse-predictor/memory-phases/7", "sparse-predictor/memory-phases/8",
+               "sparse-predictor/memory-phases/9")
 DEVICE_MIN_ROWS = 20  # fewer measured rows than this: the CPU calibration and the context
 
 
@@ -348,92 +352,197 @@ def calibrate_device(
 
 
 def allowance_columns(parts: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    """``[replayed reserved peak, convolution activations, embedding backward]`` (MiB) of
-    described specs carrying the allocator replay: the fitted parts plus the replayed slack
-    (``slack_mib``); the activations of convolutional models (``conv``), which cuDNN's
-    workspaces follow; and the uncoalesced lookups of tables with dense gradients
-    (``gathered_mib``), which the CUDA embedding backward sorts and reduces into buffers of
-    its own. The last two are what a traced step cannot see: memory allocated inside GPU
-    kernels, and the fragmentation those allocations leave between the traced tensors."""
+    """``[replayed reserved peak, conv layer, embedding backward, 1]`` (MiB) of described
+    specs carrying the allocator replay: the fitted parts plus the replayed slack
+    (``slack_mib``); a convolutional model's mean layer output (``conv_layer_mib``: batch x
+    activations / layers), the size cuDNN's convolution workspaces follow; the uncoalesced
+    lookups of tables with dense gradients (``gathered_mib``), which the CUDA embedding
+    backward sorts and reduces into buffers of its own; and a column of ones, the segments
+    such buffers add on any model. The last three are what a traced step cannot see: memory
+    allocated inside GPU kernels, and the fragmentation it leaves between traced tensors."""
     parts = np.asarray(parts, dtype=float).reshape(len(rows), 2)
     slack = np.array([r["slack_mib"] for r in rows], dtype=float)
-    conv = np.array([r["conv"] for r in rows], dtype=float)
+    conv = np.array([r["conv_layer_mib"] for r in rows], dtype=float)
     emb = np.array([r["gathered_mib"] * (1.0 - r["sparse"]) for r in rows], dtype=float)
-    return np.column_stack([parts.sum(axis=1) + slack, conv * parts[:, 1], emb])
+    return np.column_stack([parts.sum(axis=1) + slack, conv, emb, np.ones(len(rows))])
 
 
 def fit_allowance(cols: np.ndarray, used_mib: np.ndarray,
-                  groups: Sequence[str] | None = None) -> Quad:
-    """``(s_peak, w_conv, w_emb, offset)`` with ``cols @ (s_peak, w_conv, w_emb) + offset``
-    at least the measured memory on every calibration row (families as conformal units,
-    fewer than 49 of them: cover all) and the family-weighted mean over-reservation in MiB
-    the least: ``s_peak >= 1`` prices the fragmentation the replay misses, ``w_conv`` and
-    ``w_emb >= 0`` the kernels' own buffers, ``offset >= 0`` the CUDA context and library
-    workspaces. MiB rather than relative error: a MiB booked idle on a large job blocks a
-    co-runner as much as one on a small job, and a relative objective lets the smallest jobs
-    (where a few MiB of constant gap are a large share) set the scales of every job."""
+                  groups: Sequence[str] | None = None, base_mib: float = 0.0) -> Quad:
+    """``(s_peak, w_conv, w_emb, w_seg)`` with ``base_mib + cols @ coef`` at least the
+    measured memory on every calibration row (families as conformal units, fewer than 49 of
+    them: cover all) and the family-weighted mean over-reservation in MiB the least.
+    ``base_mib`` is what the data pins and is not fitted: the largest CUDA context measured
+    and the BLAS workspaces (:func:`device_base_mib`). ``s_peak >= 1`` prices the
+    fragmentation the replay misses, ``w_conv``, ``w_emb``, ``w_seg >= 0`` the kernels' own
+    buffers. MiB rather than relative error: a MiB booked idle on a large job blocks a
+    co-runner as much as one on a small job."""
     from scipy.optimize import linprog
 
     x = np.asarray(cols, dtype=float)
-    t = np.asarray(used_mib, dtype=float)
-    ok = np.isfinite(x).all(axis=1) & (t > 0)
+    t = np.asarray(used_mib, dtype=float) - base_mib
+    ok = np.isfinite(x).all(axis=1) & np.isfinite(t)
     x, t = x[ok], t[ok]
     if len(t) == 0:
         return 1.0, 0.0, 0.0, 0.0
     weight = family_weights(None if groups is None else np.asarray(groups)[ok], len(t))
-    xa = np.column_stack([x, np.ones(len(t))])
     with _one_blas_thread():
-        res = linprog(weight @ xa, A_ub=-xa, b_ub=-t, method="highs",
+        res = linprog(weight @ x, A_ub=-x, b_ub=-t, method="highs",
                       bounds=[(1.0, None), (0.0, None), (0.0, None), (0.0, None)])
     if not res.success:
         raise RuntimeError(f"reservation calibration failed: {res.message}")
-    s_peak, w_conv, w_emb, offset = (float(v) for v in res.x)
-    return s_peak, w_conv, w_emb, offset
+    s_peak, w_conv, w_emb, w_seg = (float(v) for v in res.x)
+    return s_peak, w_conv, w_emb, w_seg
+
+
+def device_base_mib(ctx_mib: np.ndarray, blas_mib: np.ndarray) -> float:
+    """What a GPU's measured rows pin of every reservation on it: the largest CUDA context
+    (``NVML - max_memory_reserved``: driver, kernel images, handles; it varies by some
+    50 MiB between processes, and the largest is the safe one) plus the BLAS workspaces
+    (``max_memory_allocated`` - the replayed allocated peak, median: cuBLAS and cuBLASLt
+    keep one workspace each per handle, 32 MiB each on Hopper, allocated through the
+    caching allocator as segments of their own)."""
+    ctx = np.asarray(ctx_mib, dtype=float)
+    blas = np.asarray(blas_mib, dtype=float)
+    ctx, blas = ctx[np.isfinite(ctx)], blas[np.isfinite(blas)]
+    return float(np.ceil((ctx.max() if len(ctx) else 0.0)
+                         + max(0.0, float(np.median(blas)) if len(blas) else 0.0)))
 
 
 def calibrate_replayed(
     rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
     gpu_rows: Sequence[dict[str, float]], gpu_groups: Sequence[str], used_mib: np.ndarray,
-) -> Quad:
-    """``(s_peak, w_conv, w_emb, offset)`` (:func:`fit_allowance`) for one GPU model's
-    measured rows of described specs that carry the allocator replay, each row's parts
-    estimated by a fit without its family, all four times :func:`allowance_margin`."""
+    base_mib: float = 0.0,
+) -> Quint:
+    """``(s_peak, w_conv, w_emb, w_seg, base_mib)`` for one GPU model's measured rows of
+    described specs that carry the allocator replay: each row's parts estimated by a fit
+    without its family, the allowance (:func:`fit_allowance`) with the margin of
+    :func:`fit_margin` folded in; the pinned base is not scaled."""
     parts = lofo_parts(rows, y_mib, groups, gpu_rows, gpu_groups)
     cols = allowance_columns(parts, gpu_rows)
-    quad = fit_allowance(cols, used_mib, gpu_groups)
-    margin = allowance_margin(cols, used_mib, gpu_groups)
-    return tuple(margin * v for v in quad)  # type: ignore[return-value]
+    quad = fit_allowance(cols, used_mib, gpu_groups, base_mib)
+    held = held_out_allowance(cols, used_mib, gpu_groups, base_mib)
+    margin = fit_margin(held, np.asarray(used_mib, dtype=float) - base_mib, gpu_groups)
+    return (*with_margin(quad, margin), float(base_mib))
 
 
-def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str]) -> float:
-    """The relative margin (>= 1) the allowance of :func:`fit_allowance` needs on a family
-    it has not seen: for each calibration family, the allowance fitted without it and the
-    largest ratio of its measured memory to that reservation (the family's conformal
-    score); the largest score, since below 49 families only covering every held-out family
-    is honest (:func:`reserve_quantile`). A fit that covers every row it saw does not cover
-    a new architecture whose kernels buffer more per traced MiB (a second convolutional
-    family against the first's cuDNN workspaces), and that is what a new job is."""
+def with_margin(quad: Sequence[float], margin: Triple) -> Quad:
+    """The allowance ``(s_peak, w_conv, w_emb, w_seg)`` with the margin ``(m_peak, m_rest,
+    c_mib)`` of :func:`fit_margin` folded in."""
+    s_peak, w_conv, w_emb, w_seg = quad
+    m_peak, m_rest, c = margin
+    return m_peak * s_peak, m_rest * w_conv, m_rest * w_emb, m_rest * w_seg + c
+
+
+def held_out_allowance(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
+                       base_mib: float = 0.0) -> np.ndarray:
+    """Each calibration row's allowance as a family it has not seen would get it: ``[s_peak x
+    replayed peak, w_conv x conv + w_emb x lookups + w_seg]`` of :func:`fit_allowance`
+    fitted on the other calibration families (MiB). A family that alone exercises a term
+    (the only convolutional family left, say) is scored by a fit that cannot price that
+    term at all: its score is pessimistic, and kept. Leaving such families out was tried:
+    the other convolutional family was then priced from one family's workspaces alone and
+    one of its rows fell under (ResNet, 0.8 %)."""
     x = np.asarray(cols, dtype=float)
-    t = np.asarray(used_mib, dtype=float)
+    t = np.asarray(used_mib, dtype=float) - base_mib
     g = np.asarray(groups)
-    ok = np.isfinite(x).all(axis=1) & (t > 0)
-    x, t, g = x[ok], t[ok], g[ok]
-    fams = sorted(set(g))
+    out = np.full((len(t), 2), np.nan)
+    ok = np.isfinite(x).all(axis=1) & np.isfinite(t)
+    fams = sorted(set(g[ok]))
     if len(fams) < 2:
-        return 1.0
-    scores = []
+        return out
     for fam in fams:
-        held = g == fam
-        quad = np.array(fit_allowance(x[~held], t[~held], list(g[~held])))
-        scores.append(float(np.max(t[held] / (x[held] @ quad[:3] + quad[3]))))
-    score = max(scores)
-    if not math.isfinite(score):
+        held, rest = ok & (g == fam), ok & (g != fam)
+        priced = x[held] * np.array(fit_allowance(x[rest], t[rest], list(g[rest])))
+        out[held] = np.column_stack([priced[:, 0], priced[:, 1:].sum(axis=1)])
+    return out
+
+
+def allowance_needs(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
+                    base_mib: float = 0.0) -> np.ndarray:
+    """Each calibration row's *need*: the factor its held-out allowance
+    (:func:`held_out_allowance`) must be multiplied by to cover it, ``(measured - base) /
+    allowance`` (NaN where it cannot be computed)."""
+    held = held_out_allowance(cols, used_mib, groups, base_mib)
+    return (np.asarray(used_mib, dtype=float) - base_mib) / held.sum(axis=1)
+
+
+def family_scores(needs: np.ndarray, groups: Sequence[str]) -> dict[str, float]:
+    """A scored family's conformal score: the largest need among its rows, the smallest
+    margin that leaves none of them under. (Covering all but 2 % of a family's rows is
+    the same thing below 50 rows a family.)"""
+    n, g = np.asarray(needs, dtype=float), np.asarray(groups)
+    return {str(f): float(np.max(n[g == f])) for f in sorted(set(g))
+            if np.isfinite(n[g == f]).any()}
+
+
+def conformal_margin(scores: Sequence[float], alpha: float = RESERVE_ALPHA) -> float:
+    """The split-conformal margin over K exchangeable family scores: the
+    ``ceil(q K)``-th smallest, ``q = (1 - alpha)(1 + 1/K)`` (:func:`reserve_quantile`);
+    at least 1. Below 49 families that is the largest score."""
+    s = np.sort(np.asarray([v for v in scores if math.isfinite(v)], dtype=float))
+    if len(s) == 0:
+        return 1.0
+    k = min(len(s), max(1, math.ceil(reserve_quantile(len(s), alpha) * len(s))))
+    return max(1.0, float(s[k - 1]))
+
+
+def allowance_margin(cols: np.ndarray, used_mib: np.ndarray, groups: Sequence[str],
+                     base_mib: float = 0.0, alpha: float = RESERVE_ALPHA) -> float:
+    """One relative margin (>= 1) on the whole allowance of :func:`fit_allowance`: the
+    split-conformal quantile (:func:`conformal_margin`) of the calibration families' scores
+    (:func:`family_scores` of :func:`allowance_needs`). Families, not rows, are the
+    exchangeable units: a new architecture brings all its rows' errors at once (its
+    kernels buffer more per traced MiB on every row), so a row-level quantile would let
+    one family fall under wholesale. Shown next to :func:`fit_margin`, which ships."""
+    needs = allowance_needs(cols, used_mib, groups, base_mib)
+    if np.isinf(needs).any():
         raise RuntimeError("reservation margin: a calibration family is not covered")
-    return max(1.0, score)
+    scores = family_scores(needs, groups)
+    if len(set(np.asarray(groups))) >= 2 and not scores:
+        raise RuntimeError("reservation margin: no calibration family could be scored")
+    return conformal_margin(list(scores.values()), alpha)
+
+
+def fit_margin(held: np.ndarray, target_mib: np.ndarray, groups: Sequence[str],
+               alpha: float = RESERVE_ALPHA) -> Triple:
+    """The margin ``(m_peak, m_rest, c_mib)`` booked on top of the allowance: ``m_peak x
+    (s_peak x replayed peak) + m_rest x (the kernel-buffer terms) + c_mib``, the least
+    family-weighted MiB (:func:`fit_allowance`'s objective) that covers the held-out
+    allowance (:func:`held_out_allowance`) of every row of the calibration families inside
+    the conformal level: with K scored families, the ``ceil(q K)`` with the smallest
+    scalar scores (:func:`family_scores`), ``q`` of :func:`reserve_quantile` (all of them
+    below 49 families). Two multipliers and a constant rather than one factor: what a new
+    family adds is partly fragmentation, proportional to the replayed peak (about 1 % on
+    the largest recommendation jobs), and partly kernel buffers of a fixed size (up to
+    190 MiB on small BERT jobs), and one factor on the whole peak books the second kind
+    on every large job."""
+    from scipy.optimize import linprog
+
+    a = np.asarray(held, dtype=float)
+    t = np.asarray(target_mib, dtype=float)
+    g = np.asarray(groups)
+    ok = np.isfinite(a).all(axis=1) & np.isfinite(t)
+    if not ok.any():
+        return 1.0, 1.0, 0.0
+    scores = family_scores(t / a.sum(axis=1), g)
+    keep = sorted(scores, key=scores.__getitem__)
+    k = max(1, math.ceil(reserve_quantile(len(keep), alpha) * len(keep)))
+    ok &= np.isin(g, keep[:k])
+    x = np.column_stack([a[ok], np.ones(int(ok.sum()))])
+    weight = family_weights(g[ok], int(ok.sum()))
+    with _one_blas_thread():
+        res = linprog(weight @ x, A_ub=-x, b_ub=-t[ok], method="highs",
+                      bounds=[(1.0, None), (1.0, None), (0.0, None)])
+    if not res.success:
+        raise RuntimeError(f"reservation margin: {res.message}")
+    m_peak, m_rest, c = (float(v) for v in res.x)
+    return m_peak, m_rest, c
 
 
 Triple = tuple[float, float, float]
 Quad = tuple[float, float, float, float]
+Quint = tuple[float, float, float, float, float]
 
 
 @dataclass
@@ -448,8 +557,8 @@ class MemoryModel:
     reserve: dict[str, tuple[float, float]] = field(default_factory=dict)
     device: dict[str, dict[str, Triple]] = field(default_factory=dict)
     # described specs carrying ``slack_bytes``: per GPU model with measured rows,
-    # ``(s_peak, w_conv, w_emb, offset)`` (:func:`calibrate_replayed`)
-    replayed: dict[str, Quad] = field(default_factory=dict)
+    # ``(s_peak, w_conv, w_emb, w_seg, base_mib)`` (:func:`calibrate_replayed`)
+    replayed: dict[str, Quint] = field(default_factory=dict)
     ctx_mib: dict[str, int] = field(
         default_factory=lambda: {k: g.ctx_mib for k, g in gpus.CATALOGUE.items()}
     )
@@ -516,13 +625,15 @@ class MemoryModel:
         """The reservation of a described spec with the allocator replay: the reserved peak
         (parts + slack) and what the trace cannot see (:func:`allowance_columns`) priced by
         the GPU's measured calibration, or, on a GPU without measured rows, the
-        CPU-calibrated scales, the slack as replayed and the context."""
-        slack_mib = (spec.slack_bytes or 0.0) / 2**20
+        CPU-calibrated scales, the slack as replayed and the context. There a negative
+        slack (CUDA kernels keeping less than the traced CPU ones) is not taken as credit:
+        no measured row of that GPU vouches for it."""
+        slack_mib = max(0.0, spec.slack_bytes or 0.0) / 2**20
         if spec.gpu_model in self.replayed:
             cols = allowance_columns(np.asarray(parts).reshape(1, 2),
                                      [features.derive(spec)])[0]
-            s_peak, w_conv, w_emb, offset = self.replayed[spec.gpu_model]
-            return int(math.ceil(cols @ np.array([s_peak, w_conv, w_emb]) + offset))
+            *coef, base = self.replayed[spec.gpu_model]
+            return int(math.ceil(cols @ np.array(coef) + base))
         s_state, s_act, offset = self.reservation(spec.gpu_model, "described")
         return int(math.ceil(parts[0] * s_state + parts[1] * s_act + slack_mib + offset))
 

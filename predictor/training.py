@@ -75,7 +75,18 @@ def replayed_mask(grp) -> np.ndarray:  # noqa: ANN001
     return np.array([s.slack_bytes is not None for s in dataset.specs(grp)], dtype=bool)
 
 
-def calibrate_replayed(df, gdf) -> dict[str, tuple[float, float, float, float]]:  # noqa: ANN001
+def device_base(df, grp) -> float:  # noqa: ANN001
+    """:func:`memory_model.device_base_mib` of one GPU model's measured rows ``grp``: the
+    largest measured context and the median of ``max_memory_allocated`` less the replayed
+    allocated peak of the same config (``df``'s ``cuda_allocated_bytes``)."""
+    mib = 2.0**20
+    replayed = grp["row_id"].map(df.set_index("row_id")["cuda_allocated_bytes"])
+    blas = (grp["gpu_max_allocated_bytes"] - replayed).to_numpy(dtype=float) / mib
+    ctx = grp["gpu_ctx_bytes"].to_numpy(dtype=float) / mib
+    return memory_model.device_base_mib(ctx, blas)
+
+
+def calibrate_replayed(df, gdf) -> dict[str, tuple[float, ...]]:  # noqa: ANN001
     """``MemoryModel.replayed`` for every GPU model with enough measured rows that carry the
     allocator replay: held-out parts + the replayed slack against NVML-measured memory."""
     if gdf is None:
@@ -89,7 +100,7 @@ def calibrate_replayed(df, gdf) -> dict[str, tuple[float, float, float, float]]:
             continue
         out[str(name)] = memory_model.calibrate_replayed(
             rows, y, fam, level_rows(dataset.specs(grp), "described"), list(grp["family"]),
-            used_mib(grp))
+            used_mib(grp), device_base(df, grp))
     return out
 
 

@@ -85,7 +85,8 @@ MEM_UNDER_MAX = 0.02  # v5: 0.0 % (with the reservation's state/activation scale
 COMPUTE_MAE_MAX = 55.0  # v4: 47.6 milli-GPU (GPU-measured labels)
 DEVICE_UNDER_MAX = 0.02  # v4: none (closest -5.3 %)
 DEVICE_OVER_MAX = 0.35  # v7: 34.8 % mean (v6 34.6 %; annotations without the replay)
-REPLAYED_OVER_MAX = 0.26  # v7: 23.5 % mean, none under (closest +8.3 %); v6 30.9 %
+REPLAYED_OVER_MAX = 0.22  # v9: 20.7 % mean, none under (closest +3.4 %); v8 18.4 % (its
+# replay kept CPU dropout noise, 2-4x the CUDA mask, which hid small BERT rows' buffers)
 
 
 @pytest.mark.slow
@@ -105,20 +106,29 @@ def test_leave_one_family_out_goals() -> None:
     assert ev.compute_label == "gpu-measured-sm-activity"
     assert ev.compute[-1].r2 >= 0.90, ev.compute[-1]  # v4: 0.922
     device = ev.device["described"]["H200"][-1]
-    # v7 (replayed peak + kernel-buffer allowance x the family-conformal margin): none under
-    # in any family, median over 22.4 %, mean 22.1 %; v6 (scaled parts): 1.6 % under (6.2 %
-    # of Wide&Deep, 3.1 % of YOLO), 7.9 % at most, median 14.1 %, mean 23.4 %, BERT 44.5 %
+    # v9 (dropout replayed as CUDA runs it; the margin two factors and a constant on the
+    # held-out allowance): none under in any family, median over 17.4 %, mean 17.0 %;
+    # v8 (pinned context + BLAS workspaces, replayed peak + kernel-buffer allowance x the
+    # family-conformal margin): none under in any family, median over 16.6 %, mean 16.6 %;
+    # v7 (fitted offset inside the margin): none under, median 22.4 %, BERT 26.2 %; v6
+    # (scaled parts): 1.6 % under, 7.9 % at most, median 14.1 %, mean 23.4 %, BERT 44.5 %
     per_family = {r.family: r for r in ev.device["described"]["H200"]}
     assert device.under_share <= 0.02 and device.under_max <= 0.05, device
     assert all(r.under_share <= 0.02 for r in per_family.values()), per_family
-    assert device.over_median <= 0.25 and device.over_mean <= 0.25, device
-    assert per_family["bert"].over_median <= 0.30, per_family["bert"]  # v7 26.2 %, v6 44.5 %
-    replay = ev.allocator["H200"][-1]  # v6: MAPE 5.6 % against max_memory_reserved
-    assert replay.family == "overall" and replay.mape <= 0.07, replay
+    assert device.over_median <= 0.19 and device.over_mean <= 0.19, device
+    assert per_family["bert"].over_median <= 0.12, per_family["bert"]  # v9 9.2 %, v8 12.8 %
+    assert max(r.over_median for r in per_family.values()) <= 0.25  # v9 22.2 % (YOLO)
+    replay = ev.allocator["H200"][-1]  # v9: MAPE 5.1 % against max_memory_reserved (v8 5.6)
+    assert replay.family == "overall" and replay.mape <= 0.055, replay
+    bert_replay = next(r for r in ev.allocator["H200"] if r.family == "bert")
+    assert bert_replay.mape_alloc <= 0.01, bert_replay  # v9 0.3 % (dropout masks), v8 3.8 %
+    tradeoff = ev.margin_tradeoff["H200"]
+    shipped = next(r for r in tradeoff if r.setting.endswith("(shipped)"))
+    assert shipped.under_worst <= 0.02 and shipped.over_median <= 0.19, shipped
     job_res = ev.memory["job"][-1]  # v7: 1.0 % under, median over 61.3 % (v6 0.5 / 61.8)
     assert job_res.res_under_share <= 0.02 and job_res.res_over_median <= 0.70, job_res
     assert job_res.mem_mape <= 0.26, job_res  # v7 24.6 %, v6 29.8 %
-    optional = ev.memory["job+optional"][-1]  # v7 17.6 %, v6 27.3 %
-    assert optional.mem_mape <= 0.19, optional
-    leaf = ev.memory["job+optional+leaf"][-1]  # v7 16.9 %
-    assert leaf.mem_mape <= 0.18, leaf
+    optional = ev.memory["job+optional"][-1]  # v8 16.8 % (with optimizerImpl), v7 17.6 %
+    assert optional.mem_mape <= 0.18, optional
+    leaf = ev.memory["job+optional+leaf"][-1]  # v8 15.9 %, v7 16.9 %
+    assert leaf.mem_mape <= 0.17, leaf

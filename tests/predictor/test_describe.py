@@ -86,6 +86,7 @@ def test_cli_describe_module_factory(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert r.exit_code == 0, r.output
     ann = json.loads(r.output.strip().splitlines()[-1])
     assert ann["optimizer"] == "adagrad" and ann["tables"][0]["pooling"] == 8.0
+    assert ann["optimizer_impl"] == "single"  # foreach=False, kept for the job fields
     spec = features.parse_model(json.dumps(ann))
     assert features.input_level(spec) == "described"
     r = CliRunner().invoke(main, ["describe", "mymodel:broken"])

@@ -124,6 +124,25 @@ def test_optional_leaf_activations_field() -> None:
         features.parse_model(json.dumps({**cnn, "leafActivations": -1}))
 
 
+def test_optional_optimizer_impl_prices_the_step_as_it_runs() -> None:
+    """foreach (unset, PyTorch's default on CUDA) books the step's temporaries on every
+    parameter, the single-tensor step on the largest one only, the fused step none."""
+    job = {"macs": 1e5, "params": 3e7, "batchSize": 1024, "vocabularySize": [2_000_000, 1_000_000],
+           "embeddingDim": [8, 6], "optimizer": "adamw"}
+    step = {impl: features.derive(features.parse_model(json.dumps(
+        {**job, "optimizerImpl": impl} if impl else job)))["step_temp_mib"]
+        for impl in (None, "foreach", "single", "fused")}
+    p_mib = 3e7 * 4 / 2**20
+    assert step[None] == step["foreach"] == pytest.approx(p_mib)
+    assert step["single"] == pytest.approx(2 * 16e6 * 4 / 2**20)  # Adam: 2 x the largest
+    assert step["fused"] == 0
+    spec = features.parse_model(json.dumps({**job, "optimizerImpl": "fused"}))
+    assert features.to_job_fields(spec, features.OPTIONAL_LAYOUT)["optimizerImpl"] == "fused"
+    assert "optimizerImpl" not in features.to_job_fields(spec)
+    with pytest.raises(features.SchemaError, match=r"\$.optimizerImpl"):
+        features.parse_model(json.dumps({**job, "optimizerImpl": "apex"}))
+
+
 def test_sparse_gradient_step_has_no_table_sized_temporary() -> None:
     """With sparse gradients the optimizers update the tables in place: the step's
     temporaries are sized by the sparse gradient (none for SGD), not by the tables."""
