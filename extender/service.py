@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
 from extender import stages
-from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
+from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE, PREDICTED_ANNOTATIONS
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
@@ -190,10 +190,12 @@ class Scheduler:
         """The last view (possibly a little stale; ``view()`` refreshes it)."""
         return self._state
 
-    async def view(self) -> ClusterState:
+    async def view(self, fresh: bool = False) -> ClusterState:
         """The state matching the ledger's current version: when it moved, the changes since
         the cached version are applied (the ledger's change log); a full snapshot is read only
-        when they are no longer all kept (or at start)."""
+        when they are no longer all kept (or at start). Where a background task follows the
+        log (``ledger.follower``), what it has read is applied without a round trip, unless
+        ``fresh`` (a bind re-planning after a conflict)."""
         live = self.live_pairs
         if live is not None:  # polled in the background when the app runs: no round trip
             matrix = live.take() if live.polling else await live.refresh()
@@ -204,7 +206,10 @@ class Scheduler:
             return await self._rebuild(disruptions)
         state = self._state
         # One read: the version and whatever changed since ours (nothing when it stands).
-        delta = await self.ledger.changes(state.version) if state.version >= 0 else None
+        follower = None if fresh else getattr(self.ledger, "follower", None)
+        delta = (follower.changes(state.version) if follower is not None else None)
+        if delta is None and state.version >= 0:
+            delta = await self.ledger.changes(state.version)
         if delta is None:
             version, reservations = await self.ledger.snapshot()
             self._state = ClusterState.build(
@@ -329,8 +334,13 @@ class Scheduler:
     # --- demand ---------------------------------------------------------------------------
 
     async def demand_of(self, pod: Pod) -> PodDemand:
-        with stages.stage("demand"):
-            prediction = await self.demand_source.get(pod.metadata.uid)
+        annotations = pod.metadata.annotations or {}
+        # The predictor writes a demand only for pods describing their model: no read for others.
+        if any(a in annotations for a in PREDICTED_ANNOTATIONS):
+            with stages.stage("demand"):
+                prediction = await self.demand_source.get(pod.metadata.uid)
+        else:
+            prediction = None
         demand = pod_demand(pod, prediction)
         profile = (pod.metadata.annotations or {}).get(ANN_SOLO_PROFILE)
         if profile and self.profiles is not None:

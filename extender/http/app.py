@@ -197,6 +197,9 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         tasks = [expiry, health, lag]
         if scheduler.live_pairs is not None:  # pair estimates read off the scheduling path
             tasks.append(asyncio.create_task(scheduler.live_pairs.poll()))
+        follower = getattr(scheduler.ledger, "follower", None)
+        if follower is not None:  # the ledger's change log read off the scheduling path
+            tasks.append(asyncio.create_task(follower.run()))
         yield
         for task in tasks:
             await _stop(task)
