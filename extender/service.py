@@ -48,6 +48,7 @@ from extender.verbs import filter as filter_verb
 from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
 from extender.verbs.costcache import CachedPolicy, CostCache, CycleEntry
+from extender.verbs.nodecache import NodeVerdicts
 
 __all__ = ["Outcome", "Scheduler"]
 
@@ -115,6 +116,7 @@ class Scheduler:
         self.cycle_costs = CycleCosts()
         self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self.cost_cache = CostCache()
+        self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
@@ -334,9 +336,7 @@ class Scheduler:
     # --- demand ---------------------------------------------------------------------------
 
     async def demand_of(self, pod: Pod) -> PodDemand:
-        annotations = pod.metadata.annotations or {}
-        # The predictor writes a demand only for pods describing their model: no read for others.
-        if any(a in annotations for a in PREDICTED_ANNOTATIONS):
+        if self.reads_prediction(pod):
             with stages.stage("demand"):
                 prediction = await self.demand_source.get(pod.metadata.uid)
         else:
@@ -350,6 +350,14 @@ class Scheduler:
         while len(self._pending) > PENDING_PODS:
             self._pending.popitem(last=False)
         return demand
+
+    def reads_prediction(self, pod: Pod) -> bool:
+        """Whether ``demand_of`` asks the demand source: the predictor writes a demand only for
+        pods that describe their model, so other pods need no read."""
+        if isinstance(self.demand_source, NoPredictions):
+            return False
+        annotations = pod.metadata.annotations or {}
+        return any(a in annotations for a in PREDICTED_ANNOTATIONS)
 
     def own_excluded(self, state: ClusterState, uid: str) -> ClusterState:
         """A pod being rescheduled must not compete with its own stale booking."""
