@@ -15,11 +15,12 @@ exactly those nodes, in the request's order (the same words as one call over all
 
 Costs are kept with the policy's terms (their keys, compared by value) and the global inputs
 they read (their epochs, compared by identity): a new fragmentation model or interference
-matrix makes every cost stale, not the fit. A policy with a term that reads more than the
-nodes' own state (sparse's learned pair model, or its drain term while multi-GPU pods wait),
-a policy outside ``CACHED_POLICIES``, or a demand that cannot be hashed is not served here
-(``None``: the caller runs ``fit`` and ``node_costs`` as before). The policy learns of the pod
-(``note``) exactly once per filter that prices nodes, as it does without this cache.
+matrix makes every cost stale, not the fit. Where a term reads more than the nodes' own state
+(sparse's learned pair model, or its drain term while multi-GPU pods wait) the costs are
+computed as without this cache. A policy outside ``CACHED_POLICIES``, a demand that cannot be
+hashed, a host view without stamps or a candidate unknown to the inventory is not served here
+at all (``None``: the caller runs ``fit`` and ``node_costs`` as before). The policy learns of
+the pod (``note``) exactly once per filter that prices nodes, as it does without this cache.
 """
 
 from __future__ import annotations
