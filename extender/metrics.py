@@ -123,7 +123,9 @@ class _CostReuseCollector(Collector):
             "sparse_extender_cost_reuse",
             "Placement costs reused instead of recomputed: cycle = prioritize calls answered"
             " with filter's costs (hit) or not (miss); shape = candidate GPUs whose costs came"
-            " from an earlier pod of the same shape (hit) or nodes recomputed (miss).",
+            " from an earlier pod of the same shape (hit) or nodes recomputed (miss); node ="
+            " filter's fit and cost verdicts per node kept for the pod's shape (hit) or"
+            " computed (miss).",
             labels=["cache", "result"])
         for (cache, result), value in self._counts().items():
             family.add_metric([cache, result], value)

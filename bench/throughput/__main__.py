@@ -245,10 +245,13 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
         reuse = ext.get("reuse", {})
         if reuse:
             cycle, shape = reuse.get("cycle", {}), reuse.get("shape", {})
+            node = reuse.get("node", {})
             asked = cycle.get("hit", 0) + cycle.get("miss", 0)
             click.echo(f"    prioritize reused filter's costs in {cycle.get('hit', 0):.0f} of"
-                       f" {asked:.0f} calls; shape cache: {shape.get('hit', 0):.0f} candidate"
-                       f" GPUs reused, {shape.get('miss', 0):.0f} nodes recomputed")
+                       f" {asked:.0f} calls; node verdicts: {node.get('hit', 0):.0f} reused,"
+                       f" {node.get('miss', 0):.0f} computed;\n    per-term cost cache:"
+                       f" {shape.get('hit', 0):.0f} candidate GPUs reused,"
+                       f" {shape.get('miss', 0):.0f} nodes recomputed")
         if lag:
             click.echo(f"    event-loop lag: mean {lag['total_ms']:.2f} ms, p99 <="
                        f" {lag['p99']:.1f} ms (a ready request waits as long)")

@@ -155,6 +155,8 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         ("cycle", "miss"): scheduler.cycle_costs.misses,
         ("shape", "hit"): scheduler.cost_cache.reused_gpus,
         ("shape", "miss"): scheduler.cost_cache.computed_nodes,
+        ("node", "hit"): scheduler.node_verdicts.reused,
+        ("node", "miss"): scheduler.node_verdicts.computed,
     })
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
