@@ -35,7 +35,7 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement import ClusterState, Policy, fit, node_costs
 from extender.placement.fit import GpuMasks
-from extender.verbs.costcache import CACHED_POLICIES, CostCache, shape_key
+from extender.verbs.costcache import CACHED_POLICIES, FILL_ALL, CostCache, shape_key
 
 
 @dataclass
@@ -128,13 +128,16 @@ class NodeVerdicts:
         self._entries.move_to_end(key)
         stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.fit_stamp[nodes] != stamps)
-        if len(stale):
-            idx = stale.tolist()
-            fresh = fit(state, demand, [candidates[i] for i in idx], explain=False)
-            entry.fits[nodes[stale]] = fresh.fits
-            entry.fit_stamp[nodes[stale]] = stamps[stale]
-        self.computed += len(stale)
         self.reused += len(nodes) - len(stale)
+        if _fill_all(len(stale), len(nodes), len(entry.fits)):
+            # Mostly unknown: every node of the inventory now, in one vectorised pass (the
+            # scheduler's candidate window moves with each pod; see costcache.FILL_ALL).
+            everywhere = np.flatnonzero(entry.fit_stamp != state.node_stamp)
+            self._fill_fits(entry, state, demand, everywhere,
+                            [state.node_names[i] for i in everywhere.tolist()])
+        elif len(stale):
+            self._fill_fits(entry, state, demand, nodes[stale],
+                            [candidates[i] for i in stale.tolist()])
         fits = entry.fits[nodes]
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -164,12 +167,35 @@ class NodeVerdicts:
         nodes = v.nodes[fitting]
         stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.cost_stamp[nodes] != stamps)
-        if len(stale):
-            names = [v.names[i] for i in fitting[stale].tolist()]
-            sub = fit(state, demand, names, explain=False)
-            entry.cost[nodes[stale]] = node_costs(state, demand, sub,
-                                                  _Unnoted(policy, self.cost_cache))
-            entry.cost_stamp[nodes[stale]] = stamps[stale]
-        self.computed += len(stale)
         self.reused += len(nodes) - len(stale)
+        if _fill_all(len(stale), len(nodes), len(entry.cost)):
+            # every node whose fit is current and true and whose cost is not (as for fits)
+            current = entry.fit_stamp == state.node_stamp
+            self._fill_costs(entry, policy, state, demand, np.flatnonzero(
+                current & entry.fits & (entry.cost_stamp != state.node_stamp)))
+        elif len(stale):
+            self._fill_costs(entry, policy, state, demand, nodes[stale])
         return entry.cost[nodes]
+
+    def _fill_fits(self, entry: _Entry, state: ClusterState, demand: PodDemand,
+                   nodes: np.ndarray, names: list[str]) -> None:
+        if not len(nodes):
+            return
+        entry.fits[nodes] = fit(state, demand, names, explain=False).fits
+        entry.fit_stamp[nodes] = state.node_stamp[nodes]
+        self.computed += len(nodes)
+
+    def _fill_costs(self, entry: _Entry, policy: Policy, state: ClusterState,
+                    demand: PodDemand, nodes: np.ndarray) -> None:
+        """Costs of nodes the pod fits (their fits current in ``entry``)."""
+        if not len(nodes):
+            return
+        sub = fit(state, demand, [state.node_names[i] for i in nodes.tolist()], explain=False)
+        entry.cost[nodes] = node_costs(state, demand, sub, _Unnoted(policy, self.cost_cache))
+        entry.cost_stamp[nodes] = state.node_stamp[nodes]
+        self.computed += len(nodes)
+
+
+def _fill_all(stale: int, candidates: int, inventory: int) -> bool:
+    """Most candidates unknown, and the inventory not much larger than the request."""
+    return 2 * stale > candidates and inventory <= FILL_ALL * candidates
