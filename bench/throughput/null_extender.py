@@ -67,6 +67,9 @@ def null_app(api_server: str, token: str) -> web.Application:
         return web.Response(body=msgspec.json.encode({"NodeNameToMetaVictims": victims}),
                             content_type=JSON)
 
+    async def ready(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
     app = web.Application(client_max_size=256 * 1024 * 1024)
     app.on_startup.append(open_session)
     app.on_cleanup.append(close_session)
@@ -74,7 +77,7 @@ def null_app(api_server: str, token: str) -> web.Application:
     app.router.add_post("/scheduler/prioritize", prioritize)
     app.router.add_post("/scheduler/bind", bind)
     app.router.add_post("/scheduler/preempt", preempt)
-    app.router.add_get("/readyz", lambda r: web.Response(text="ok"))
+    app.router.add_get("/readyz", ready)
     return app
 
 
