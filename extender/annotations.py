@@ -22,8 +22,12 @@ ANN_NODE = "sparse.io/node"  # node the assignment was made for
 # Node annotation carrying the GPU inventory (published by the node agent).
 ANN_GPU_INVENTORY = "sparse.io/gpu-inventory"
 
-# Redis hash with a predicted demand, written by the predictor worker.
+# Redis hash with a predicted demand, written by the predictor worker for pods that carry one
+# of these annotations (the model's structure) and for no other pod.
 DEMAND_KEY_PREFIX = "sparse:demand:"
+ANN_MODEL = "sparse.io/model"
+ANN_TASK_INFO = "kube-gpu-sparse/task_info"
+PREDICTED_ANNOTATIONS = (ANN_MODEL, ANN_TASK_INFO)
 
 # Data locality (extender/placement/locality.py, embed/).
 ANN_EMBEDDING = "sparse.io/embedding"  # pod: JSON {store, tables, hotRows?, required?}

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from extender import telemetry
 from extender.gpu_page import FAMILIES as GPU_FAMILIES
 from extender.gpu_page import GpuPage, gpu_values
+from extender.lightmetrics import HistogramChild, LightCounter, LightHistogram
 from extender.outcome import Outcome
 from extender.placement.state import ClusterState
 
@@ -27,13 +28,14 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class Metrics:
     def __init__(self, state: Callable[[], ClusterState]) -> None:
         self.registry: CollectorRegistry = telemetry.new_registry("extender")
-        self.requests = Counter(
+        # The request path's own series: light children (extender.lightmetrics).
+        self.requests = LightCounter(
             "sparse_extender_requests_total",
             "Extender HTTP requests by verb and outcome.",
             ["verb", "code"],
             registry=self.registry,
         )
-        self.latency = Histogram(
+        self.latency = LightHistogram(
             "sparse_extender_request_duration_seconds",
             "Extender request latency by verb.",
             ["verb"],
@@ -60,7 +62,7 @@ class Metrics:
             buckets=(0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
             registry=self.registry,
         )
-        self.stages = Histogram(
+        self.stages = LightHistogram(
             "sparse_extender_stage_duration_seconds",
             "Time of each verb call by stage: admission (waiting for a slot), read, decode,"
             " compute (placement), ledger, demand (predictions), kube (API calls), encode.",
@@ -74,7 +76,7 @@ class Metrics:
             buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=self.registry,
         )
-        self._stage_children: dict[tuple[str, str], Histogram] = {}
+        self._stage_children: dict[tuple[str, str], HistogramChild] = {}
         self._ledger = _LedgerCollector(state)
         self.registry.register(self._ledger)
 
@@ -121,7 +123,9 @@ class _CostReuseCollector(Collector):
             "sparse_extender_cost_reuse",
             "Placement costs reused instead of recomputed: cycle = prioritize calls answered"
             " with filter's costs (hit) or not (miss); shape = candidate GPUs whose costs came"
-            " from an earlier pod of the same shape (hit) or nodes recomputed (miss).",
+            " from an earlier pod of the same shape (hit) or nodes recomputed (miss); node ="
+            " filter's fit and cost verdicts per node kept for the pod's shape (hit) or"
+            " computed (miss).",
             labels=["cache", "result"])
         for (cache, result), value in self._counts().items():
             family.add_metric([cache, result], value)

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
 from extender import stages
-from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE
+from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE, PREDICTED_ANNOTATIONS
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
@@ -48,6 +48,7 @@ from extender.verbs import filter as filter_verb
 from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
 from extender.verbs.costcache import CachedPolicy, CostCache, CycleEntry
+from extender.verbs.nodecache import NodeVerdicts
 
 __all__ = ["Outcome", "Scheduler"]
 
@@ -115,6 +116,7 @@ class Scheduler:
         self.cycle_costs = CycleCosts()
         self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self.cost_cache = CostCache()
+        self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node
         self._state = ClusterState.build(inventory, matrix)
         self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
         self._seen_annotation: dict[str, str] = {}
@@ -190,10 +192,12 @@ class Scheduler:
         """The last view (possibly a little stale; ``view()`` refreshes it)."""
         return self._state
 
-    async def view(self) -> ClusterState:
+    async def view(self, fresh: bool = False) -> ClusterState:
         """The state matching the ledger's current version: when it moved, the changes since
         the cached version are applied (the ledger's change log); a full snapshot is read only
-        when they are no longer all kept (or at start)."""
+        when they are no longer all kept (or at start). Where a background task follows the
+        log (``ledger.follower``), what it has read is applied without a round trip, unless
+        ``fresh`` (a bind re-planning after a conflict)."""
         live = self.live_pairs
         if live is not None:  # polled in the background when the app runs: no round trip
             matrix = live.take() if live.polling else await live.refresh()
@@ -204,7 +208,10 @@ class Scheduler:
             return await self._rebuild(disruptions)
         state = self._state
         # One read: the version and whatever changed since ours (nothing when it stands).
-        delta = await self.ledger.changes(state.version) if state.version >= 0 else None
+        follower = None if fresh else getattr(self.ledger, "follower", None)
+        delta = (follower.changes(state.version) if follower is not None else None)
+        if delta is None and state.version >= 0:
+            delta = await self.ledger.changes(state.version)
         if delta is None:
             version, reservations = await self.ledger.snapshot()
             self._state = ClusterState.build(
@@ -329,8 +336,11 @@ class Scheduler:
     # --- demand ---------------------------------------------------------------------------
 
     async def demand_of(self, pod: Pod) -> PodDemand:
-        with stages.stage("demand"):
-            prediction = await self.demand_source.get(pod.metadata.uid)
+        if self.reads_prediction(pod):
+            with stages.stage("demand"):
+                prediction = await self.demand_source.get(pod.metadata.uid)
+        else:
+            prediction = None
         demand = pod_demand(pod, prediction)
         profile = (pod.metadata.annotations or {}).get(ANN_SOLO_PROFILE)
         if profile and self.profiles is not None:
@@ -340,6 +350,14 @@ class Scheduler:
         while len(self._pending) > PENDING_PODS:
             self._pending.popitem(last=False)
         return demand
+
+    def reads_prediction(self, pod: Pod) -> bool:
+        """Whether ``demand_of`` asks the demand source: the predictor writes a demand only for
+        pods that describe their model, so other pods need no read."""
+        if isinstance(self.demand_source, NoPredictions):
+            return False
+        annotations = pod.metadata.annotations or {}
+        return any(a in annotations for a in PREDICTED_ANNOTATIONS)
 
     def own_excluded(self, state: ClusterState, uid: str) -> ClusterState:
         """A pod being rescheduled must not compete with its own stale booking."""

@@ -2,14 +2,17 @@
 
 All pods are created first with the scheduler stopped; the clock runs from the moment the
 scheduler is ready until the last pod is bound, so pod creation does not count. Each scale
-runs the stock scheduler (whole GPUs) first, then the extender with each workload and store,
-on the same fake nodes, and prints where a pod's time goes on both sides.
+runs the stock scheduler (whole GPUs) first, then a null extender (``null_extender``: the same
+protocol answered at once, the ceiling of any extender), then the extender with each workload
+and store, then the stock scheduler again, on the same fake nodes; it prints where a pod's time
+goes on both sides and the load average of each run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +29,7 @@ sys.path[:0] = [str(ROOT / "tests" / "e2e"), str(ROOT / "tests")]  # the e2e har
 
 import cluster as e2e_cluster  # noqa: E402
 from extender_proc import Extender  # noqa: E402
+from service_proc import ServiceProcess  # noqa: E402
 
 from bench.redis_server import RedisServer  # noqa: E402
 from bench.throughput.breakdown import (  # noqa: E402
@@ -42,6 +46,29 @@ CLIENT = {"qps": 500, "burst": 1000}
 OPEN_PATHS = "/healthz,/readyz,/livez,/metrics"
 WORKLOADS = ("shares", "whole", "mixed")
 STOCK = "stock kube-scheduler"
+NULL = "null extender"
+
+
+class NullExtender(ServiceProcess):
+    """bench.throughput.null_extender as its own process: the protocol's ceiling."""
+
+    what = "null extender"
+
+    def __init__(self, workdir: Path, c: e2e_cluster.LocalCluster) -> None:
+        super().__init__(workdir, "null-extender")
+        self.server, self.token = c.server, c.token
+        (self.port,) = e2e_cluster.free_ports(1)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/scheduler"
+
+    def probe_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/readyz"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "bench.throughput.null_extender", str(self.port),
+                self.server, self.token]
 
 
 def pod_request(workload: str, i: int) -> dict[str, Any]:
@@ -106,10 +133,12 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
 
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
              store: str | None, workdir: Path, profile: Path | None = None) -> dict:
-    """One burst; ``store`` None = the stock scheduler alone."""
+    """One burst; ``store`` None = the stock scheduler alone, "null" = the null extender."""
     delete_pods(c)
-    ext = None
-    if store is not None:
+    ext: Extender | NullExtender | None = None
+    if store == "null":
+        ext = NullExtender(workdir, c).start(timeout=60)
+    elif store is not None:
         ext = Extender(workdir, c.kubeconfig, name="bench-extender", store=store,
                        extra=("--log-level", "warning")).start(timeout=120)
         deadline = time.monotonic() + 120
@@ -128,9 +157,10 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
                  "--rate", "200", "-o", str(profile), "--pid", str(ext.proc.pid)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         sched_url = f"https://127.0.0.1:{c.scheduler_port}/metrics"
-        ext_url = f"{ext.base}/metrics" if ext else None
+        ext_url = f"{ext.base}/metrics" if isinstance(ext, Extender) else None
         s_before = scrape(sched_url, c)
         e_before = scrape(ext_url) if ext_url else None
+        load_before = os.getloadavg()[0]
         started = time.monotonic()
         done, last_report, half_at = 0, started, None
         while done < pods:
@@ -149,6 +179,7 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
             spy.wait(30)
         s_after = scrape(sched_url, c)
         out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed,
+                     "load": [load_before, os.getloadavg()[0]],
                      "median_to_bind_s": half_at,
                      "scheduler": scheduler_breakdown(s_before, s_after, pods)}
         if ext_url and e_before is not None:
@@ -166,22 +197,34 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
     # so each ratio is to the mean of the two.
     stock_rates = [r["pods_per_s"] for label, r in results.items() if label.startswith(STOCK)]
     stock_rate = sum(stock_rates) / len(stock_rates)
+    null = results.get(NULL)
+    null_rate = null["pods_per_s"] if null else 0.0
     click.echo(f"\n{pods} pods on {nodes} nodes x {gpus} GPUs (one run each, same cluster)\n")
-    click.echo(f"  {'run':34} {'pods/s':>7} {'ratio':>6} {'ms/pod':>7} {'median':>7}"
-               f" {'sched alg':>9} {'attempt':>8} {'tries':>6}")
+    click.echo(f"  {'run':34} {'pods/s':>7} {'ratio':>6} {'/null':>6} {'ms/pod':>7}"
+               f" {'median':>7} {'sched alg':>9} {'attempt':>8} {'tries':>6} {'load':>9}")
     for label, r in results.items():
         s, ratio = r["scheduler"], r["pods_per_s"] / stock_rate
-        click.echo(f"  {label:34} {r['pods_per_s']:7.1f} {ratio:6.2f}"
+        vs_null = f"{r['pods_per_s'] / null_rate:6.2f}" if null_rate else f"{'-':>6}"
+        click.echo(f"  {label:34} {r['pods_per_s']:7.1f} {ratio:6.2f} {vs_null}"
                    f" {1000 / r['pods_per_s']:7.2f} {r['median_to_bind_s'] or 0:6.2f}s"
                    f" {s.get('algorithm_ms', 0):8.2f}  {s.get('attempt_ms', 0):7.2f}"
-                   f" {s.get('attempts_per_pod', 0):6.2f}")
+                   f" {s.get('attempts_per_pod', 0):6.2f}"
+                   f" {r['load'][0]:4.1f}>{r['load'][1]:4.1f}")
     click.echo(f"\n  ratio: pods/s over the stock scheduler's mean ({stock_rate:.1f}) of its runs"
                " before and after the extender's;")
-    click.echo("  ms/pod: wall time per bound pod; median: time until half the burst was bound;"
-               "\n  sched alg: kube-scheduler's scheduling algorithm per attempt (in-tree filters"
-               " and\n  scores plus the extender's filter and prioritize round trips); attempt:"
-               " the whole\n  scheduling cycle; tries: attempts per bound pod.")
-    base_alg = stock["scheduler"].get("algorithm_ms", 0.0)
+    if null_rate:
+        click.echo(f"  /null: pods/s over the null extender's ({null_rate:.1f}; the same"
+                   " kube-scheduler and protocol,\n  every verb answered at once): what is"
+                   " left to any extender. The null extender reaches"
+                   f" {null_rate / stock_rate:.2f}x stock.")
+    click.echo("  ms/pod: wall time per bound pod; median: time from the scheduler's start until"
+               " half the burst\n  was bound; sched alg: kube-scheduler's scheduling algorithm"
+               " per attempt (in-tree filters and\n  scores plus the extender's filter and"
+               " prioritize round trips); attempt: the whole\n  scheduling cycle; tries:"
+               " attempts per bound pod; load: the 1-minute load average\n  (all the machine's"
+               " processes) at the run's start > end.")
+    base_alg = (null or stock)["scheduler"].get("algorithm_ms", 0.0)
+    base_name = "the null extender's" if null else "stock's"
     for label, r in results.items():
         ext = r.get("extender")
         if not ext:
@@ -197,17 +240,20 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
         server = sum(ext[v]["total_ms"] for v in ("filter", "prioritize") if v in ext)
         alg = r["scheduler"].get("algorithm_ms", 0.0)
         lag = ext.get("event loop", {})
-        click.echo(f"    filter+prioritize: {server:.2f} ms in the extender; the scheduling"
-                   f" algorithm took {alg - base_alg:.2f} ms more than stock's, so"
-                   f" {max(alg - base_alg - server, 0):.2f} ms per pod are HTTP, JSON on the"
-                   " scheduler's side and waiting")
+        click.echo(f"    filter+prioritize: {server:.2f} ms in the extender's handlers; the"
+                   f" scheduling algorithm took\n    {alg - base_alg:.2f} ms more than"
+                   f" {base_name}, so {max(alg - base_alg - server, 0):.2f} ms per pod are"
+                   " waiting for the event loop,\n    HTTP and JSON beyond the null's")
         reuse = ext.get("reuse", {})
         if reuse:
             cycle, shape = reuse.get("cycle", {}), reuse.get("shape", {})
+            node = reuse.get("node", {})
             asked = cycle.get("hit", 0) + cycle.get("miss", 0)
             click.echo(f"    prioritize reused filter's costs in {cycle.get('hit', 0):.0f} of"
-                       f" {asked:.0f} calls; shape cache: {shape.get('hit', 0):.0f} candidate"
-                       f" GPUs reused, {shape.get('miss', 0):.0f} nodes recomputed")
+                       f" {asked:.0f} calls; node verdicts: {node.get('hit', 0):.0f} reused,"
+                       f" {node.get('miss', 0):.0f} computed;\n    per-term cost cache:"
+                       f" {shape.get('hit', 0):.0f} candidate GPUs reused,"
+                       f" {shape.get('miss', 0):.0f} nodes recomputed")
         if lag:
             click.echo(f"    event-loop lag: mean {lag['total_ms']:.2f} ms, p99 <="
                        f" {lag['p99']:.1f} ms (a ready request waits as long)")
@@ -249,7 +295,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                 asyncio.run(create_nodes(str(c.kubeconfig), nodes, gpus))
                 runs: dict[str, dict] = {}
                 plan: list[tuple[str, str, str | None]] = [
-                    (STOCK, "whole", None)]
+                    (STOCK, "whole", None), (NULL, "whole", "null")]
                 plan += [(f"extender, {w}, {s}", w, s) for s in stores for w in workloads]
                 plan.append((f"{STOCK} (again)", "whole", None))
                 for label, workload, store in plan:
@@ -258,7 +304,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                     if redis is not None:
                         redis.flush()
                     stacks = (out.with_name(f"{out.stem}-{nodes}-{workload}-{store}.txt")
-                              if profile and store else None)
+                              if profile and store not in (None, "null") else None)
                     if stacks is not None:
                         stacks.parent.mkdir(parents=True, exist_ok=True)
                     runs[label] = run_once(c, nodes, pods, workload, store_url, Path(tmp),

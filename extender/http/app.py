@@ -155,6 +155,8 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         ("cycle", "miss"): scheduler.cycle_costs.misses,
         ("shape", "hit"): scheduler.cost_cache.reused_gpus,
         ("shape", "miss"): scheduler.cost_cache.computed_nodes,
+        ("node", "hit"): scheduler.node_verdicts.reused,
+        ("node", "miss"): scheduler.node_verdicts.computed,
     })
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
@@ -197,6 +199,9 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         tasks = [expiry, health, lag]
         if scheduler.live_pairs is not None:  # pair estimates read off the scheduling path
             tasks.append(asyncio.create_task(scheduler.live_pairs.poll()))
+        follower = getattr(scheduler.ledger, "follower", None)
+        if follower is not None:  # the ledger's change log read off the scheduling path
+            tasks.append(asyncio.create_task(follower.run()))
         yield
         for task in tasks:
             await _stop(task)

@@ -168,7 +168,7 @@ def _gpu_view(state, i: int) -> dict[str, object]:
 async def inspect(request: web.Request) -> web.Response:
     """Read-only view of the ledger: nodes -> GPUs -> pods holding a part of them."""
     scheduler = request.app[SCHEDULER]
-    state = await scheduler.view()
+    state = await scheduler.view(fresh=True)  # exactly what the store holds now
     wanted = request.match_info.get("node")
     if wanted is not None and wanted not in state.node_index:
         return _json({"error": f"node {wanted!r} is not in the GPU inventory"}, status=404)

@@ -25,6 +25,7 @@ from redis import exceptions as rex
 from extender.errors import LedgerBusy, LedgerUnavailable, ReservationConflict
 from extender.ledger import many, redis_many, rules, scripts
 from extender.ledger.connect import RedisOptions, close_client, make_client
+from extender.ledger.follow import ChangeFollower
 from extender.ledger.rules import STATE_RESERVED, GpuCapacity, Reservation
 from extender.ledger.scripts import LOG_MAX
 from extender.ledger.store import Applied, Change
@@ -72,6 +73,8 @@ class RedisLedger:
         self._replace = client.register_script(scripts.REPLACE)
         self.disruptions = 0  # connection failures and master moves seen so far
         self._reserve_many = client.register_script(redis_many.RESERVE_MANY)
+        # Reads the change log in the background once the app starts its task (run()).
+        self.follower = ChangeFollower(self)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "sparse:ledger:",
@@ -261,6 +264,20 @@ class RedisLedger:
             doc = fields.get(b"doc", b"")
             out.append((fields[b"uid"].decode(), rules.from_json(doc) if doc else None))
         return version, out
+
+    async def read_log(self, after: int, block_ms: int | None, count: int
+                       ) -> tuple[list[tuple[bytes, dict[bytes, bytes]]], int]:
+        """Log entries after version ``after`` (waiting up to ``block_ms`` for the first), and
+        the version counter read right after them (a hole or a wipe shows against it)."""
+        async def read() -> list[Any]:
+            async with self._r.pipeline(transaction=False) as pipe:
+                pipe.xread({self._keys[5]: f"{after}-0"}, count=count, block=block_ms)
+                pipe.get(self._keys[4])
+                return await pipe.execute()
+
+        streams, raw_version = await self._call("change log", read)
+        entries = streams[0][1] if streams else []
+        return entries, int(raw_version or 0)
 
     async def ping(self) -> None:
         """Reachable? Behind Sentinel also: is the master still the one we write to? (A

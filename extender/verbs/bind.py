@@ -163,8 +163,8 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
     last = ""
     for attempt in range(BIND_ATTEMPTS):
         if attempt or existing is not None or state is not s.state:
-            with stages.stage("ledger"):
-                state = await s.view()
+            with stages.stage("ledger"):  # after a conflict: read the store itself
+                state = await s.view(fresh=attempt > 0)
         choice = assign(state, demand, args.node, s.costing_policy)
         if choice is None:
             why = fit(state, demand, [args.node])

@@ -126,17 +126,18 @@ class CostCache:
         self.reused_gpus = 0  # candidate GPUs answered from the cache (per cached term)
         self.bypassed = 0  # calls with a term that reads more than the nodes' own state
 
-    def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks
-              ) -> tuple[np.ndarray, np.ndarray]:
-        """``policy.costs(state, demand, masks)``, from the cache where it still holds."""
+    def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks,
+              note: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """``policy.costs(state, demand, masks)``, from the cache where it still holds.
+        ``note=False``: the caller told the policy of the pod already (``NodeVerdicts``)."""
         key = shape_key(demand)
         host = getattr(state, "host", None)
         if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
                 or (host is not None and not host.stamped) or not len(masks.gpus)):
             return policy.costs(state, demand, masks)
-        note = getattr(policy, "note", None)
-        if note is not None:  # first: feeding a learned mix may replace what the epoch reads
-            note(demand)
+        tell = getattr(policy, "note", None) if note else None
+        if tell is not None:  # first: feeding a learned mix may replace what the epoch reads
+            tell(demand)
         terms = self._terms(policy, state, demand, key)
         if terms is None:  # the costs read more than the nodes' own state: not cacheable
             self.bypassed += 1

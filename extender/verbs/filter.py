@@ -14,7 +14,6 @@ import numpy as np
 
 from extender import protocol, stages
 from extender.demand import wants_gpu
-from extender.demandsource import NoPredictions
 from extender.errors import InvalidDemand
 from extender.outcome import Outcome
 from extender.placement import fit, node_costs
@@ -41,9 +40,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     slotted = await gang.filter_slot(s, pod, args)
     if slotted is not None:  # a gang worker goes to its slot's node
         return slotted
-    # With a networked demand source, the ledger is read while the prediction is fetched.
-    early = (None if isinstance(s.demand_source, NoPredictions)
-             else asyncio.ensure_future(s.view()))
+    # When the prediction is fetched from the network, the ledger is read meanwhile; else the
+    # view is taken in line (a task would wait its turn behind whatever the loop has queued).
+    early = asyncio.ensure_future(s.view()) if s.reads_prediction(pod) else None
     try:
         demand = await s.demand_of(pod)
         embedding = parse_embedding(pod.metadata.annotations)
@@ -60,7 +59,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     with stages.stage("ledger"):  # only what is left to wait for
         view = await (early if early is not None else s.view())
     state = s.own_excluded(view, demand.uid)
-    result = fit(state, demand, args.node_names)
+    # Per shape and node, kept while the node is not booked (None: not served there).
+    verdicts = s.node_verdicts.fits(s.policy, state, demand, args.node_names)
+    result = fit(state, demand, args.node_names) if verdicts is None else verdicts
     fitting = np.flatnonzero(result.fits)
     names = result.names
     if embedding is not None and embedding.required:  # opt-in: only the store's racks
@@ -76,7 +77,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         why = summarize(result.failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))
     elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
-        costs = node_costs(state, demand, result, s.costing_policy)[fitting]
+        costs = (node_costs(state, demand, result, s.costing_policy)[fitting]
+                 if verdicts is None
+                 else s.node_verdicts.costs(s.policy, state, demand, verdicts, fitting))
         s.cycle_costs.put(demand.uid, s.clock(),
                           CycleEntry.of(state, passed, result.nodes[fitting], costs))
     return protocol.filter_result(passed, result.failed, result.unresolvable, args)

@@ -159,7 +159,7 @@ async def reserve(s: Scheduler, req: GangReserve) -> GangAnswer:
         await release(s, GangRelease(job=req.job, attempt=req.attempt))
     last = ""
     for _ in range(RESERVE_ATTEMPTS):
-        state = await s.view()
+        state = await s.view(fresh=True)  # what was booked concurrently, at once
         booked, why = plan(state, s, demands, req.ttlSeconds)
         if why:
             _, never = plan(ClusterState.build(state.inventory, s.matrix), s, demands,
@@ -254,7 +254,7 @@ async def consume_slot(s: Scheduler, args: BindingArgs) -> Reservation | None:
     reservation = msgspec.structs.replace(
         held, pod_uid=args.pod_uid, name=args.pod_name, state=STATE_RESERVED, created_at=now,
         expires_at=now + s.reservation_ttl_s)
-    state = await s.view()
+    state = await s.view(fresh=True)
     gone = [g for g in reservation.gpus if g not in state.gpu_index]
     if gone:
         raise ReservationConflict(f"gang slot {slot}: GPU {gone[0]} left the inventory")

@@ -36,8 +36,11 @@ def scheduler(source) -> Scheduler:
                      policy=make_policy("sparse"), demand_source=source)
 
 
-def args(**kw):
-    return decode_extender_args(encode({"Pod": pod(**kw), "NodeNames": ["gpu-a", "gpu-b"]}))
+def args(model: bool = True, **kw):
+    p = pod(**kw)
+    if model:  # the predictor writes demands only for pods describing their model
+        p["metadata"]["annotations"]["sparse.io/model"] = '{"family": "dlrm"}'
+    return decode_extender_args(encode({"Pod": p, "NodeNames": ["gpu-a", "gpu-b"]}))
 
 
 async def test_same_answer_as_without_predictions() -> None:
@@ -52,3 +55,10 @@ async def test_invalid_demand_and_failing_source() -> None:
     assert not bad.NodeNames and "invalid GPU request" in str(bad.FailedAndUnresolvableNodes)
     with pytest.raises(ConnectionError):
         await scheduler(SlowPredictions(fail=True)).filter(args(mem=4096, milli=200))
+
+
+async def test_no_read_for_a_pod_that_describes_no_model() -> None:
+    """The predictor never writes a demand for such a pod: the source is not asked at all."""
+    answer = await scheduler(SlowPredictions(fail=True)).filter(args(model=False, mem=4096,
+                                                                      milli=200))
+    assert answer.NodeNames == ["gpu-a", "gpu-b"]

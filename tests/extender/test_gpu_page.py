@@ -20,7 +20,7 @@ def _samples(text: bytes) -> dict[tuple[str, tuple], float]:
     out = {}
     for family in text_string_to_metric_families(text.decode()):
         for s in family.samples:
-            if s.name.startswith("process_"):  # moves between two scrapes
+            if s.name.startswith(("process_", "python_gc_")):  # move between two scrapes
                 continue
             key = (s.name, tuple(sorted(s.labels.items())))
             assert key not in out, f"series twice: {key}"

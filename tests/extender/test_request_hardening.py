@@ -474,6 +474,7 @@ async def test_frozen_demand_store_is_cut_short_for_read_only_verbs(monkeypatch)
     s.demand_source = FrozenPredictions()
     async with TestClient(TestServer(make_app(Settings(), scheduler=s))) as c:
         p = pod("p", mem=100, milli=10)
+        p["metadata"]["annotations"]["sparse.io/model"] = "{}"  # a pod whose demand is read
         out = await post(c, "filter", {"Pod": p, "NodeNames": ["gpu-a"]})
         assert "TimeoutError" in out["Error"]
         assert await post(c, "prioritize", {"Pod": p, "NodeNames": ["gpu-a"]}) == []

@@ -1,0 +1,201 @@
+"""Filter's answer per pod shape and node: whether the pod fits there and what the best
+placement there costs, kept while the node's stamp stands (``ClusterState.node_stamp``).
+
+Replicas of one job, and pods of the few shapes a cluster runs, ask the same question of the
+same nodes again and again, and between two of them only the nodes booked since changed. A
+filter over 500 candidates then gathers 500 verdicts and recomputes a handful, where the fit
+check and the per-node assignment cost over every candidate GPU were the bulk of its work.
+
+The verdicts are what ``fit`` and ``node_costs`` answer, node by node: the fit of a node reads
+only that node's GPUs (and its CPU and memory left, which renew its stamp where a host view is
+attached and ``stamped``), and its cost only the policy's per-GPU costs of its GPUs, which come
+from the per-term ``CostCache`` either way. The reasons of the nodes that do not fit are not
+kept: they are summarised over the request's failing nodes, so they are asked of ``fit`` for
+exactly those nodes, in the request's order (the same words as one call over all of them).
+
+Costs are kept with the policy's terms (their keys, compared by value) and the global inputs
+they read (their epochs, compared by identity): a new fragmentation model or interference
+matrix makes every cost stale, not the fit. Where a term reads more than the nodes' own state
+(sparse's learned pair model, or its drain term while multi-GPU pods wait) the costs are
+computed as without this cache. A policy outside ``CACHED_POLICIES``, a demand that cannot be
+hashed, a host view without stamps or a candidate unknown to the inventory is not served here
+at all (``None``: the caller runs ``fit`` and ``node_costs`` as before). The policy learns of
+the pod (``note``) exactly once per filter that prices nodes, as it does without this cache.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement import ClusterState, Policy, fit, node_costs
+from extender.placement.fit import GpuMasks
+from extender.verbs.costcache import CACHED_POLICIES, FILL_ALL, CostCache, shape_key
+
+
+@dataclass
+class Verdicts:
+    """The filter's view of one request: candidates known to the inventory, in order."""
+
+    nodes: np.ndarray  # state indexes
+    names: list[str]
+    fits: np.ndarray  # bool per candidate
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    _key: Hashable = None
+    _entry: _Entry | None = None
+
+
+class _Entry:
+    def __init__(self, n_nodes: int) -> None:
+        self.fit_stamp = np.zeros(n_nodes, dtype=np.int64)  # node stamps the fits were made at
+        self.fits = np.zeros(n_nodes, dtype=bool)
+        self.cost_stamp = np.zeros(n_nodes, dtype=np.int64)
+        self.cost = np.full(n_nodes, np.inf)
+        self.terms: tuple[Hashable, ...] = ()  # the policy's term keys the costs were made of
+        self.epoch: tuple[object, ...] = ()  # the global inputs they read (held: no id reuse)
+
+    def costs_hold(self, terms: tuple[Hashable, ...], epoch: tuple[object, ...]) -> bool:
+        return terms == self.terms and len(epoch) == len(self.epoch) and all(
+            a is b for a, b in zip(epoch, self.epoch, strict=True))
+
+
+class _Unnoted:
+    """The cached policy, without telling it of the pod again (the filter did, once)."""
+
+    def __init__(self, policy: Policy, cache: CostCache) -> None:
+        self._policy = policy
+        self._cache = cache
+
+    def costs(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+              ) -> tuple[np.ndarray, np.ndarray]:
+        return self._cache.costs(self._policy, state, demand, masks, note=False)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._policy, name)
+
+
+class NodeVerdicts:
+    def __init__(self, cost_cache: CostCache, shapes: int = 256) -> None:
+        self.cost_cache = cost_cache
+        self.shapes = shapes
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._inventory: list[str] | None = None  # the state's GPU list (held: compared by id)
+        self.reused = 0  # candidate verdicts (fit or cost) answered from the cache
+        self.computed = 0  # node verdicts (fit or cost) computed
+
+    @staticmethod
+    def _terms(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
+               ) -> tuple[tuple[Hashable, ...], tuple[object, ...]] | None:
+        """The policy's term keys and their global inputs; None when a term reads more than
+        the nodes' own state (or the policy has no terms to tell)."""
+        terms = CostCache._terms(policy, state, demand, key)
+        if terms is None or any(t.epoch is None for t in terms):
+            return None
+        keys = tuple(t.key for t in terms)
+        epoch = tuple(o for t in terms for o in (*t.epoch, *(t.finish_epoch if t.finish
+                                                               else ())))
+        return keys, epoch
+
+    def fits(self, policy: Policy, state: ClusterState, demand: PodDemand,
+             candidates: list[str]) -> Verdicts | None:
+        """Which candidates fit (and why the others do not), from the cache where the node
+        did not change; None when this policy, demand or request is not served here."""
+        key = shape_key(demand)
+        host = getattr(state, "host", None)
+        if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
+                or (host is not None and not host.stamped) or not candidates):
+            return None
+        try:  # every candidate known (the common case): one C-level lookup
+            found = operator.itemgetter(*candidates)(state.node_index)
+        except KeyError:
+            return None  # unknown names: fit explains them
+        # (A name given twice gets the same verdict twice, as from fit.)
+        nodes = np.array(found if len(candidates) != 1 else [found], dtype=np.int64)
+        if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
+            self._inventory = state.gpu_uuid
+            self._entries.clear()
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(len(state.node_names))
+            while len(self._entries) > self.shapes:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(key)
+        stamps = state.node_stamp[nodes]
+        stale = np.flatnonzero(entry.fit_stamp[nodes] != stamps)
+        self.reused += len(nodes) - len(stale)
+        if _fill_all(len(stale), len(nodes), len(entry.fits)):
+            # Mostly unknown: every node of the inventory now, in one vectorised pass (the
+            # scheduler's candidate window moves with each pod; see costcache.FILL_ALL).
+            everywhere = np.flatnonzero(entry.fit_stamp != state.node_stamp)
+            self._fill_fits(entry, state, demand, everywhere,
+                            [state.node_names[i] for i in everywhere.tolist()])
+        elif len(stale):
+            self._fill_fits(entry, state, demand, nodes[stale],
+                            [candidates[i] for i in stale.tolist()])
+        fits = entry.fits[nodes]
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        if not fits.all():  # the reasons, summarised over exactly the failing nodes
+            bad = fit(state, demand, [candidates[i] for i in np.flatnonzero(~fits).tolist()])
+            failed, unresolvable = bad.failed, bad.unresolvable
+        return Verdicts(nodes, list(candidates), fits, failed, unresolvable, key, entry)
+
+    def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, v: Verdicts,
+              fitting: np.ndarray) -> np.ndarray:
+        """The best placement's cost on each fitting candidate (positions ``fitting``);
+        tells the policy of the pod first, as pricing the nodes does. Should a term that
+        cannot be kept appear with that (a pod now waits), they are priced without the
+        cache."""
+        note = getattr(policy, "note", None)
+        if note is not None:
+            note(demand)
+        entry = v._entry
+        told = self._terms(policy, state, demand, v._key)
+        if entry is None or told is None:  # priced as without the cache, not noted again
+            names = [v.names[i] for i in fitting.tolist()]
+            return node_costs(state, demand, fit(state, demand, names, explain=False),
+                              _Unnoted(policy, self.cost_cache))
+        if not entry.costs_hold(*told):  # a global input changed: every cost is stale
+            entry.cost_stamp[:] = 0
+            entry.terms, entry.epoch = told
+        nodes = v.nodes[fitting]
+        stamps = state.node_stamp[nodes]
+        stale = np.flatnonzero(entry.cost_stamp[nodes] != stamps)
+        self.reused += len(nodes) - len(stale)
+        if _fill_all(len(stale), len(nodes), len(entry.cost)):
+            # every node whose fit is current and true and whose cost is not (as for fits)
+            current = entry.fit_stamp == state.node_stamp
+            self._fill_costs(entry, policy, state, demand, np.flatnonzero(
+                current & entry.fits & (entry.cost_stamp != state.node_stamp)))
+        elif len(stale):
+            self._fill_costs(entry, policy, state, demand, nodes[stale])
+        return entry.cost[nodes]
+
+    def _fill_fits(self, entry: _Entry, state: ClusterState, demand: PodDemand,
+                   nodes: np.ndarray, names: list[str]) -> None:
+        if not len(nodes):
+            return
+        entry.fits[nodes] = fit(state, demand, names, explain=False).fits
+        entry.fit_stamp[nodes] = state.node_stamp[nodes]
+        self.computed += len(nodes)
+
+    def _fill_costs(self, entry: _Entry, policy: Policy, state: ClusterState,
+                    demand: PodDemand, nodes: np.ndarray) -> None:
+        """Costs of nodes the pod fits (their fits current in ``entry``)."""
+        if not len(nodes):
+            return
+        sub = fit(state, demand, [state.node_names[i] for i in nodes.tolist()], explain=False)
+        entry.cost[nodes] = node_costs(state, demand, sub, _Unnoted(policy, self.cost_cache))
+        entry.cost_stamp[nodes] = state.node_stamp[nodes]
+        self.computed += len(nodes)
+
+
+def _fill_all(stale: int, candidates: int, inventory: int) -> bool:
+    """Most candidates unknown, and the inventory not much larger than the request."""
+    return 2 * stale > candidates and inventory <= FILL_ALL * candidates

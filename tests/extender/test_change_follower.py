@@ -1,0 +1,171 @@
+"""A replica's view follows the Redis ledger through the background reader of its change log:
+what the reader has read is applied without a round trip; holes, wipes and a reader that is
+not live send the view back to the store; binds never book a GPU twice on a stale view."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from builders import gpu_node, inventory, pod
+
+from extender import protocol
+from extender.interference import default_matrix
+from extender.ledger.redis import RedisLedger
+from extender.placement import ClusterState, make_policy
+from extender.service import Scheduler
+
+KEYS = ("res", "mem", "milli", "exp", "ver", "log")
+
+
+def replica(redis_url: str, inv) -> Scheduler:  # noqa: ANN001
+    return Scheduler(inventory=inv, ledger=RedisLedger.from_url(redis_url, prefix="fol:"),
+                     matrix=default_matrix(), policy=make_policy("sparse"))
+
+
+async def place(s: Scheduler, p: dict, node: str = "n") -> str:
+    args = protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": [node]}).encode())
+    assert (await s.filter(args)).NodeNames == [node]
+    binding = protocol.decode_binding_args(json.dumps({
+        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
+        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
+    assert (await s.bind(binding)).Error == ""
+    return p["metadata"]["uid"]
+
+
+def counting_round_trips(s: Scheduler) -> list[int]:
+    reads: list[int] = []
+    for name in ("changes", "snapshot"):
+        original = getattr(s.ledger, name)
+
+        async def counted(*a, _original=original):  # noqa: ANN002, ANN202
+            reads.append(1)
+            return await _original(*a)
+
+        setattr(s.ledger, name, counted)
+    return reads
+
+
+async def store_state(s: Scheduler, inv) -> ClusterState:  # noqa: ANN001
+    version, everything = await s.ledger.snapshot()
+    return ClusterState.build(inv, default_matrix(), everything.values(), version)
+
+
+def same_bookings(a: ClusterState, b: ClusterState) -> bool:
+    return (a.version == b.version and set(a.reservations) == set(b.reservations)
+            and all(np.array_equal(getattr(a, k), getattr(b, k))
+                    for k in ("mem_used", "milli_used", "residents")))
+
+
+async def fresh_pair(redis_url: str, inv) -> tuple[Scheduler, Scheduler]:  # noqa: ANN001
+    a, b = replica(redis_url, inv), replica(redis_url, inv)
+    await a.ledger._r.delete(*(f"fol:{k}" for k in KEYS))
+    await a.release(await place(a, pod(mem=100, milli=10)))  # the numbering starts
+    await b.view()
+    await b.ledger.follower.read_once(block=False)
+    return a, b
+
+
+async def test_view_applies_what_the_reader_read_without_a_round_trip(redis_url) -> None:
+    inv = inventory(gpu_node("n", 4))
+    a, b = await fresh_pair(redis_url, inv)
+    try:
+        uids = [await place(a, pod(mem=8000, milli=300, job_class="cnn")) for _ in range(3)]
+        await a.release(uids[1])
+        await a.confirm(uids[0])
+        await b.ledger.follower.read_once(block=False)
+        reads = counting_round_trips(b)
+        state = await b.view()
+        assert reads == []
+        assert same_bookings(state, await store_state(a, inv))
+        assert set(state.reservations) == {uids[0], uids[2]}
+    finally:
+        await a.ledger.close()
+        await b.ledger.close()
+
+
+async def test_a_change_the_reader_has_not_read_yet_is_not_seen_until_it_reads(redis_url
+                                                                              ) -> None:
+    inv = inventory(gpu_node("n", 4))
+    a, b = await fresh_pair(redis_url, inv)
+    try:
+        before = (await b.view()).version
+        uid = await place(a, pod(mem=8000, milli=300))
+        assert uid not in (await b.view()).reservations  # the follower's, a moment behind
+        assert uid in (await b.view(fresh=True)).reservations  # the store's
+        await b.ledger.follower.read_once(block=False)
+        assert (await b.view()).version > before
+    finally:
+        await a.ledger.close()
+        await b.ledger.close()
+
+
+async def test_a_hole_in_the_log_sends_the_view_to_the_store(redis_url) -> None:
+    inv = inventory(gpu_node("n", 4))
+    a, b = await fresh_pair(redis_url, inv)
+    try:
+        first = await place(a, pod(mem=8000, milli=300))
+        version = int(await a.ledger._r.get("fol:ver"))
+        await a.ledger._r.xdel("fol:log", f"{version}-0")  # its log write was lost
+        second = await place(a, pod(mem=4000, milli=100))
+        await b.ledger.follower.read_once(block=False)
+        reads = counting_round_trips(b)
+        state = await b.view()
+        assert reads  # the follower cannot bridge the hole: the store is read
+        assert {first, second} <= set(state.reservations)
+        assert same_bookings(state, await store_state(a, inv))
+    finally:
+        await a.ledger.close()
+        await b.ledger.close()
+
+
+async def test_a_wiped_store_counts_a_disruption_and_the_view_is_rebuilt(redis_url) -> None:
+    inv = inventory(gpu_node("n", 4))
+    a, b = await fresh_pair(redis_url, inv)
+    try:
+        await place(a, pod(mem=8000, milli=300))
+        await b.ledger.follower.read_once(block=False)
+        assert (await b.view()).reservations
+        disruptions = b.ledger.disruptions
+        await a.ledger._r.delete(*(f"fol:{k}" for k in KEYS))
+        await b.ledger.follower.read_once(block=False)
+        assert b.ledger.disruptions == disruptions + 1
+        assert (await b.view()).reservations == {}
+    finally:
+        await a.ledger.close()
+        await b.ledger.close()
+
+
+async def test_a_reader_that_never_read_leaves_the_view_to_the_store(redis_url) -> None:
+    inv = inventory(gpu_node("n", 4))
+    a, b = replica(redis_url, inv), replica(redis_url, inv)
+    try:
+        await a.ledger._r.delete(*(f"fol:{k}" for k in KEYS))
+        await b.view()
+        uid = await place(a, pod(mem=8000, milli=300))
+        assert not b.ledger.follower.live
+        assert uid in (await b.view()).reservations
+    finally:
+        await a.ledger.close()
+        await b.ledger.close()
+
+
+async def test_bind_on_a_stale_view_never_books_a_gpu_twice(redis_url) -> None:
+    inv = inventory(gpu_node("n", 1, memory_mib=16000))
+    a, b = await fresh_pair(redis_url, inv)
+    try:
+        held = await place(a, pod(mem=12000, milli=500))  # b's reader has not read it
+        late = pod(mem=8000, milli=300)
+        args = protocol.decode_extender_args(json.dumps({"Pod": late, "NodeNames": ["n"]})
+                                             .encode())
+        assert (await b.filter(args)).NodeNames == ["n"]  # on the stale view it fits
+        binding = protocol.decode_binding_args(json.dumps({
+            "PodName": late["metadata"]["name"], "PodNamespace": "ml",
+            "PodUID": late["metadata"]["uid"], "Node": "n"}).encode())
+        assert "no longer fits" in (await b.bind(binding)).Error  # re-planned on the store
+        state = await store_state(a, inv)
+        assert set(state.reservations) == {held}
+        assert int(state.mem_used.max()) <= 16000
+    finally:
+        await a.ledger.close()
+        await b.ledger.close()

@@ -1,0 +1,113 @@
+"""Filter's per-shape, per-node verdicts (fit and cost) answer what fit and node_costs answer,
+and are recomputed exactly where a node changed: a booking, a release, a new inventory."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from builders import gpu_node, inventory, pod
+
+from extender import protocol
+from extender.interference import default_matrix
+from extender.inventory import annotation_value
+from extender.ledger.memory import MemoryLedger
+from extender.placement import make_policy
+from extender.service import Scheduler
+
+NODES = ("a", "b", "c", "d", "e")
+
+
+def cluster() -> Scheduler:
+    inv = inventory(gpu_node("a", 4), gpu_node("b", 2, model="A100-80GB", memory_mib=81920),
+                    gpu_node("c", 8, memory_mib=16384), gpu_node("d", 1), gpu_node("e", 4))
+    return Scheduler(inventory=inv, ledger=MemoryLedger(), matrix=default_matrix(),
+                     policy=make_policy("sparse"))
+
+
+def uncached(s: Scheduler) -> Scheduler:
+    s.node_verdicts.fits = lambda *a, **k: None  # fit and node_costs on every call
+    return s
+
+
+def filter_args(p: dict, names: tuple[str, ...] = NODES) -> protocol.ExtenderArgs:
+    return protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": list(names)})
+                                         .encode())
+
+
+async def bind(s: Scheduler, p: dict, node: str) -> None:
+    args = protocol.decode_binding_args(json.dumps({
+        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
+        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
+    assert (await s.bind(args)).Error == ""
+
+
+def cycle_costs(s: Scheduler, uid: str) -> list[float] | None:
+    entry = s.cycle_costs._by_uid.get(uid)
+    return None if entry is None else entry[1].costs.tolist()
+
+
+SHAPES = [dict(mem=4000, milli=200, job_class="cnn"), dict(mem=12000, milli=500),
+          dict(mem=30000, milli=100, job_class="recommendation"), dict(gpus=1),
+          dict(gpus=2), dict(mem=2000, milli=300, job_class="transformer"),
+          dict(gpus=4), dict(mem=70000, milli=200)]
+
+
+async def test_same_answers_and_costs_as_without_the_cache_over_bookings_and_releases(
+) -> None:
+    rng = random.Random(7)
+    cached, plain = cluster(), uncached(cluster())
+    bound: list[dict] = []
+    for step in range(120):
+        p = pod(**rng.choice(SHAPES))
+        names = tuple(rng.sample(NODES, rng.randint(1, len(NODES))))
+        a = await cached.filter(filter_args(p, names))
+        b = await plain.filter(filter_args(p, names))
+        assert protocol.encode(a) == protocol.encode(b), step
+        assert cycle_costs(cached, p["metadata"]["uid"]) == cycle_costs(
+            plain, p["metadata"]["uid"]), step
+        if a.NodeNames and rng.random() < 0.6:
+            node = rng.choice(a.NodeNames)
+            await bind(cached, p, node)
+            await bind(plain, p, node)
+            bound.append(p)
+        if bound and rng.random() < 0.25:
+            gone = bound.pop(rng.randrange(len(bound)))
+            await cached.release(gone["metadata"]["uid"])
+            await plain.release(gone["metadata"]["uid"])
+    assert cached.node_verdicts.reused > 0  # the cache did answer, and alike
+
+
+async def test_only_the_booked_node_is_computed_again() -> None:
+    s = cluster()
+    first = pod(mem=4000, milli=200, job_class="cnn")
+    assert len((await s.filter(filter_args(first))).NodeNames) == len(NODES)
+    await bind(s, first, "a")
+    before = s.node_verdicts.computed
+    again = pod(mem=4000, milli=200, job_class="cnn")
+    assert len((await s.filter(filter_args(again))).NodeNames) == len(NODES)
+    assert s.node_verdicts.computed - before == 2  # node a: its fit, then its cost
+
+
+async def test_a_full_node_stops_passing_and_passes_again_once_released() -> None:
+    s = cluster()
+    whole = pod(gpus=1)
+    assert "d" in (await s.filter(filter_args(whole, ("d", "e")))).NodeNames
+    await bind(s, whole, "d")  # d has one GPU: now full for this shape
+    second = pod(gpus=1)
+    answer = await s.filter(filter_args(second, ("d", "e")))
+    assert answer.NodeNames == ["e"]
+    assert "free GPUs" in answer.FailedNodes["d"]
+    await s.release(whole["metadata"]["uid"])
+    assert (await s.filter(filter_args(pod(gpus=1), ("d", "e")))).NodeNames == ["d", "e"]
+
+
+async def test_a_node_whose_gpus_change_is_judged_on_its_new_gpus() -> None:
+    s = cluster()
+    big = dict(mem=60000, milli=100)
+    assert (await s.filter(filter_args(pod(**big), ("a", "e")))).NodeNames == []
+    grown = gpu_node("e", 2, model="A100-80GB", memory_mib=81920)
+    assert s.update_node("e", {"sparse.io/gpu-inventory": annotation_value(grown.gpus)})
+    answer = await s.filter(filter_args(pod(**big), ("a", "e")))
+    assert answer.NodeNames == ["e"]
+    assert "GPU size" in answer.FailedAndUnresolvableNodes["a"]
