@@ -337,6 +337,17 @@ class LocalityIndex:
             c = self._col(table)
             self.total[c] = max(self.total[c], total)
 
+    def cache_of(self, name: str) -> dict[str, dict[str, int]]:
+        """What the index knows of a node's cache, per table: rows held, readers and their ids
+        per step (empty when the node published nothing); for inspection."""
+        i = self.slot.get(name)
+        if i is None or not self.ent_col.shape[1]:
+            return {}
+        names = {c: t for t, c in self.col.items()}
+        return {names[int(c)]: {"rows": int(h), "readers": int(r), "ids": int(d)}
+                for c, h, r, d in zip(self.ent_col[i], self.ent_held[i], self.ent_readers[i],
+                                      self.ent_ids[i], strict=True) if c >= 0}
+
     @property
     def table_total(self) -> dict[str, int]:
         """Per table: its size in rows, where a cache published it."""
