@@ -134,6 +134,29 @@ def test_sweep_cli_writes_ratios_and_plot(tmp_path):
     assert (tmp_path / "sweep.png").exists()
 
 
+def test_table_scale_sweep_and_shipped_runs_from_a_locality_folder(tmp_path):
+    import json
+
+    import yaml
+
+    from bench.sim.locality import TOPOLOGY
+    from bench.sim.locality_sweep import shipped_runs, sweeps
+
+    raw = yaml.safe_load(TOPOLOGY.read_text())
+    over = sweeps()["table-scale"].overrides(raw, 10.0)
+    assert over == {"tables.rows_min": raw["tables"]["rows_min"] * 10,
+                    "tables.rows_max": raw["tables"]["rows_max"] * 10}
+    run = {"mode": "continuous", "scenario": "recommendation", "seed": 7, "jobs": 24,
+           "locality": True, "jct_mean": 2.0, "rec_jct_mean": 3.0, "makespan": 4.0,
+           "fetch_share": 0.5, "placed_store_rack": 0.25, "link_stretch": 1.5, "hit_ratio": 0.7}
+    other = {**run, "mode": "high-load"}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n" + json.dumps(other) + "\n")
+    got = shipped_runs(tmp_path, ["uplink", "table-scale"], [7], None, 24)
+    assert [(r.sweep, r.value, r.hit_ratio) for r in got] == [
+        ("uplink", sweeps()["uplink"].shipped, 0.7), ("table-scale", 1.0, 0.7)]
+    assert shipped_runs(tmp_path, ["uplink"], [8], None, 24) == []  # other seeds: rerun
+
+
 def test_the_scheduler_scores_the_room_the_replay_caches_give():
     """One LFU room split: what the extender's index expects a job's tables to get on a node
     (from the published annotation: readers and their ids per step) is what the replay's
