@@ -339,8 +339,9 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 
 @main.command("locality-sweep")
 @click.option("--sweep", "names", multiple=True,
-              type=click.Choice(["uplink", "cache", "store-racks", "store-gbps", "fetch"]),
-              default=("uplink", "cache", "store-racks", "store-gbps", "fetch"),
+              type=click.Choice(["uplink", "cache", "store-racks", "store-gbps", "fetch",
+                                 "table-scale"]),
+              default=("table-scale", "store-gbps", "uplink"),
               show_default=True, help="topology parameter to move (others as in the file)")
 @click.option("--topology", default=None, help="topology YAML (default: "
               "bench/data/locality/topology.yaml)")
@@ -349,11 +350,20 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="topology value under every point, e.g. links.shard_gbps=25")
+@click.option("--shipped-from", default=None, type=click.Path(exists=True, file_okay=False),
+              help="a `locality` results folder of the same seeds and topology: its continuous "
+              "recommendation runs stand for every sweep's shipped value (not rerun)")
 @click.option("--out", default=None, help="results folder (default results/locality-sweep-<time>)")
-def locality_sweep(names, topology, seeds, n_jobs, workers, sets, out) -> None:
+def locality_sweep(names, topology, seeds, n_jobs, workers, sets, shipped_from, out) -> None:
     """Embedding locality: mean JCT with / without the term against topology parameters."""
     from bench.sim.locality import Topology
-    from bench.sim.locality_sweep import parse_set, points, sweep_job, write_sweep
+    from bench.sim.locality_sweep import (
+        parse_set,
+        points,
+        shipped_runs,
+        sweep_job,
+        write_sweep,
+    )
 
     try:
         base = parse_set(sets)
@@ -361,12 +371,20 @@ def locality_sweep(names, topology, seeds, n_jobs, workers, sets, out) -> None:
     except (ValueError, KeyError, TypeError) as exc:
         raise click.BadParameter(str(exc), param_hint="--set") from None
     kw = {"n_jobs": n_jobs, "topology": topology, "base": base}
-    jobs = [(n, v, s, loc, kw) for n, v, s in points(list(names), parse_seeds(seeds), topology)
-            for loc in (False, True)]
+    seed_list = parse_seeds(seeds)
+    given = (shipped_runs(Path(shipped_from), list(names), seed_list, topology, n_jobs)
+             if shipped_from and not base else [])
+    have = {(r.sweep, r.value, r.seed, r.locality) for r in given}
+    jobs = [(n, v, s, loc, kw) for n, v, s in points(list(names), seed_list, topology)
+            for loc in (False, True) if (n, v, s, loc) not in have]
     folder = _out_dir(out, "locality-sweep")
     runs = _run_all(jobs, sweep_job, workers,
                     lambda j: f"{j[0]}={j[1]:g} {'on' if j[3] else 'off'} seed {j[2]}",
                     folder / "runs.jsonl")
+    with (folder / "runs.jsonl").open("a") as sink:  # the folder holds every run it reports
+        sink.writelines(json.dumps(r.to_json()) + "\n" for r in given)
+    runs = given + runs
+
     path = write_sweep(runs, folder, "sparse-bench " + shlex.join(sys.argv[1:]), topology)
     click.echo(f"report: {path}")
 

@@ -4,8 +4,10 @@ a bounded rate, for the scheduler's locality term (``extender.placement.locality
 Content: rows per table (cached blocks x block rows, counted with ``SCAN``, so Redis is never
 blocked), each table's size from the store's metadata, bytes used and ``maxmemory``, and the
 readers per table: the running pods on the node that declare it (``sparse.io/embedding``; one
-pod list by ``spec.nodeName``, at most once per ``min_interval_s``), which lets the scheduler
-tell the tables in use from leftovers and the cache room a newcomer would take. A patch is
+pod list by ``spec.nodeName``, at most once per ``min_interval_s``) and the ids per step they
+declare (``idsPerStep``, summed per table), which lets the scheduler tell the tables in use
+from leftovers and split the cache's room as its LFU policy will (by how often each table's
+rows are read). A patch is
 sent at most every ``min_interval_s`` and only when the content moved materially (a table came
 or went, or its rows changed by more than ``min_change``), plus every ``max_interval_s`` so a
 reader can tell a live cache from a stale annotation.
@@ -37,6 +39,29 @@ class Snapshot:
     used_bytes: int
     capacity_bytes: int
     readers: dict[str, int] | None = None  # None = not counted
+    ids: dict[str, int] | None = None  # per table: the readers' declared ids per step, summed
+
+
+@dataclass(frozen=True)
+class Readers:
+    """Per table: the pods on the node that read it, and the ids per step they declare."""
+
+    pods: dict[str, int]
+    ids: dict[str, int]
+
+
+def count_ids(annotations: Iterable[Mapping[str, str] | None]) -> dict[str, int]:
+    """Declared ids per step per table, summed over the pods (``idsPerStep``; pods without it
+    add nothing)."""
+    out: dict[str, int] = {}
+    for ann in annotations:
+        try:
+            spec = parse_embedding(ann)
+        except InvalidEmbedding:
+            continue
+        for table, n in ((spec.ids_per_step or {}) if spec else {}).items():
+            out[table] = out.get(table, 0) + n
+    return out
 
 
 def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> dict[str, int]:
@@ -53,11 +78,13 @@ def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> dict[str, 
     return out
 
 
-async def node_readers(core: Any, node: str) -> dict[str, int]:
-    """Readers per table among the pods running (or starting) on ``node``: one list call."""
+async def node_readers(core: Any, node: str) -> Readers:
+    """Readers per table among the pods running (or starting) on ``node``, and their ids per
+    step: one list call."""
     pods = await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
-    return count_readers(p.metadata.annotations for p in pods.items
-                         if (p.status.phase if p.status else None) in ("Pending", "Running"))
+    live = [p.metadata.annotations for p in pods.items
+            if (p.status.phase if p.status else None) in ("Pending", "Running")]
+    return Readers(count_readers(live), count_ids(live))
 
 
 def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000) -> Snapshot:
@@ -85,7 +112,8 @@ def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000)
 
 
 def changed(old: Snapshot | None, new: Snapshot, min_change: float) -> bool:
-    if old is None or set(old.rows) != set(new.rows) or old.readers != new.readers:
+    if (old is None or set(old.rows) != set(new.rows) or old.readers != new.readers
+            or old.ids != new.ids):
         return True
     return any(abs(new.rows[t] - old.rows[t]) > min_change * max(old.rows[t], 1)
                for t in new.rows)
@@ -99,7 +127,8 @@ class CachePublisher:
     max_interval_s: float = 600.0
     min_change: float = 0.05
     clock: Callable[[], float] = time.time
-    readers: Callable[[Any], Awaitable[dict[str, int]]] | None = None  # core -> per table
+    # core -> readers per table (a dict, or ``Readers`` with their ids per step)
+    readers: Callable[[Any], Awaitable[dict[str, int] | Readers]] | None = None
     last: Snapshot | None = None
     last_at: float = field(default=-1e18)
     writes: int = 0
@@ -117,11 +146,13 @@ class CachePublisher:
         if not force and now - self.last_at < self.min_interval_s:
             return False
         if self.readers is not None:
-            snap = dataclasses.replace(snap, readers=await self.readers(core))
+            got = await self.readers(core)
+            snap = (dataclasses.replace(snap, readers=got.pods, ids=got.ids)
+                    if isinstance(got, Readers) else dataclasses.replace(snap, readers=got))
         if not force and not self.due(snap, now):
             return False
         value = encode_cache(snap.rows, snap.totals, snap.used_bytes, snap.capacity_bytes, now,
-                             snap.readers)
+                             snap.readers, snap.ids)
         body = {"metadata": {"annotations": {ANN_EMBEDDING_CACHE: value}}}
         await core.patch_node(self.node, body, _content_type=MERGE)
         self.last, self.last_at = snap, now

@@ -242,8 +242,10 @@ class NodeCaches:
         used = sum(held.values()) * (self.row_bytes + KEY_OVERHEAD_BYTES)
         cap = self.capacity * (self.row_bytes + KEY_OVERHEAD_BYTES)
         readers = dict(self.active[node])
+        ids = {t: int(n * self.draws.get(t, 0)) for t, n in readers.items()}
         totals = {t: self.rows[t] for t in {*held, *readers}}
-        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now, readers)}
+        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now, readers,
+                                                  ids)}
 
 
 @dataclass

@@ -8,7 +8,8 @@ Sweeps (``SWEEPS``):
 * ``cache``: the node cache's size (GiB; nodes have 768 GiB of host memory);
 * ``store-racks``: racks holding store shards (each rack's shards bring the file's egress);
 * ``store-gbps``: the store's egress (Gb/s; each shard serves its part, NIC-capped);
-* ``fetch``: distinct rows one step fetches per table (the fetch share of the step time).
+* ``fetch``: distinct rows one step fetches per table (the fetch share of the step time);
+* ``table-scale``: every table's rows times a factor (the caches' size against the tables).
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class Sweep:
             return {"links.shard_gbps": float(value) / shard_count(raw)}
         if self.name == "fetch":
             return {"jobs.unique_rows_per_table_step": float(value)}
+        if self.name == "table-scale":
+            t = raw["tables"]
+            return {"tables.rows_min": int(t["rows_min"] * value),
+                    "tables.rows_max": int(t["rows_max"] * value)}
         raise KeyError(self.name)
 
 
@@ -76,15 +81,15 @@ def sweeps(topology: str | Path | None = None) -> dict[str, Sweep]:
     n_racks = len(raw["zones"]) * raw["racks_per_zone"]
     return {s.name: s for s in (
         Sweep("uplink", "rack uplink oversubscription (x:1 vs the nodes' NICs)",
-              (1.0, 2.0, 4.0, 8.0), downlink / float(links["rack_uplink_gbps"])),
+              (1.0, 3.0, 8.0), round(downlink / float(links["rack_uplink_gbps"]), 2)),
         Sweep("cache", "node cache (GiB)", (4.0, 16.0, 64.0, 256.0),
               float(raw["cache"]["gib_per_node"])),
         Sweep("store-racks", f"racks with store shards (of {n_racks})",
               tuple(float(k) for k in range(1, n_racks + 1)), float(len(raw["store"]["racks"]))),
-        Sweep("store-gbps", "store egress (Gb/s)", (20.0, 40.0, 100.0, 400.0),
-              store_egress(raw)),
+        Sweep("store-gbps", "store egress (Gb/s)", (20.0, 40.0, 100.0), store_egress(raw)),
         Sweep("fetch", "distinct rows fetched per table and step", (5e3, 1.5e4, 5e4, 1.5e5),
               float(raw["jobs"]["unique_rows_per_table_step"])),
+        Sweep("table-scale", "table size (x the shipped rows)", (0.1, 1.0, 10.0), 1.0),
     )}
 
 
@@ -100,6 +105,7 @@ class SweepRun:
     fetch_share: float
     placed_store_rack: float
     link_stretch: float
+    hit_ratio: float = float("nan")  # share of the fetched rows the node caches served
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -127,7 +133,25 @@ def sweep_job(args: tuple) -> SweepRun:
     r = run_locality(seed=seed, locality=locality,
                      overrides={**base, **s.overrides(raw, value)}, **kw)
     return SweepRun(sweep, value, seed, locality, r.jct_mean, r.rec_jct_mean, r.makespan,
-                    r.fetch_share, r.placed_store_rack, r.link_stretch)
+                    r.fetch_share, r.placed_store_rack, r.link_stretch, r.hit_ratio)
+
+
+def shipped_runs(folder: Path, names: list[str], seeds: list[int],
+                 topology: str | Path | None, n_jobs: int) -> list[SweepRun]:
+    """The continuous recommendation runs of a ``locality`` results folder, as each sweep's
+    runs at its shipped value (the same runs: shipped topology, same seeds and jobs)."""
+    defs = sweeps(topology)
+    out = []
+    for line in (folder / "runs.jsonl").read_text().splitlines():
+        d = json.loads(line) if line.strip() else None
+        if (not d or d.get("mode") != "continuous" or d.get("scenario") != "recommendation"
+                or d.get("seed") not in seeds or d.get("jobs") != n_jobs):
+            continue
+        out += [SweepRun(n, defs[n].shipped, d["seed"], d["locality"], d["jct_mean"],
+                         d["rec_jct_mean"], d["makespan"], d["fetch_share"],
+                         d["placed_store_rack"], d["link_stretch"], d["hit_ratio"])
+                for n in names]
+    return out
 
 
 def summarise(runs: list[SweepRun]) -> pd.DataFrame:
@@ -143,6 +167,7 @@ def summarise(runs: list[SweepRun]) -> pd.DataFrame:
                          "fetch_share_off": off.fetch_share,
                          "store_rack_off": off.placed_store_rack,
                          "store_rack_on": on.placed_store_rack,
+                         "hit_ratio_off": off.hit_ratio, "hit_ratio_on": on.hit_ratio,
                          "link_stretch_off": off.link_stretch})
     per_seed = pd.DataFrame(rows)
     if per_seed.empty:
@@ -152,7 +177,8 @@ def summarise(runs: list[SweepRun]) -> pd.DataFrame:
         jct_ratio_min=("jct_ratio", "min"), jct_ratio_max=("jct_ratio", "max"),
         rec_jct_ratio=("rec_jct_ratio", "mean"), makespan_ratio=("makespan_ratio", "mean"),
         fetch_share_off=("fetch_share_off", "mean"), store_rack_off=("store_rack_off", "mean"),
-        store_rack_on=("store_rack_on", "mean"), link_stretch_off=("link_stretch_off", "mean"))
+        store_rack_on=("store_rack_on", "mean"), hit_ratio_off=("hit_ratio_off", "mean"),
+        hit_ratio_on=("hit_ratio_on", "mean"), link_stretch_off=("link_stretch_off", "mean"))
     return table.reset_index()
 
 

@@ -166,7 +166,8 @@ def _gpu_view(state, i: int) -> dict[str, object]:
 
 
 async def inspect(request: web.Request) -> web.Response:
-    """Read-only view of the ledger: nodes -> GPUs -> pods holding a part of them."""
+    """Read-only view of the ledger: nodes -> GPUs -> pods holding a part of them (and, where
+    a node's embedding cache published, what the locality term knows of it)."""
     scheduler = request.app[SCHEDULER]
     state = await scheduler.view(fresh=True)  # exactly what the store holds now
     wanted = request.match_info.get("node")
@@ -177,7 +178,11 @@ async def inspect(request: web.Request) -> web.Response:
     for name in names:
         n = state.node_index[name]
         gpus = {state.gpu_uuid[i]: _gpu_view(state, i) for i in state.gpus_of(n)}
-        nodes.append({"name": name, "gpus": list(gpus.values())})
+        node = {"name": name, "gpus": list(gpus.values())}
+        cache = scheduler.locality.cache_of(name)
+        if cache:  # what the locality term reads of the node's embedding cache
+            node["embedding_cache"] = cache
+        nodes.append(node)
         for r in state.reservations.values():
             if r.node != name:
                 continue

@@ -13,20 +13,18 @@ holds a table's hottest rows first, so a cache holding ``c`` rows serves its top
   less than their share of the draws. This is the share that relieves the store's links.
 
 Cache room: an LFU cache shared by the tables that jobs on the node read keeps the rows read
-most often, so a table's part grows with its readers and shrinks with its size (``lfu_room``,
-what the replay's caches do); tables nobody reads any more are evicted first (their counters
-decay). ``CacheRoomModel.room`` is the scheduler's estimate of that part per node.
+most often, so a table's part grows with its readers and their ids per step and shrinks with
+its size (``lfu_room``: one function, vectorised over caches, for the replay's caches and the
+scheduler's estimate); tables nobody reads any more are evicted first (their counters decay).
 
-``CacheRoomModel`` applies this per node to what the locality index knows of each node's cache
-(its size, rows held and readers per table).
+``extender.placement.cache_room.CacheRoomModel`` applies this to every candidate node at once,
+from what the locality index knows of each node's cache (its size, rows held, readers and their
+ids per step per table).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from functools import lru_cache
-from typing import Protocol
 
 import numpy as np
 
@@ -77,6 +75,50 @@ def served_share(cached: np.ndarray | float, hot: float, alpha: float,
     return np.where(cached >= 1, held, 0.0)
 
 
+@lru_cache(maxsize=64)
+def _stacked_curves(keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
+    """The fetched-row curves of ``keys`` (table size, ids per step), one row each: the
+    share of a step's distinct rows among the top ranks, on ``distinct_curve``'s log-spaced
+    grid (log rank linear in the column; zeros for a size <= 1)."""
+    out = np.zeros((len(keys), GRID))
+    for g, (n, draws) in enumerate(keys):
+        if n > 1:
+            cum = distinct_curve(n, alpha, draws)[1]
+            out[g] = cum / cum[-1]
+    out.setflags(write=False)
+    return out
+
+
+def served_shares(cached: np.ndarray, group: np.ndarray, size: np.ndarray, alpha: float,
+                  draws: np.ndarray) -> np.ndarray:
+    """``served_share`` element-wise, all in one pass: ``cached`` rows held of table
+    ``group[i]``'s hot set of ``size[group[i]]`` rows, counting fetched rows at
+    ``draws[group[i]]`` ids per step (NaN: lookups)."""
+    size_i = size[group]
+    cached = np.minimum(np.asarray(cached, dtype=np.float64), size_i)
+    out = np.zeros(len(cached))
+    ok = (cached >= 1) & (size_i >= 1)
+    if alpha == 0 or not ok.any():
+        return np.where(ok, cached / np.maximum(size_i, 1.0), 0.0)
+    by_draws = ~np.isnan(draws) & (size > 1)
+    lookups = ok & ~by_draws[group]
+    if lookups.any():
+        out[lookups] = zipf_norm(cached[lookups], alpha) / zipf_norm(size_i[lookups], alpha)
+    fetched = ok & by_draws[group]
+    if fetched.any():
+        keys = tuple((float(n), float(d)) if b else (0.0, 0.0)
+                     for n, d, b in zip(size.tolist(), draws.tolist(), by_draws.tolist(),
+                                        strict=True))
+        curves = _stacked_curves(keys, float(alpha))
+        # The grid is log-spaced, so a rank's place on it is linear in its log: no search.
+        pos = np.log(cached[fetched]) / np.log(size_i[fetched]) * (GRID - 1)
+        i = np.minimum(pos.astype(np.int64), GRID - 2)
+        frac = np.minimum(pos - i, 1.0)
+        g = group[fetched]
+        out[fetched] = curves[g, i] * (1 - frac) + curves[g, i + 1] * frac
+    return out
+
+
 def draws_for_distinct(n: float, alpha: float, distinct: float) -> float:
     """The ids per step whose deduplication leaves ``distinct`` rows (bisection in log space;
     ``distinct`` is capped at 99 % of ``n``)."""
@@ -89,215 +131,75 @@ def draws_for_distinct(n: float, alpha: float, distinct: float) -> float:
     return hi
 
 
-def lfu_room(capacity: float, readers: np.ndarray, rows: np.ndarray, alpha: float,
-             draws: np.ndarray | None = None) -> np.ndarray:
-    """Rows of each table an LFU cache of ``capacity`` rows keeps when ``readers[i]`` running
-    jobs read table ``i`` of ``rows[i]`` rows (``draws[i]`` ids per step; equal when None).
+def lfu_weights(reads: np.ndarray, rows: np.ndarray, alpha: float,
+                norm: np.ndarray | None = None) -> np.ndarray:
+    """A table's pull on LFU room (``lfu_room``): ``(reads / Z(rows))^(1/alpha)`` where it is
+    read (0 elsewhere); ``rows`` per table (the last axis) or per element; ``norm``: ``Z(rows)``
+    when the caller has it."""
+    reads = np.asarray(reads, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.float64)
+    out = np.zeros(reads.shape)
+    on = (reads > 0) & (rows >= 1)
+    if not on.any():
+        return out
+    if alpha <= 0:  # rows by count: the room follows the reads
+        return np.where(on, reads, 0.0)
+    z = zipf_norm(rows, alpha) if norm is None else norm
+    per_row = np.broadcast_to(1.0 / np.maximum(z, 1e-300), reads.shape)
+    out[on] = (reads[on] * per_row[on]) ** (1.0 / alpha)
+    return out
+
+
+def water_fill(capacity: np.ndarray, weight: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per cache (row of ``weight``): ``capacity`` split over its tables in proportion to
+    ``weight``, no table above its ``rows``; what a table that fits whole leaves goes to the
+    others. An infinite capacity gives inf everywhere."""
+    n, t = weight.shape
+    out = np.zeros((n, t))
+    if not n or not t:
+        return out
+    cap = np.broadcast_to(np.asarray(capacity, dtype=np.float64), (n,))
+    unknown = ~np.isfinite(cap)
+    left = np.where(unknown, 0.0, np.maximum(cap, 0.0))
+    rows = np.broadcast_to(np.maximum(np.asarray(rows, dtype=np.float64), 1.0), (n, t))
+    for _ in range(t + 1):
+        total = weight.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = np.where(total > 0, left / total, 0.0)
+        share = scale[:, None] * weight
+        full = share >= rows  # never where the weight is 0: a table has a row at least
+        if not full.any():
+            out += share
+            break
+        out[full] = rows[full]
+        left = left - np.where(full, rows, 0.0).sum(axis=1)
+        weight = np.where(full, 0.0, weight)
+    out[unknown] = np.inf
+    return out
+
+
+def lfu_room(capacity: np.ndarray | float, readers: np.ndarray, rows: np.ndarray, alpha: float,
+             draws: np.ndarray | float | None = None) -> np.ndarray:
+    """Rows of each table an LFU cache of ``capacity`` rows keeps when ``readers[..., i]``
+    running jobs read table ``i`` of ``rows[i]`` rows, each ``draws[..., i]`` ids per step (1
+    when None). Vectorised over caches: ``readers`` (and ``draws``) of shape ``(tables,)`` for
+    one cache or ``(caches, tables)`` with ``capacity`` per cache; the result has their shape.
+    An infinite capacity (size unknown) gives inf for every table. The one model of the room
+    split: the replay's caches (``bench/sim/locality.py``) and the scheduler's estimate
+    (``CacheRoomModel``) both use it.
 
     LFU keeps the rows read most often. Rank ``k`` of table ``i`` is read about
     ``readers_i * draws_i * p1_i * k^-alpha`` times per step (``p1_i = 1 / Z(rows_i)``; a step
     fetches a row once however often its batch draws it, which only caps the hottest rows, all
     kept anyway), so the rows above a common rate threshold are
-    ``c_i ~ (readers_i * draws_i * p1_i)^(1/alpha)``: a table read by three jobs keeps about three
-    times the rows of one read by one. Tables that fit whole give their spare room to the rest
-    (water-filling)."""
-    readers = np.asarray(readers, dtype=np.float64)
-    rows = np.asarray(rows, dtype=np.float64)
-    out = np.zeros(len(rows))
-    if capacity <= 0 or not len(rows):
-        return out
-    a = max(alpha, 1e-3)
-    rate = readers / zipf_norm(rows, alpha) * (1.0 if draws is None else np.asarray(draws))
-    weight = np.where((readers > 0) & (rows >= 1), np.maximum(rate, 0.0) ** (1.0 / a), 0.0)
-    left, open_ = float(capacity), weight > 0
-    for _ in range(len(rows) + 1):
-        total = weight[open_].sum()
-        if total <= 0:
-            break
-        share = np.where(open_, left * weight / total, 0.0)
-        full = open_ & (share >= rows)
-        if not full.any():
-            out[open_] = share[open_]
-            break
-        out[full] = rows[full]
-        left -= rows[full].sum()
-        open_ &= ~full
-    return out
-
-
-class _Weights(Protocol):
-    @property
-    def cache(self) -> float: ...
-    @property
-    def id_skew(self) -> float: ...
-
-
-class TableDemand(Protocol):
-    """The tables a job reads (``locality.EmbeddingSpec``)."""
-
-    @property
-    def tables(self) -> tuple[str, ...]: ...
-    @property
-    def hot_rows(self) -> Mapping[str, int] | None: ...
-    @property
-    def ids_per_step(self) -> Mapping[str, int] | None: ...
-
-
-class CacheIndex(Protocol):
-    """The per-node arrays ``CacheRoomModel`` reads (``locality.LocalityIndex`` has them); a
-    protocol, so this module need not import the index, which imports it."""
-
-    weights: _Weights
-    slot: Mapping[str, int]
-    cap_bytes: np.ndarray  # the cache's maxmemory per node (0 = not published)
-    row_bytes: np.ndarray  # bytes per cached row per node (0 = unknown)
-    table_rows: dict[str, np.ndarray]
-    table_readers: dict[str, np.ndarray]
-    table_total: dict[str, int]
-
-
-def gather(arr: np.ndarray, slots: np.ndarray, default: float = 0) -> np.ndarray:
-    """``arr`` per slot, ``default`` for slot -1 (a node never seen) or before any node."""
-    if not len(arr):  # no node seen yet
-        return np.full(len(slots), default, dtype=arr.dtype)
-    return np.where(slots >= 0, arr[np.maximum(slots, 0)], default)
-
-
-@lru_cache(maxsize=4096)
-def _zipf_total(size: float, alpha: float) -> float:
-    return float(zipf_norm(size, alpha))
-
-
-class CacheRoomModel:
-    """What each node's cache holds and would hold for a job: its size in rows, the LFU room
-    each table in use gets there, the share of a job's traffic it serves and what the job's
-    arrival costs the readers already there. Split from the index so the index keeps the
-    node/store bookkeeping; it reads the index's arrays at call time (they grow by
-    reallocation, so no reference to them is kept)."""
-
-    def __init__(self, index: CacheIndex) -> None:
-        self.index = index
-
-    def _hot_rows(self, spec: TableDemand) -> list[float]:
-        """Per table of the job: its hot set in rows (declared, else the table's published size;
-        NaN when neither is known)."""
-        hot = []
-        for t in spec.tables:
-            h = (spec.hot_rows or {}).get(t) or self.index.table_total.get(t)
-            hot.append(float(h) if h else math.nan)
-        return hot
-
-    def capacity_rows(self, slots: np.ndarray) -> np.ndarray:
-        """Per node: the cache's size in rows (its bytes over its bytes per row, or the
-        cluster's median row size for an empty cache); inf where unknown."""
-        known = self.index.row_bytes[:len(self.index.slot)]
-        known = known[known > 0]
-        fallback = float(np.median(known)) if len(known) else 0.0
-        row_bytes = gather(self.index.row_bytes, slots)
-        row_bytes = np.where(row_bytes > 0, row_bytes, fallback)
-        cap = gather(self.index.cap_bytes, slots)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rows = cap / row_bytes
-        return np.where((cap > 0) & (row_bytes > 0), rows, np.inf)
-
-    def _table_size(self, table: str, spec: TableDemand | None = None) -> float:
-        """A table's rows: published total, else declared hot rows, else the most any node holds."""
-        size = self.index.table_total.get(table) or (spec and (spec.hot_rows or {}).get(table))
-        if size:
-            return float(size)
-        arr = self.index.table_rows.get(table)
-        return max(float(arr.max()), 1.0) if arr is not None and len(arr) else 1.0
-
-    def _weight(self, readers: np.ndarray, size: float) -> np.ndarray:
-        """A table's pull on LFU room per node (``lfu_room``; the tables' ids per
-        step taken as comparable)."""
-        alpha = self.index.weights.id_skew
-        if alpha <= 0:
-            return np.maximum(readers, 0.0)
-        rate = np.maximum(readers, 0.0) / _zipf_total(size, alpha)
-        return rate ** (1.0 / alpha)
-
-    def room(self, spec: TableDemand, slots: np.ndarray, job: bool = True
-             ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """``({table: rows per node}, capacity rows per node)``: the rows an LFU cache gives
-        each table running pods read there, with this job reading its tables too (``job``)
-        or without it; inf where the cache's size is unknown."""
-        cap = self.capacity_rows(slots)
-        pull: dict[str, np.ndarray] = {}
-        for u, readers in self.index.table_readers.items():
-            r = gather(readers, slots)
-            if r.any() or u in spec.tables:
-                pull[u] = r
-        for t in spec.tables:
-            r = pull.get(t, np.zeros(len(slots)))
-            pull[t] = r + 1 if job else r
-        weights = {u: self._weight(r, self._table_size(u, spec)) for u, r in pull.items()}
-        total = sum(weights.values(), np.zeros(len(slots)))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rooms = {u: np.where(total > 0, cap * w / total, 0.0) for u, w in weights.items()}
-        return {u: np.where(np.isfinite(cap), r, np.inf) for u, r in rooms.items()}, cap
-
-    def cached_share(self, spec: TableDemand, slots: np.ndarray) -> np.ndarray:
-        """Per node, -1..1: share of the job's hot-set traffic the node's cache is expected to
-        serve, less what its arrival costs the jobs already reading there (``expected``)."""
-        served, squeezed = self.expected(spec, slots)
-        return np.maximum(served - squeezed, -1.0)
-
-    def expected(self, spec: TableDemand, slots: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Per node: (share of the job's hot-set traffic the cache is expected to serve, 0..1;
-        share of one table's traffic the tables in use there lose to it, ``squeeze``).
-
-        With the cache's size known, a table's rows are capped by the LFU ``room`` it gets
-        there once the job reads it too; the job is served between what the cache holds of
-        its tables at its start and what it will hold once warm (the declaration carries no
-        run length: the midpoint). Each table in use on the node loses, per reader, the share
-        its fewer rows no longer serve (``squeeze``); a reader's read of one table weighs like
-        one of the job's tables. Shares count fetched rows when the job declares
-        ``idsPerStep`` (what relieves the store), else lookups."""
-        alpha = self.index.weights.id_skew
-        hot = self._hot_rows(spec)
-        known = not any(math.isnan(h) for h in hot)
-        weights = np.array(hot) if known else np.ones(len(hot))
-        draws = spec.ids_per_step or {}
-        rooms, cap = self.room(spec, slots) if self.index.weights.cache else ({}, None)
-        share = np.zeros(len(slots))
-        for t, h, w in zip(spec.tables, hot, weights, strict=True):
-            arr = self.index.table_rows.get(t)
-            rows = gather(arr, slots) if arr is not None else np.zeros(len(slots))
-            if math.isnan(h):
-                share += w * (rows > 0)
-                continue
-            d = draws.get(t)
-            room = rooms.get(t, np.full(len(slots), np.inf))
-            now = served_share(np.minimum(rows, room), h, alpha, d)
-            warm = served_share(np.minimum(h, room), h, alpha, d)
-            share += w * np.where(np.isfinite(room), (now + warm) / 2, now)
-        share /= weights.sum()
-        squeezed = self.squeeze(spec, slots, rooms) if cap is not None else 0.0 * share
-        return share, squeezed
-
-    def squeeze(self, spec: TableDemand, slots: np.ndarray,
-                rooms: dict[str, np.ndarray] | None = None) -> np.ndarray:
-        """Per node: share of one table's traffic that the tables already read there lose to
-        the job's arrival (summed over their readers, per table of the job)."""
-        rooms = rooms if rooms is not None else self.room(spec, slots)[0]
-        loss = np.zeros(len(slots))
-        alpha = self.index.weights.id_skew
-        declared = list((spec.ids_per_step or {}).values())
-        stand_in = float(np.mean(declared)) if declared else None
-        for u, readers in self.index.table_readers.items():
-            r = gather(readers, slots)
-            room = rooms.get(u)
-            if room is None or not r.any():
-                continue
-            rows = gather(self.index.table_rows[u], slots) if u in self.index.table_rows else 0 * r
-            hit = np.flatnonzero((r > 0) & (rows > room))  # only where the table must shrink
-            if not len(hit):
-                continue
-            size = self._table_size(u)
-            d = (spec.ids_per_step or {}).get(u, stand_in)
-            lost = (served_share(rows[hit], size, alpha, d)
-                    - served_share(room[hit], size, alpha, d))
-            loss[hit] += r[hit] * lost
-        return loss / len(spec.tables)
+    ``c_i ~ (readers_i * draws_i * p1_i)^(1/alpha)`` (``lfu_weights``): a table read by three
+    jobs keeps about three times the rows of one read by one. Tables that fit whole give their
+    spare room to the rest (``water_fill``, all caches at once)."""
+    reads = np.asarray(readers, dtype=np.float64)
+    if draws is not None:
+        reads = reads * np.asarray(draws, dtype=np.float64)
+    one = reads.ndim == 1
+    reads = np.atleast_2d(reads)
+    out = water_fill(np.asarray(capacity, dtype=np.float64), lfu_weights(reads, rows, alpha),
+                     np.asarray(rows, dtype=np.float64))
+    return out[0] if one else out

@@ -59,11 +59,10 @@ from extender.annotations import (
 from extender.demand import MILLI_PER_GPU, PodDemand
 from extender.errors import InvalidDemand
 from extender.placement.cache_model import (  # noqa: F401 (served_share, zipf_norm re-exported)
-    CacheRoomModel,
-    gather,
     served_share,
     zipf_norm,
 )
+from extender.placement.cache_room import CacheRoomModel, gather
 from extender.placement.state import ClusterState
 
 CACHE_FORMAT = 1
@@ -154,6 +153,7 @@ class CacheContent:
     used_bytes: int = 0
     capacity_bytes: int = 0
     readers: Mapping[str, int] | None = None  # None = not published
+    ids: Mapping[str, int] | None = None  # per table: its readers' ids per step, summed
 
     @property
     def fill(self) -> float:
@@ -164,17 +164,20 @@ class CacheContent:
 
 
 def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes: int,
-                 capacity_bytes: int, at: float, readers: Mapping[str, int] | None = None
-                 ) -> str:
+                 capacity_bytes: int, at: float, readers: Mapping[str, int] | None = None,
+                 ids: Mapping[str, int] | None = None) -> str:
     """The node annotation's value (the cache's publisher writes it, the scheduler reads it).
     ``readers``: running pods on the node per table they declare (tables read but not yet
-    cached are listed with 0 rows); with it the scheduler tells tables in use from leftovers."""
+    cached are listed with 0 rows); with it the scheduler tells tables in use from leftovers.
+    ``ids``: per table, the ``idsPerStep`` those readers declare, summed (how often the
+    table's rows are read, which sets its LFU room)."""
     rows = dict(rows)
     if readers is not None:
         for t in readers:
             rows.setdefault(t, 0)
     tables = {t: {"rows": int(n), **({"total": int(totals[t])} if t in totals else {}),
-                  **({"readers": int(readers.get(t, 0))} if readers is not None else {})}
+                  **({"readers": int(readers.get(t, 0))} if readers is not None else {}),
+                  **({"ids": int(ids[t])} if ids and ids.get(t) else {})}
               for t, n in sorted(rows.items())}
     return json.dumps({"v": CACHE_FORMAT, "tables": tables, "bytes": int(used_bytes),
                        "capacityBytes": int(capacity_bytes), "at": round(at, 3)},
@@ -187,15 +190,18 @@ def decode_cache(raw: str | None) -> CacheContent | None:
         return None
     try:
         doc = json.loads(raw)
-        rows, totals, readers = {}, {}, {}
+        rows, totals, readers, ids = {}, {}, {}, {}
         for table, entry in dict(doc.get("tables") or {}).items():
             rows[str(table)] = max(0, int(entry.get("rows", 0)))
             if entry.get("total") is not None:
                 totals[str(table)] = max(0, int(entry["total"]))
             if entry.get("readers") is not None:
                 readers[str(table)] = max(0, int(entry["readers"]))
+            if entry.get("ids") is not None:
+                ids[str(table)] = max(0, int(entry["ids"]))
         return CacheContent(rows, totals, max(0, int(doc.get("bytes", 0))),
-                            max(0, int(doc.get("capacityBytes", 0))), readers or None)
+                            max(0, int(doc.get("capacityBytes", 0))), readers or None,
+                            ids or None)
     except (ValueError, TypeError, AttributeError):
         return None
 
@@ -242,9 +248,14 @@ class LocalityIndex:
         self.cap_bytes = np.zeros(0)  # the cache's maxmemory (0 = not published)
         self.row_bytes = np.zeros(0)  # bytes per cached row, from used bytes / rows (0 = unknown)
         self.active = np.zeros(0)  # tables that running pods on the node read
-        self.table_rows: dict[str, np.ndarray] = {}
-        self.table_readers: dict[str, np.ndarray] = {}
-        self.table_total: dict[str, int] = {}
+        # Per node slot, the tables its cache published (entries, padded to the widest node):
+        # column id (``col``; -1 = none), rows cached, readers, their ids per step summed.
+        self.col: dict[str, int] = {}
+        self.ent_col = np.full((0, 0), -1, dtype=np.int64)
+        self.ent_held = np.zeros((0, 0))
+        self.ent_readers = np.zeros((0, 0))
+        self.ent_ids = np.zeros((0, 0))
+        self.total = np.zeros(0)  # per column: the table's size in rows (0 = unknown)
         self._ids: dict[str, int] = {}
         self._seen: dict[str, tuple[str | None, str | None, str | None]] = {}
         self.store_nodes: dict[str, frozenset[str]] = {}
@@ -266,12 +277,25 @@ class LocalityIndex:
                 self.rack_id = np.resize(self.rack_id, grow)
                 for attr in ("fill", "cap_bytes", "row_bytes", "active"):
                     setattr(self, attr, np.resize(getattr(self, attr), grow))
-                for tables in (self.table_rows, self.table_readers):
-                    for t, arr in tables.items():
-                        tables[t] = np.concatenate([arr, np.zeros(grow - len(arr))])
+                self._grow_entries(grow, self.ent_col.shape[1])
             self.zone_id[i] = self.rack_id[i] = 0
             self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
         return i
+
+    def _grow_entries(self, n_slots: int, width: int) -> None:
+        for attr in ("ent_col", "ent_held", "ent_readers", "ent_ids"):
+            old = getattr(self, attr)
+            new = np.full((n_slots, width), -1 if attr == "ent_col" else 0, dtype=old.dtype)
+            new[:old.shape[0], :old.shape[1]] = old
+            setattr(self, attr, new)
+
+    def _col(self, table: str) -> int:
+        c = self.col.get(table)
+        if c is None:
+            c = self.col[table] = len(self.col)
+            if c >= len(self.total):
+                self.total = np.concatenate([self.total, np.zeros(max(16, len(self.total)))])
+        return c
 
     def observe_node(self, name: str, annotations: Mapping[str, str] | None,
                      labels: Mapping[str, str] | None) -> bool:
@@ -289,9 +313,8 @@ class LocalityIndex:
         return True
 
     def _set_cache(self, i: int, content: CacheContent | None) -> None:
-        for tables in (self.table_rows, self.table_readers):
-            for arr in tables.values():
-                arr[i] = 0.0
+        self.ent_col[i] = -1
+        self.ent_held[i] = self.ent_readers[i] = self.ent_ids[i] = 0.0
         self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
         if content is None:
             return
@@ -300,16 +323,35 @@ class LocalityIndex:
         held = sum(content.rows.values())
         if held and content.used_bytes:
             self.row_bytes[i] = content.used_bytes / held
-        for tables, values in ((self.table_rows, content.rows),
-                               (self.table_readers, content.readers or {})):
-            for table, n in values.items():
-                arr = tables.get(table)
-                if arr is None:
-                    arr = tables[table] = np.zeros(len(self.zone_id))
-                arr[i] = n
-        self.active[i] = sum(1 for n in (content.readers or {}).values() if n > 0)
+        readers, ids = content.readers or {}, content.ids or {}
+        tables = list(dict.fromkeys([*content.rows, *readers, *ids]))
+        if len(tables) > self.ent_col.shape[1]:
+            self._grow_entries(self.ent_col.shape[0], len(tables))
+        for e, table in enumerate(tables):
+            self.ent_col[i, e] = self._col(table)
+            self.ent_held[i, e] = content.rows.get(table, 0)
+            self.ent_readers[i, e] = readers.get(table, 0)
+            self.ent_ids[i, e] = ids.get(table, 0)
+        self.active[i] = sum(1 for n in readers.values() if n > 0)
         for table, total in content.totals.items():
-            self.table_total[table] = max(self.table_total.get(table, 0), total)
+            c = self._col(table)
+            self.total[c] = max(self.total[c], total)
+
+    def cache_of(self, name: str) -> dict[str, dict[str, int]]:
+        """What the index knows of a node's cache, per table: rows held, readers and their ids
+        per step (empty when the node published nothing); for inspection."""
+        i = self.slot.get(name)
+        if i is None or not self.ent_col.shape[1]:
+            return {}
+        names = {c: t for t, c in self.col.items()}
+        return {names[int(c)]: {"rows": int(h), "readers": int(r), "ids": int(d)}
+                for c, h, r, d in zip(self.ent_col[i], self.ent_held[i], self.ent_readers[i],
+                                      self.ent_ids[i], strict=True) if c >= 0}
+
+    @property
+    def table_total(self) -> dict[str, int]:
+        """Per table: its size in rows, where a cache published it."""
+        return {t: int(self.total[c]) for t, c in self.col.items() if self.total[c] > 0}
 
     def forget_node(self, name: str) -> None:
         i = self.slot.get(name)
@@ -366,10 +408,9 @@ class LocalityIndex:
         """(served, squeezed) shares per node (``CacheRoomModel.expected``)."""
         return self.cache_room.expected(spec, slots)
 
-    def squeeze(self, spec: EmbeddingSpec, slots: np.ndarray,
-                rooms: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    def squeeze(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray:
         """What readers already on each node lose (``CacheRoomModel.squeeze``)."""
-        return self.cache_room.squeeze(spec, slots, rooms)
+        return self.cache_room.squeeze(spec, slots)
 
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
         w = self.weights

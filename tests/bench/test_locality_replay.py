@@ -132,3 +132,71 @@ def test_sweep_cli_writes_ratios_and_plot(tmp_path):
     # Store shards in every rack: every job is in a store rack with or without the term.
     assert table["store_rack_off"].iloc[-1] == table["store_rack_on"].iloc[-1] == 1.0
     assert (tmp_path / "sweep.png").exists()
+
+
+def test_table_scale_sweep_and_shipped_runs_from_a_locality_folder(tmp_path):
+    import json
+
+    import yaml
+
+    from bench.sim.locality import TOPOLOGY
+    from bench.sim.locality_sweep import shipped_runs, sweeps
+
+    raw = yaml.safe_load(TOPOLOGY.read_text())
+    over = sweeps()["table-scale"].overrides(raw, 10.0)
+    assert over == {"tables.rows_min": raw["tables"]["rows_min"] * 10,
+                    "tables.rows_max": raw["tables"]["rows_max"] * 10}
+    run = {"mode": "continuous", "scenario": "recommendation", "seed": 7, "jobs": 24,
+           "locality": True, "jct_mean": 2.0, "rec_jct_mean": 3.0, "makespan": 4.0,
+           "fetch_share": 0.5, "placed_store_rack": 0.25, "link_stretch": 1.5, "hit_ratio": 0.7}
+    other = {**run, "mode": "high-load"}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n" + json.dumps(other) + "\n")
+    got = shipped_runs(tmp_path, ["uplink", "table-scale"], [7], None, 24)
+    assert [(r.sweep, r.value, r.hit_ratio) for r in got] == [
+        ("uplink", sweeps()["uplink"].shipped, 0.7), ("table-scale", 1.0, 0.7)]
+    assert shipped_runs(tmp_path, ["uplink"], [8], None, 24) == []  # other seeds: rerun
+
+
+def test_the_scheduler_scores_the_room_the_replay_caches_give():
+    """One LFU room split: what the extender's index expects a job's tables to get on a node
+    (from the published annotation: readers and their ids per step) is what the replay's
+    cache gives them once the job starts there."""
+    from bench.sim.locality import step_rows
+    from extender.placement.locality import EmbeddingSpec, LocalityIndex
+
+    topo = Topology.load(None, seed=1)
+    rows = {"a": 10**8, "b": 3 * 10**8, "c": 5 * 10**7, "d": 20_000}
+    draws = {t: step_rows(float(n), 1.05, 50_000.0)[0] for t, n in rows.items()}
+    caches = NodeCaches(topo, rows, row_bytes=256, draws=draws)
+    node = topo.names[0]
+    caches.start(node, ("a", "b"))
+    caches.start(node, ("a", "d"))
+    ix = LocalityIndex()
+    ix.observe_node(node, caches.annotation(node, 0.0), topo.labels(node))
+    # c was never published: its size comes from the job's declaration (hotRows).
+    spec = EmbeddingSpec("s", ("b", "c"), {"c": rows["c"]},
+                         ids_per_step={t: int(draws[t]) for t in ("b", "c")})
+    rooms, _ = ix.room(spec, ix.slots_of([node]))
+    caches.start(node, ("b", "c"))
+    for t in rows:
+        assert rooms[t][0] == pytest.approx(caches.held[node][t], rel=1e-3, abs=2), t
+    assert caches.held[node]["d"] == rows["d"]  # fits whole: its spare room went to the rest
+    assert rooms["b"][0] > rooms["c"][0]  # b has two readers now
+
+
+def test_lfu_room_is_vectorised_over_caches():
+    import numpy as np
+
+    from extender.placement.cache_model import lfu_room
+
+    rng = np.random.default_rng(0)
+    readers = rng.integers(0, 4, (20, 6)).astype(float)
+    rows = np.exp(rng.uniform(np.log(1e2), np.log(1e7), 6))
+    cap = rng.uniform(1e3, 1e7, 20)
+    draws = rng.uniform(1e3, 1e5, (20, 6))
+    together = lfu_room(cap, readers, rows, 1.05, draws)
+    for i in range(20):
+        alone = lfu_room(float(cap[i]), readers[i], rows, 1.05, draws[i])
+        assert together[i] == pytest.approx(alone)
+        assert together[i].sum() <= cap[i] * (1 + 1e-9)
+        assert (together[i] <= rows + 1e-6).all()

@@ -160,3 +160,98 @@ async def test_cache_agent_process_publishes_and_serves_metrics(cluster, core, t
             agent.wait(10)
         log.close()
         server.stop()
+
+
+READER = """
+import json, os, sys
+import numpy as np
+from embed.client import EmbeddingClient
+
+client = EmbeddingClient("ads", prefetch=False)  # node cache and store from the environment
+ids = np.random.default_rng(1).zipf(1.05, 4096) % 3000
+first = np.asarray(client.lookup(ids))
+second = np.asarray(client.lookup(ids))
+m = client.metrics
+print(json.dumps({"first": first.tolist()[:3], "same": bool((first == second).all()),
+                  "shape": list(first.shape), "hits": m.hits, "misses": m.misses,
+                  "ids": ids.tolist()[:3]}))
+"""
+
+
+async def wait_extender_cache(ext, node: str, table: str, readers: int,
+                              timeout: float = 60) -> dict:
+    """Until the extender's locality index shows ``readers`` pods reading ``table`` on
+    ``node`` (its node watch applied the cache's latest publication)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = {n["name"]: n for n in ext.inspect()["nodes"]}
+        cache = nodes.get(node, {}).get("embedding_cache", {})
+        if cache.get(table, {}).get("readers") == readers:
+            return cache
+        assert time.monotonic() < deadline, f"extender never saw {table} read on {node}: {cache}"
+        await asyncio.sleep(0.25)
+
+
+async def test_a_bound_pod_reads_its_table_through_the_node_cache(cluster, core, extender):
+    """The loop a training job closes: the pod is bound, its process reads the table through
+    the client and its node's cache, the cache agent publishes the rows and the pod as their
+    reader (one pod list by node), and the next pod reading that table is placed there."""
+    import os
+    import subprocess
+    import sys
+
+    from embed.publisher import node_readers
+
+    for name in ("rd-a", "rd-b"):
+        cluster.create_gpu_node(name, gpus=2, labels=rack("rack-1"))
+    await wait_nodes(extender, ["rd-a", "rd-b"])
+    server = RedisServer()
+    try:
+        store = EmbeddingStore(connect(server.url))
+        rows = np.random.default_rng(0).standard_normal((3000, 16)).astype(np.float32)
+        store.write_table(TableMeta("ads", 3000, 16), [rows])
+        caches = {}
+        for db, node in enumerate(("rd-a", "rd-b"), start=1):  # one node cache per node
+            caches[node] = server.url.replace("/0", f"/{db}")
+            c = connect(caches[node])
+            c.config_set("maxmemory", "64mb")
+            c.config_set("maxmemory-policy", "allkeys-lfu")
+        decl = {ANN_EMBEDDING: json.dumps({"store": STORE, "tables": ["ads"],
+                                           "idsPerStep": 4096})}
+        await e2e_cluster.create_pod(core, "trainer-1", gpus=1, annotations=decl)
+        node = await e2e_cluster.wait_for_pod_bound(core, "trainer-1", timeout=60)
+        assert node in caches
+
+        # The pod's process on that node: the node cache as the DaemonSet's hostPort gives it.
+        env = {**os.environ, "SPARSE_EMBED_CACHE": caches[node],
+               "SPARSE_EMBED_STORE": server.url, "SPARSE_EMBED_TIER": ""}
+        out = subprocess.run([sys.executable, "-c", READER], env=env, capture_output=True,
+                             text=True, timeout=300, cwd=os.getcwd())
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got["shape"] == [4096, 16] and got["same"]
+        first_id = got["ids"][0]
+        assert got["first"][0] == pytest.approx(rows[first_id].tolist())
+        # The first batch missed and filled the cache; the second found every row there.
+        assert got["misses"] > 0 and got["hits"] == got["misses"]
+
+        # The node's cache agent publishes what it now holds, and the pod as its reader.
+        cache = connect(caches[node])
+        publisher = CachePublisher(node, lambda: count_rows(cache, store),
+                                   readers=lambda c: node_readers(c, node))
+        assert await publisher.publish_once(core)
+        content = await wait_annotation(core, node)
+        assert content["tables"]["ads"]["readers"] == 1
+        assert content["tables"]["ads"]["ids"] == 4096
+        assert content["tables"]["ads"]["rows"] > 0
+        other = next(n for n in caches if n != node)
+        other_cache = connect(caches[other])
+        assert await CachePublisher(other, lambda: count_rows(other_cache, store),
+                                    readers=lambda c: node_readers(c, other)).publish_once(core)
+        await wait_extender_cache(extender, node, "ads", readers=1)
+
+        # The next job reading "ads" joins the node whose cache serves it.
+        await e2e_cluster.create_pod(core, "trainer-2", gpus=1, annotations=decl)
+        assert await e2e_cluster.wait_for_pod_bound(core, "trainer-2", timeout=60) == node
+    finally:
+        server.stop()

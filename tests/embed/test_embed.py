@@ -363,10 +363,11 @@ async def test_publisher_counts_readers_on_its_node():
 
     from embed.publisher import node_readers
 
-    def pod(phase, tables=None, bad=False):
+    def pod(phase, tables=None, bad=False, ids=None):
         ann = {}
         if tables:
-            ann[ANN_EMBEDDING] = json.dumps({"store": "s", "tables": tables})
+            ann[ANN_EMBEDDING] = json.dumps({"store": "s", "tables": tables,
+                                             **({"idsPerStep": ids} if ids else {})})
         if bad:
             ann[ANN_EMBEDDING] = "{oops"
         return SimpleNamespace(metadata=SimpleNamespace(annotations=ann),
@@ -381,8 +382,8 @@ async def test_publisher_counts_readers_on_its_node():
             self.selectors.append(field_selector)
             return SimpleNamespace(items=self.pods)
 
-    core = PodsCore([pod("Running", ["a", "b"]), pod("Pending", ["a"]), pod("Succeeded", ["a"]),
-                     pod("Running"), pod("Running", bad=True)])
+    core = PodsCore([pod("Running", ["a", "b"], ids={"a": 4096}), pod("Pending", ["a"], ids=100),
+                     pod("Succeeded", ["a"], ids=7), pod("Running"), pod("Running", bad=True)])
     clock = [1000.0]
     pub = CachePublisher("n1", lambda: Snapshot({"a": 100}, {"a": 1000}, 10, 100),
                          min_interval_s=30, clock=lambda: clock[0],
@@ -391,6 +392,7 @@ async def test_publisher_counts_readers_on_its_node():
     assert core.selectors == ["spec.nodeName=n1"]
     content = decode_cache(core.patches[0][1]["metadata"]["annotations"][ANN_EMBEDDING_CACHE])
     assert content.readers == {"a": 2, "b": 1} and content.rows == {"a": 100, "b": 0}
+    assert content.ids == {"a": 4196}  # the readers' declared ids per step; b declares none
     clock[0] += 10
     assert not await pub.publish_once(core) and len(core.selectors) == 1  # no list too soon
     core.pods = core.pods[:1]  # the pending pod went away: the readers changed

@@ -317,3 +317,14 @@ def test_lfu_room_by_read_rate_with_water_filling():
     assert shared[2] == 0 and shared[0] == pytest.approx(3 ** (1 / 1.05) * shared[1])
     small = lfu_room(900, np.array([1, 1]), np.array([100, 1e6]), 1.05)  # fits whole
     assert small.tolist() == pytest.approx([100, 800])
+
+
+def test_cache_of_shows_what_the_index_read():
+    ix = LocalityIndex()
+    ix.observe_node("n", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"a": 5}, {"a": 100}, 50, 100, 0.0, readers={"a": 1, "b": 2}, ids={"b": 300})}, None)
+    assert ix.cache_of("n") == {"a": {"rows": 5, "readers": 1, "ids": 0},
+                                "b": {"rows": 0, "readers": 2, "ids": 300}}
+    assert ix.cache_of("ghost") == {}
+    ix.observe_node("n", None, None)  # the annotation went away
+    assert ix.cache_of("n") == {}

@@ -1,0 +1,96 @@
+"""python -m bench.locality_term: what the locality term costs per prioritize call.
+
+A cluster of ``--nodes`` 8-GPU nodes, each with a node cache that publishes its content
+(``encode_cache``: rows, table sizes, readers and their ids per step) for ``--tables-in-use``
+of ``--tables`` tables, as a busy recommendation cluster looks; then, for pods that read 1-3
+tables, the time of ``LocalityIndex.term`` over all nodes, next to the policy's own cost for
+the same pod and nodes (``fit`` + ``node_costs``, the rest of prioritize's core) measured in
+the same run. Prints milliseconds per call (median of ``--repeat``) and the ratio. Nothing is
+kept between calls, so a cache publishing between two calls costs nothing extra.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import click
+import numpy as np
+import pandas as pd
+
+from bench.sim.cluster import SimCluster
+from extender.annotations import ANN_EMBEDDING_CACHE
+from extender.placement import fit, make_policy, node_costs
+from extender.placement.locality import EmbeddingSpec, LocalityIndex, encode_cache
+
+ROW_BYTES = 64 * 4 + 64
+
+
+def build_index(names: list[str], n_tables: int, in_use: int, rng: np.random.Generator
+                ) -> tuple[LocalityIndex, dict[str, int]]:
+    sizes = {f"t{i:03d}": int(np.exp(rng.uniform(np.log(5e7), np.log(5e8))))
+             for i in range(n_tables)}
+    tables = sorted(sizes)
+    cap_rows = 16 * 2**30 // ROW_BYTES
+    ix = LocalityIndex()
+    ix.set_store("store", set(names[:4]))
+    for k, n in enumerate(names):
+        used = rng.choice(tables, in_use, replace=False).tolist()
+        readers = {t: int(rng.integers(1, 4)) for t in used}
+        rows = {t: cap_rows // in_use for t in used}
+        ids = {t: r * 200_000 for t, r in readers.items()}
+        ann = encode_cache(rows, {t: sizes[t] for t in used}, cap_rows * ROW_BYTES,
+                           cap_rows * ROW_BYTES, 0.0, readers, ids)
+        ix.observe_node(n, {ANN_EMBEDDING_CACHE: ann},
+                        {"topology.kubernetes.io/zone": f"z{k % 2}",
+                         "topology.sparse.io/rack": f"r{k % 40}"})
+    return ix, sizes
+
+
+def median_ms(fn, repeat: int) -> float:
+    fn()  # warm caches (curves, sizes)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+@click.command()
+@click.option("--nodes", default=1000, show_default=True)
+@click.option("--tables", default=50, show_default=True)
+@click.option("--tables-in-use", default=7, show_default=True, help="per node cache")
+@click.option("--repeat", default=50, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+def main(nodes: int, tables: int, tables_in_use: int, repeat: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    names = [f"node-{i:04d}" for i in range(nodes)]
+    frame = pd.DataFrame({"sn": names, "cpu_milli": 96000, "memory_mib": 786432, "gpu": 8,
+                          "model": "V100M32"})
+    pol = make_policy("sparse")
+    sim = SimCluster(frame, names, pol)
+    ix, sizes = build_index(names, tables, tables_in_use, rng)
+    d = sim.demand("pod", 4000, 16384, 1, 1000, "", job_class="recommendation")
+    cand = sim.names[sim.candidates(d)].tolist()
+    result = fit(sim.state, d, cand, explain=False)
+
+    def policy() -> None:
+        r = fit(sim.state, d, cand, explain=False)
+        node_costs(sim.state, d, r, pol)
+
+    base = median_ms(policy, repeat)
+    click.echo(f"{nodes} nodes, {tables} tables, {tables_in_use} in use per cache; "
+               f"fit + node_costs (baseline): {base:.2f} ms")
+    for k in (1, 3):
+        ts = tuple(sorted(rng.choice(sorted(sizes), k, replace=False).tolist()))
+        for declared in (False, True):
+            spec = EmbeddingSpec("store", ts, {t: sizes[t] // 5 for t in ts},
+                                 ids_per_step=dict.fromkeys(ts, 200_000) if declared else None)
+            ms = median_ms(lambda s=spec: ix.term(s, d, result.names), repeat)
+            click.echo(f"term, {k} table(s), idsPerStep {'declared' if declared else 'absent'}:"
+                       f" {ms:.2f} ms ({ms / base:.2f}x the baseline)")
+
+
+if __name__ == "__main__":
+    main()
