@@ -14,22 +14,24 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
 from extender import stages
-from extender.annotations import ANN_GPU_INVENTORY, ANN_SOLO_PROFILE, PREDICTED_ANNOTATIONS
+from extender.annotations import ANN_SOLO_PROFILE, PREDICTED_ANNOTATIONS
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
-from extender.errors import InvalidInventory, LedgerUnavailable, ReservationConflict
+from extender.errors import LedgerUnavailable, ReservationConflict
 from extender.hostbook import HostBook
 from extender.interference import InterferenceMatrix
 from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook, parse_profile
-from extender.inventory import Inventory, NodeGpus, node_from_annotations
+from extender.inventory import Inventory
 from extender.ledger.health import LedgerHealth, raise_if_cancelling
 from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
 from extender.ledger.store import LedgerStore
 from extender.ledger.upkeep import BindUpkeep
 from extender.livepairs import LivePairs
+from extender.nodeannotations import NodeAnnotations, NodeMeta
 from extender.outcome import Outcome
+from extender.pending import PendingPods
 from extender.placement import ClusterState, Policy
 from extender.placement.locality import LocalityIndex
 from extender.protocol import (
@@ -53,10 +55,6 @@ from extender.verbs.nodecache import NodeVerdicts
 __all__ = ["Outcome", "Scheduler"]
 
 log = logging.getLogger("sparse.service")
-
-NodeMeta = tuple[str, dict[str, str] | None, dict[str, str] | None]  # name, annotations, labels
-
-PENDING_PODS = 50_000  # filter-time demands kept for bind
 
 
 class CycleCosts:
@@ -118,8 +116,8 @@ class Scheduler:
         self.cost_cache = CostCache()
         self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node
         self._state = ClusterState.build(inventory, matrix)
-        self._pending: OrderedDict[str, tuple[Pod, PodDemand]] = OrderedDict()
-        self._seen_annotation: dict[str, str] = {}
+        self.pending = PendingPods()  # filter-time pods and demands, for bind
+        self.node_annotations = NodeAnnotations()  # what each node's annotation said
         # The Binding call is abandoned after bind_timeout_s; an unbound booking lives that
         # long past the TTL, so it can never expire while its Binding is in flight.
         self.bind_timeout_s = bind_timeout_s
@@ -263,41 +261,13 @@ class Scheduler:
 
         With ``base`` the inventory is replaced: ``base`` (e.g. the --nodes file) plus every
         given node that carries the annotation (a re-list). Returns how many nodes changed."""
-        current = base if base is not None else self.inventory
-        if base is not None:
-            self._seen_annotation = {}
-        changed: dict[str, NodeGpus] = {}
+        nodes = list(nodes)
         for name, node_annotations, labels in nodes:
             self.locality.observe_node(name, node_annotations, labels)
-            raw = (node_annotations or {}).get(ANN_GPU_INVENTORY)
-            if raw is None or self._seen_annotation.get(name) == raw:
-                continue  # the common case on every full-Node request: nothing changed
-            self._seen_annotation[name] = raw
-            try:
-                node = node_from_annotations(name, node_annotations, labels)
-            except InvalidInventory as exc:
-                log.warning("ignoring node %s: %s", name, exc)
-                continue
-            known = current.nodes.get(name)
-            if node is not None and (known is None or known.gpus != node.gpus):
-                changed[name] = node
-        if not changed and base is None:
-            return 0
-        merged = dict(current.nodes)
-        owner = {g.uuid: n.name for n in merged.values() for g in n.gpus}
-        for name, node in changed.items():
-            clash = [g.uuid for g in node.gpus if owner.get(g.uuid, name) != name]
-            if clash:
-                log.warning("ignoring node %s: GPU %s already belongs to node %s", name,
-                            clash[0], owner[clash[0]])
-                self._seen_annotation.pop(name, None)
-                continue
-            for g in merged.get(name, node).gpus:
-                owner.pop(g.uuid, None)
-            owner.update({g.uuid: name for g in node.gpus})
-            merged[name] = node
-        self.set_inventory(Inventory(merged))
-        return len(changed)
+        inventory, changed = self.node_annotations.merge(self.inventory, nodes, base)
+        if inventory is not None:
+            self.set_inventory(inventory)
+        return changed
 
     def observe_allocatable(self, nodes: Iterable[NodeLite]) -> None:
         """Full Node objects of a filter request: their allocatable CPU and memory, for nodes
@@ -308,7 +278,7 @@ class Scheduler:
 
     def remove_node(self, name: str) -> None:
         self.hosts.forget_node(name)
-        self._seen_annotation.pop(name, None)
+        self.node_annotations.forget(name)
         self.locality.forget_node(name)
         if name in self.inventory.nodes:
             self.set_inventory(self.inventory.without_node(name))
@@ -345,10 +315,7 @@ class Scheduler:
         profile = (pod.metadata.annotations or {}).get(ANN_SOLO_PROFILE)
         if profile and self.profiles is not None:
             self.profiles.add(pod.metadata.uid, parse_profile(profile, ANN_SOLO_PROFILE))
-        self._pending[pod.metadata.uid] = (pod, demand)
-        self._pending.move_to_end(pod.metadata.uid)
-        while len(self._pending) > PENDING_PODS:
-            self._pending.popitem(last=False)
+        self.pending.put(pod, demand)
         return demand
 
     def reads_prediction(self, pod: Pod) -> bool:
@@ -367,15 +334,13 @@ class Scheduler:
         return state
 
     def pending_pod(self, uid: str) -> Pod | None:
-        cached = self._pending.get(uid)
-        return None if cached is None else cached[0]
+        return self.pending.pod(uid)
 
     def pending_demand(self, uid: str) -> PodDemand | None:
-        cached = self._pending.get(uid)
-        return None if cached is None else cached[1]
+        return self.pending.demand(uid)
 
     def forget_pending(self, uid: str) -> None:
-        self._pending.pop(uid, None)
+        self.pending.forget(uid)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -399,7 +364,7 @@ class Scheduler:
         if only_if is None or dropped is not None:
             self.hosts.release(pod_uid)
         if not keep_pending:
-            self._pending.pop(pod_uid, None)
+            self.pending.forget(pod_uid)
             if self.profiles is not None:
                 self.profiles.remove(pod_uid)
         return dropped
