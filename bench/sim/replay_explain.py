@@ -97,7 +97,9 @@ def summarize(log: WaitLog, *, shapes: list, work: np.ndarray, arrive: np.ndarra
             "job": int(j), "kind": kind(int(num[j]), int(milli[j])), "solo_s": float(work[j]),
             "arrive_s": float(arrive[j] - t0), "start_s": float(started[j] - t0),
             "turn_s": min(turn, float(started[j])) - t0,
-            "overtaken": int((started[~before & (index != j)] < started[j]).sum()),
+            # jobs behind it in the queue that started while it waited
+            "overtaken": int(((~before) & (index != j) & (started >= arrive[j])
+                              & (started < started[j])).sum()),
             "run_s": float(run[j]), "stretch": float(run[j] / work[j]),
         })
     backlog = max(log.backlog_s, 1e-9)
