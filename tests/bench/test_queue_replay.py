@@ -79,3 +79,33 @@ def test_the_gate_stops_the_jobs_behind_a_job_passed_over_too_long():
     never = AdmissionGate(np.array([False, True, True, True]), max_pass_over_s=300.0)
     never.refused(0, 0.0)
     assert not never.refused(0, 400.0)  # a job no node can ever host blocks no one
+
+
+def test_the_stock_schedulers_run_as_before_and_every_job_completes(tmp_path):
+    import pandas as pd
+
+    from bench.sim.replay import run_replay
+
+    rng = np.random.default_rng(3)
+    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(6)], "cpu_milli": 96000,
+                          "memory_mib": 262144, "gpu": [8, 8, 4, 2, 8, 4], "model": "G2"})
+    n = 80
+    num = rng.choice([1, 1, 1, 2, 8], n)
+    pods = pd.DataFrame({
+        "name": [f"p{i}" for i in range(n)], "cpu_milli": 4000, "memory_mib": 8192,
+        "num_gpu": num, "gpu_milli": np.where(num == 1, rng.choice([250, 500, 1000], n), 1000),
+        "gpu_spec": "", "qos": "LS", "pod_phase": "Running",
+        "creation_time": np.sort(rng.integers(0, 3000, n)),
+        "deletion_time": np.sort(rng.integers(0, 3000, n)) + rng.integers(60, 9000, n),
+        "scheduled_time": 0})
+    nodes.to_csv(tmp_path / "n.csv", index=False)
+    pods.to_csv(tmp_path / "p.csv", index=False)
+    kw = {"nodes_path": str(tmp_path / "n.csv"), "n_jobs": 60, "overload": 2.0}
+    path = str(tmp_path / "p.csv")
+    shipped = run_replay(path, "kube-shared", 4, **kw)
+    fifo = run_replay(path, "kube-shared", 4, queue_order="fifo", **kw)
+    assert (shipped.makespan, shipped.jct) == (fifo.makespan, fifo.jct)
+    assert fifo.mode == "high-load-fifo"
+    gated = run_replay(path, "sparse", 4, pass_over_s=300.0, **kw)
+    for r in (run_replay(path, "sparse", 4, **kw), gated):
+        assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
