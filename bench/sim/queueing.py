@@ -116,8 +116,10 @@ class AdmissionGate:
         """Job ``j`` stays waiting at ``now``: True when it stops the jobs behind it."""
         if math.isnan(self.since[j]):
             self.since[j] = now
-        closed = blocks(Waiting(key=str(j), created=0.0, waiting_since=float(self.since[j]),
-                                ever_fits=bool(self.ever_fits[j])), now, self.max_pass_over_s)
+        closed = bool(blocks(Waiting(key=str(j), created=0.0,
+                                     waiting_since=float(self.since[j]),
+                                     ever_fits=bool(self.ever_fits[j])), float(now),
+                             self.max_pass_over_s))
         self.holds += closed
         return closed
 

@@ -268,7 +268,7 @@ def run_replay(
     stretch = (done - started)[shared] / work[shared]
     explain = summarize(waiting, shapes=shapes, work=work, arrive=arrive, started=started,
                         done=done, n_gpus=n_gpus, rank=rank)
-    explain["gate_holds"] = 0 if gate is None else gate.holds
+    explain["gate_holds"] = 0 if gate is None else int(gate.holds)
     return ReplayRun(
         workload=workload_name(workload), policy=policy, seed=seed,
         mode=mode if queue_order == "product" else f"{mode}-{queue_order}", jobs=len(jobs),

@@ -4,6 +4,8 @@ request); the stock schedulers FIFO."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,4 @@ def test_the_stock_schedulers_run_as_before_and_every_job_completes(tmp_path):
     gated = run_replay(path, "sparse", 4, pass_over_s=300.0, **kw)
     for r in (run_replay(path, "sparse", 4, **kw), gated):
         assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
+        json.dumps(r.to_json())  # what runs.jsonl stores
