@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -234,7 +235,7 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               show_default=True,
               type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
                                  "bands-critical-first", "longest-first"]),
-              help="rec-mix: queue order; product: sparse by predicted-duration band (the "
+              help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "
               "longest first, then the others shortest first) force one order on every "
@@ -242,7 +243,14 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               "times) is reported as mode <mode>-longest-first, to separate queue order "
               "from placement")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
-              help="rec-mix: predicted-duration bands (log-spaced over the trace's durations)")
+              help="predicted-duration bands (log-spaced over the trace's durations)")
+@click.option("--pass-over", "pass_over", default=None, type=click.FloatRange(min=0),
+              help="openb workloads: model the job controller's bounded backfill for sparse's "
+              "banded queue (seconds a job may be passed over; its default is 300); off "
+              "when not given")
+@click.option("--declared-share", default=1.0, show_default=True, type=click.FloatRange(0, 1),
+              help="openb workloads: share of jobs that declare their steps (the others have "
+              "no predicted duration and take the controller's default band)")
 @click.option("--explain", is_flag=True,
               help="also print what bounds each run's makespan (bounds, what the GPUs held "
               "while jobs waited, why placements failed, the last jobs to finish; replay: "
@@ -251,8 +259,8 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
 @click.option("--out", default=None, help="results folder (default results/replay-<time>)")
 def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, load, mix, pad,
-           pad_spread, oom_bump, holdout_rows, interference, queue_orders, queue_bands, explain,
-           workers, out) -> None:
+           pad_spread, oom_bump, holdout_rows, interference, queue_orders, queue_bands,
+           pass_over, declared_share, explain, workers, out) -> None:
     """Time replay: queueing, retries, durations, interference slowdowns."""
     from bench.sim.report import write_replay
 
@@ -284,10 +292,12 @@ def replay(workload, nodes, policies, seeds, mode, rec_share, n_jobs, overload, 
         click.echo(f"report: {write_recmix(runs, folder, command)}")
         return
     kw = {"nodes_path": nodes, "rec_share": rec_share, "n_jobs": n_jobs, "overload": overload,
-          "load": load}
-    jobs = [(workload, p, s, {**kw, "mode": m}) for m in mode for p in policies
-            for s in parse_seeds(seeds)]
-    runs = _run_all(jobs, _replay_job, workers, lambda j: f"{j[3]['mode']} {j[1]} seed {j[2]}",
+          "load": load, "queue_bands": queue_bands, "declared_share": declared_share,
+          "pass_over_s": math.inf if pass_over is None else pass_over}
+    jobs = [(workload, p, s, {**kw, "mode": m, "queue_order": q}) for q in queue_orders
+            for m in mode for p in policies for s in parse_seeds(seeds)]
+    runs = _run_all(jobs, _replay_job, workers,
+                    lambda j: f"{j[3]['mode']} {j[3]['queue_order']} {j[1]} seed {j[2]}",
                     folder / "runs.jsonl")
     path = write_replay(runs, folder, command)
     if explain:

@@ -33,9 +33,15 @@ def may_try(key: str, waiting: Iterable[Waiting], now: float, max_pass_over_s: f
     for w in sorted(waiting, key=lambda w: (-w.priority, w.created, w.key)):
         if w.key == key:
             return True, ""
-        if w.ever_fits and w.waiting_since is not None \
-                and now - w.waiting_since >= max_pass_over_s:
+        if blocks(w, now, max_pass_over_s):
             return False, (f"queued behind {w.key}, which has waited"
                            f" {int(now - w.waiting_since)}s for GPUs (jobs may pass a waiting"
                            f" job for at most {int(max_pass_over_s)}s)")
     return True, ""
+
+
+def blocks(w: Waiting, now: float, max_pass_over_s: float) -> bool:
+    """Whether waiting job ``w`` stops every job behind it from being admitted: it could fit an
+    empty cluster and was first refused at least ``max_pass_over_s`` ago."""
+    return w.ever_fits and w.waiting_since is not None \
+        and now - w.waiting_since >= max_pass_over_s

@@ -214,12 +214,17 @@ class _Pass:
         except ValueError as exc:
             seconds, bad = None, str(exc)
         band = bands.band(seconds)
-        entry: dict[str, Any] = {"name": bands.class_name(band), "band": band,
-                                 "priority": bands.priority(band)}
+        # whole GPUs the job needs at once: a long gang goes ahead of every band
+        gang = (int((s.get("demand") or {}).get("wholeGpus") or 0) * self.replicas
+                if seconds is not None else 0)
+        name, priority = bands.queue_class(band, gang)
+        entry: dict[str, Any] = {"name": name, "band": band, "priority": priority}
         if seconds is not None:
             entry["predictedSeconds"] = round(seconds)
             why = (f"predicted {seconds / 3600:.2f} h = {steps} steps x"
                    f" {demand.step_s:.3g} s per step")
+            if bands.is_critical_gang(band, gang):
+                why += f"; a gang of {gang} whole GPUs in a critical band goes first"
         elif bad:
             why = f"default band: {bad}"
         elif steps is None:

@@ -17,6 +17,13 @@ that is the longest two (a band spans x3.9): priorities, bands 0..3, ``base + 1,
 2, base + 3``. ``critical`` sets the count instead. A job whose duration cannot be predicted
 goes to ``default_band``.
 
+Gangs: a job that needs several whole GPUs at once (``gang_gpus``: whole GPUs per worker x
+workers, 2 or more) cannot backfill into GPUs as they free one by one; behind a backlog of
+smaller jobs that refill every GPU as it frees, it starves until the backlog ends, and a long
+one then sets the makespan alone. So a gang whose band is critical (as above, in every order)
+goes ahead of every band: class ``<prefix>-gang``, priority ``base + count``. Short gangs keep
+their band.
+
 The job controller (controller/reconcile.py) and the simulator (bench/sim/recmix_replay.py)
 both call :meth:`DurationBands.band` and :meth:`DurationBands.priority`; the chart installs the
 classes with the same rule (charts/sparse/templates/priorityclasses.yaml).
@@ -124,6 +131,24 @@ class DurationBands:
             return last - band
         first = self.count - self.critical_count  # critical-first: bands first.. go first
         return band if band >= first else first - 1 - band
+
+    def is_critical_gang(self, band: int, gang_gpus: int = 0) -> bool:
+        """Whether a job in ``band`` that needs ``gang_gpus`` whole GPUs at once goes ahead of
+        every band (module doc)."""
+        return gang_gpus >= 2 and band >= self.count - self.critical_count
+
+    def gang_priority(self) -> int:
+        """The priority of the critical gangs' class: above every band."""
+        return self.base_priority + self.count
+
+    def gang_class_name(self) -> str:
+        return f"{self.prefix}-gang"
+
+    def queue_class(self, band: int, gang_gpus: int = 0) -> tuple[str, int]:
+        """(PriorityClass name, value) of a job in ``band`` needing ``gang_gpus`` whole GPUs."""
+        if self.is_critical_gang(band, gang_gpus):
+            return self.gang_class_name(), self.gang_priority()
+        return self.class_name(band), self.priority(band)
 
     def class_name(self, band: int) -> str:
         if not 0 <= band < self.count:

@@ -1,17 +1,77 @@
 """What the time replays (``replay``, ``replay -w rec-mix``, ``locality``) share around their
-event loops: the policy set up for a seed, arrival times per mode, the FIFO retry that skips
-shapes already known not to fit, and the run record's JSON form."""
+event loops: the policy set up for a seed, arrival times per mode, the queue order (FIFO, or
+by predicted-duration band as the job controller sets it), the retry that skips shapes
+already known not to fit, and the run record's JSON form."""
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from controller.queue import Waiting, blocks
 from extender.placement.policies import REGISTRY
+from extender.queueorder import DurationBands
 
 MODES = ("high-load", "continuous")
+QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
+                "longest-first")
+PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
+
+
+def base_mode(mode: str) -> str:
+    """``high-load-bands-shortest-first`` -> ``high-load``: the arrival mode of a run whose
+    queue order was forced (reported as ``<mode>-<order>``)."""
+    return next((m for m in MODES if mode.startswith(m)), mode)
+
+
+def banded_queue(queue_order: str, policy: str) -> str | None:
+    """The band order ``policy``'s queue uses under ``queue_order`` (None: FIFO). ``product``:
+    sparse's as shipped, the stock schedulers FIFO; ``bands``: longest band first;
+    ``bands-<order>``: that order; ``fifo`` and ``longest-first`` (an oracle): no bands."""
+    if queue_order not in QUEUE_ORDERS:
+        raise ValueError(f"queue order {queue_order!r}: one of {', '.join(QUEUE_ORDERS)}")
+    if queue_order == "product":
+        return PRODUCT_BAND_ORDER if policy == "sparse" else None
+    if queue_order == "bands":
+        return "longest-first"
+    return queue_order.removeprefix("bands-") if queue_order.startswith("bands-") else None
+
+
+def band_rank(predicted_s: Sequence[float], bands: DurationBands,
+              gang_gpus: Sequence[int] | None = None) -> np.ndarray:
+    """Each job's place in the queue (lower first): minus the priority the job controller
+    gives its predicted duration (NaN or None: no prediction, the default band) and the whole
+    GPUs it needs at once (``gang_gpus``; a long gang goes first)."""
+    out = np.empty(len(predicted_s), dtype=np.int64)
+    for j, p in enumerate(predicted_s):
+        known = p is not None and math.isfinite(p)
+        gang = int(gang_gpus[j]) if gang_gpus is not None and known else 0
+        out[j] = -bands.queue_class(bands.band(float(p) if known else None), gang)[1]
+    return out
+
+
+class RankedQueue:
+    """Waiting jobs by rank, then by when they (re)joined: FIFO within a rank. ``jobs`` is the
+    list ``retry_pending`` walks."""
+
+    def __init__(self, rank: np.ndarray) -> None:
+        self.rank = rank
+        self.seq = np.zeros(len(rank), dtype=np.int64)
+        self.count = 0
+        self.jobs: list[int] = []
+
+    def wait(self, j: int) -> None:
+        self.count += 1
+        self.seq[j] = self.count
+        bisect.insort(self.jobs, j, key=lambda k: (self.rank[k], self.seq[k]))
+
+    def arrival_order(self, batch: list[int]) -> list[int]:
+        """Jobs arriving at one instant, in the order the queue tries them."""
+        return sorted(batch, key=lambda k: (self.rank[k], k))
 
 
 def placement_policy(name: str, seed: int | None, tasks: object, **kwargs: object) -> object:
@@ -40,13 +100,52 @@ def arrival_times(mode: str, created: np.ndarray, gpu_work: float, n_gpus: int,
     return created / max(created.max(), 1.0) * span
 
 
+class AdmissionGate:
+    """The job controller's bounded backfill (controller/queue.py, its rule): a job behind a
+    waiting job may be admitted past it only until that job, if it could fit an empty cluster
+    (``ever_fits``), has waited ``max_pass_over_s`` since it was first refused; then the jobs
+    behind it wait until it starts, and the GPUs that free up go to it."""
+
+    def __init__(self, ever_fits: np.ndarray, max_pass_over_s: float) -> None:
+        self.ever_fits = np.asarray(ever_fits, dtype=bool)
+        self.max_pass_over_s = float(max_pass_over_s)
+        self.since = np.full(len(self.ever_fits), np.nan)  # first refused; NaN: never
+        self.holds = 0  # times a refused job closed the gate on the jobs behind it
+
+    def refused(self, j: int, now: float) -> bool:
+        """Job ``j`` stays waiting at ``now``: True when it stops the jobs behind it."""
+        if math.isnan(self.since[j]):
+            self.since[j] = now
+        closed = bool(blocks(Waiting(key=str(j), created=0.0,
+                                     waiting_since=float(self.since[j]),
+                                     ever_fits=bool(self.ever_fits[j])), float(now),
+                             self.max_pass_over_s))
+        self.holds += closed
+        return closed
+
+    def admits(self, j: int, queue: RankedQueue, now: float) -> bool:
+        """Whether job ``j``, just arrived, may try past the jobs ahead of it in ``queue``."""
+        key = (queue.rank[j], queue.count + 1)
+        for k in queue.jobs:
+            if (queue.rank[k], queue.seq[k]) > key:
+                break
+            if not math.isnan(self.since[k]) and blocks(Waiting(
+                    key=str(k), created=0.0, waiting_since=float(self.since[k]),
+                    ever_fits=bool(self.ever_fits[k])), now, self.max_pass_over_s):
+                return False
+        return True
+
+
 def retry_pending(pending: list[int], shape: Callable[[int], tuple[Hashable, Sequence[int]]],
-                  try_start: Callable[[int], bool]) -> None:
+                  try_start: Callable[[int], bool],
+                  stays: Callable[[int], bool] | None = None) -> None:
     """Try the queue in order, in place; a job whose shape ``(kind, sizes)`` is of a kind that
-    already failed this round with every size no larger is skipped: it cannot fit either."""
+    already failed this round with every size no larger is skipped: it cannot fit either.
+    ``stays(j)``, called for each job left waiting, True: the jobs behind it are not tried
+    (the controller's gate)."""
     failed: dict[Hashable, tuple[np.ndarray, list[int]]] = {}  # kind -> (shapes, [count])
     keep = []
-    for j in pending:
+    for i, j in enumerate(pending):
         kind, sizes = shape(j)
         row = np.asarray(sizes, dtype=np.int64)
         seen = failed.get(kind)
@@ -58,6 +157,11 @@ def retry_pending(pending: list[int], shape: Callable[[int], tuple[Hashable, Seq
             seen[0][seen[1][0]] = row
             seen[1][0] += 1
             keep.append(j)
+        else:
+            continue
+        if stays is not None and stays(j):
+            keep.extend(pending[i + 1:])
+            break
     pending[:] = keep
 
 

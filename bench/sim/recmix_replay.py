@@ -49,7 +49,6 @@ work of jobs that shared a GPU), OOM events.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import time
@@ -62,7 +61,16 @@ import pandas as pd
 from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
-from bench.sim.queueing import PolicyRun, arrival_times, placement_policy, retry_pending
+from bench.sim.queueing import (
+    QUEUE_ORDERS,
+    PolicyRun,
+    RankedQueue,
+    arrival_times,
+    band_rank,
+    banded_queue,
+    placement_policy,
+    retry_pending,
+)
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs, duration_range
 from bench.sim.recmix_explain import summarize
 from bench.sim.replay import sample_nodes
@@ -76,9 +84,6 @@ from extender.protocol import Pod
 from extender.queueorder import DEFAULT_BANDS, DurationBands, predicted_duration
 
 OOM_AFTER_S = 120.0
-QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
-                "longest-first")
-PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
 NODE_CPU_MILLI = 224_000  # HGX/DGX H200: 2 x 56-core Xeon, 2 threads each
 NODE_MEM_MIB = 2 * 1024 * 1024
 
@@ -210,10 +215,8 @@ def run_recmix(
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
-    banded = queue_order.startswith("bands") or (queue_order == "product" and base == "sparse")
-    order = (queue_order.removeprefix("bands-") if queue_order.startswith("bands-")
-             else "longest-first" if queue_order == "bands" else PRODUCT_BAND_ORDER)
-    rank = (queue_rank(jobs, queue_bands, order) if banded
+    order = banded_queue(queue_order, base)
+    rank = (queue_rank(jobs, queue_bands, order) if order
             else np.zeros(len(jobs), dtype=np.int64))
     if longest_first:
         rank = -work
@@ -260,16 +263,8 @@ def run_recmix(
     events: list[tuple[float, int, int, int]] = []  # (time, kind 0 finish/1 arrive/2 oom, job, ver)
     for j in range(len(jobs)):
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
-    pending: list[int] = []
-
-    seq = np.zeros(len(jobs), dtype=np.int64)  # when each job (re)joined the queue
-    queued = 0
-
-    def wait(j: int) -> None:  # by rank (band), then by when it joined: FIFO within a band
-        nonlocal queued
-        queued += 1
-        seq[j] = queued
-        bisect.insort(pending, j, key=lambda k: (rank[k], seq[k]))
+    queue = RankedQueue(rank)  # by rank (band), then by when it joined: FIFO within a band
+    pending, wait = queue.jobs, queue.wait
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0
@@ -358,7 +353,7 @@ def run_recmix(
             batch = [j]
             while events and events[0][0] == t and events[0][1] == 1:
                 batch.append(heapq.heappop(events)[2])
-            for k in sorted(batch, key=lambda k: (rank[k], k)):
+            for k in queue.arrival_order(batch):
                 if not try_start(k):
                     wait(k)
         elif kind == 2:
@@ -415,8 +410,8 @@ def queue_rank(jobs: pd.DataFrame, count: int = DEFAULT_BANDS,
     steps = np.maximum(1, np.round(jobs["duration"].to_numpy(float)
                                    / jobs["step_s"].to_numpy(float)))
     pred = jobs["pred_step_s"].to_numpy(float)
-    return np.array([-bands.priority(bands.band(predicted_duration(int(n), float(p))))
-                     for n, p in zip(steps, pred, strict=True)], dtype=np.int64)
+    return band_rank([predicted_duration(int(n), float(p))
+                      for n, p in zip(steps, pred, strict=True)], bands)
 
 
 class _Trace:

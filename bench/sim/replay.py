@@ -15,9 +15,23 @@ Rules (all seeded by the run's seed):
 * Modes: ``high-load``: every job submitted at t = 0. ``continuous``: jobs submitted in their
   trace creation order, arrival times compressed linearly so that the offered load (GPU-seconds
   of work / (cluster GPUs x submission span)) is ``load`` (1.0 by default).
-* Scheduling: FIFO queue; a job is tried when it arrives and again after every departure (jobs
-  whose shape dominates one that already failed in the same round are skipped, they cannot
-  fit either). The placement itself is the core's (``SimCluster``).
+* Scheduling: a job is tried when it arrives and again after every departure, in queue order
+  (jobs whose shape dominates one that already failed in the same round are skipped, they
+  cannot fit either). The placement itself is the core's (``SimCluster``).
+* Queue order (``queue_order``): ``product`` (default) is what each scheduler does: the stock
+  schedulers (every policy but ``sparse``) queue FIFO; ``sparse`` queues as its job controller
+  sets it (extender/queueorder.py, the function the controller calls): by the band of the
+  job's predicted duration, critical-first, FIFO within a band. The predicted duration is
+  what the product could know, declared steps x the predictor's step time, so it carries the
+  predictor's measured step-time error (bench/sim/duration_error.py); a job that declares no
+  steps (probability ``1 - declared_share``) gets the controller's default band.
+  A long job that needs several whole GPUs at once goes ahead of every band (the controller's
+  gang rule, extender/queueorder.py). ``queue_bands`` bands, log-spaced over [60 s, the
+  duration cap]. ``pass_over_s``: the controller's bounded backfill (controller/queue.py),
+  off by default; with it, a job that could fit the empty cluster and has waited that long
+  since first refused stops every job behind it in sparse's queue. ``fifo`` and ``bands*``
+  force one order on every policy, ``longest-first`` is an oracle (true durations, longest
+  first); each is reported as mode ``<mode>-<order>``.
 * Speed: a job alone on its GPUs runs at 1; a share of class a next to co-runners of classes
   b1..bk holding m1..mk milli runs at prod_i norm(a|b_i) ** (m_i / 1000): the measured pair
   slowdown (two jobs each using a whole GPU) scaled, in log space, by how much of the GPU the
@@ -33,6 +47,7 @@ co-location cost them, the quantity interference-aware placement minimises).
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -40,17 +55,30 @@ import numpy as np
 
 from bench.sim.bounds import work_bound
 from bench.sim.cluster import SimCluster
+from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
+    AdmissionGate,
     PolicyRun,
+    RankedQueue,
     arrival_times,
+    band_rank,
+    banded_queue,
     co_location_slowdown,
     placement_policy,
     retry_pending,
 )
 from bench.sim.replay_explain import WaitLog, summarize
-from bench.sim.trace import NODE_LIST, load_nodes, load_pods, workload_name, workload_path
+from bench.sim.trace import (
+    NODE_LIST,
+    load_nodes,
+    load_pods,
+    parse_spec,
+    workload_name,
+    workload_path,
+)
 from extender.interference.matrix import default_matrix
+from extender.queueorder import DEFAULT_BANDS, DurationBands
 
 ANCHORS = {  # makespan vs kube-exclusive in the original system
     ("high-load", "sparse"): 0.78, ("continuous", "sparse"): 0.85,
@@ -80,11 +108,25 @@ class ReplayRun(PolicyRun):
         return {**super().to_json(), "explain": self.explain}
 
 
+MIN_DURATION_S = 60.0
+# The job controller's bounded backfill (controller/queue.py; its default is 300 s): off unless
+# asked for (``pass_over_s``). At 300 s it costs sparse makespan and mean JCT in this replay:
+# a blocked queue leaves GPUs idle while a node drains (bench/README.md).
+DEFAULT_PASS_OVER_S = math.inf
+
+
+def duration_cap(gpu) -> float:  # noqa: ANN001
+    """The longest duration a job keeps: the 95th percentile of the GPU pods' durations."""
+    start = gpu["scheduled_time"].where(gpu["scheduled_time"].notna(), gpu["creation_time"])
+    dur = (gpu["deletion_time"] - start).fillna(0).to_numpy(dtype=np.float64)
+    return max(MIN_DURATION_S, float(np.nanpercentile(dur, 95)))
+
+
 def sample_jobs(pods, n_jobs: int, rng: np.random.Generator):
     gpu = pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)].copy()
     start = gpu["scheduled_time"].where(gpu["scheduled_time"].notna(), gpu["creation_time"])
     dur = (gpu["deletion_time"] - start).fillna(0).to_numpy(dtype=np.float64)
-    gpu["duration"] = np.clip(dur, 60.0, max(60.0, float(np.nanpercentile(dur, 95))))
+    gpu["duration"] = np.clip(dur, MIN_DURATION_S, duration_cap(gpu))
     if n_jobs and n_jobs < len(gpu):
         gpu = gpu.iloc[np.sort(rng.choice(len(gpu), n_jobs, replace=False))]
     return gpu.sort_values("creation_time", kind="stable").reset_index(drop=True)
@@ -100,7 +142,9 @@ def sample_nodes(nodes, gpus_wanted: float, rng: np.random.Generator):
 def run_replay(
     workload: str, policy: str, seed: int, *, mode: str = "high-load", n_jobs: int = 2000,
     rec_share: float = 0.3, overload: float = 4.0, load: float = 1.0,
-    nodes_path: str | None = None,
+    nodes_path: str | None = None, queue_order: str = "product",
+    queue_bands: int = DEFAULT_BANDS, declared_share: float = 1.0,
+    queue_critical: int | None = None, pass_over_s: float = DEFAULT_PASS_OVER_S,
 ) -> ReplayRun:
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -112,6 +156,10 @@ def run_replay(
                        rng.choice(others, len(jobs)))
     request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
     work = jobs["duration"].to_numpy()
+    whole = np.where(jobs["gpu_milli"].to_numpy() >= 1000, jobs["num_gpu"].to_numpy(), 0)
+    rank = queue_rank(queue_order, policy, work, classes, seed, whole, queue_bands=queue_bands,
+                      declared_share=declared_share, critical=queue_critical,
+                      cap_s=duration_cap(pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)]))
     gpu_seconds = float((work * np.ceil(request)).sum())
     nodes = sample_nodes(load_nodes(nodes_path or NODE_LIST),
                          gpu_seconds / (overload * work.max()), rng)
@@ -139,7 +187,11 @@ def run_replay(
     events: list[tuple[float, int, int, int]] = []  # (time, kind 0=finish 1=arrive, job, ver)
     for j in range(len(jobs)):
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
-    pending: list[int] = []
+    queue = RankedQueue(rank)
+    pending = queue.jobs
+    # the job controller's admission queue goes with its bands; the stock schedulers have none
+    gate = (AdmissionGate(fits_empty(nodes, shapes), pass_over_s)
+            if banded_queue(queue_order, policy) and math.isfinite(pass_over_s) else None)
     alloc_area = 0.0
     waiting = WaitLog(sim)
     t_prev = 0.0
@@ -180,7 +232,8 @@ def run_replay(
         return True
 
     def retry() -> None:
-        retry_pending(pending, lambda j: (shapes[j][4], shapes[j][:4]), try_start)
+        retry_pending(pending, lambda j: (shapes[j][4], shapes[j][:4]), try_start,
+                      None if gate is None else lambda j: gate.refused(j, now))
 
     while events:
         t, kind, j, ver = heapq.heappop(events)
@@ -189,9 +242,17 @@ def run_replay(
         alloc_area += sim.allocated_milli * (t - t_prev)
         waiting.advance(t - t_prev, pending, shapes)
         t_prev = now = t
-        if kind == 1:
-            if not try_start(j):
-                pending.append(j)
+        if kind == 1:  # every job arriving now, tried in queue order
+            batch = [j]
+            while events and events[0][0] == t and events[0][1] == 1:
+                batch.append(heapq.heappop(events)[2])
+            for k in queue.arrival_order(batch):
+                if gate is not None and not gate.admits(k, queue, now):
+                    queue.wait(k)
+                elif not try_start(k):
+                    if gate is not None:
+                        gate.refused(k, now)
+                    queue.wait(k)
         else:
             done[j] = now
             sim.release(f"job-{j}")
@@ -206,9 +267,11 @@ def run_replay(
     shared = np.array([shapes[j][0] == 1 and shapes[j][1] < 1000 for j in range(len(jobs))])
     stretch = (done - started)[shared] / work[shared]
     explain = summarize(waiting, shapes=shapes, work=work, arrive=arrive, started=started,
-                        done=done, n_gpus=n_gpus)
+                        done=done, n_gpus=n_gpus, rank=rank)
+    explain["gate_holds"] = 0 if gate is None else int(gate.holds)
     return ReplayRun(
-        workload=workload_name(workload), policy=policy, seed=seed, mode=mode, jobs=len(jobs),
+        workload=workload_name(workload), policy=policy, seed=seed,
+        mode=mode if queue_order == "product" else f"{mode}-{queue_order}", jobs=len(jobs),
         gpus=n_gpus, makespan=makespan, jct_mean=float(np.nanmean(jct)),
         jct_p95=float(np.nanpercentile(jct, 95)),
         queue_mean=float(np.nanmean(started - arrive)),
@@ -220,3 +283,40 @@ def run_replay(
         share_stretch=float(np.nanmean(stretch)) if len(stretch) else float("nan"),
         explain=explain,
     )
+
+
+def queue_rank(queue_order: str, policy: str, work: np.ndarray, classes: np.ndarray, seed: int,
+               whole_gpus: np.ndarray | None = None, *, queue_bands: int = DEFAULT_BANDS,
+               declared_share: float = 1.0, critical: int | None = None,
+               cap_s: float | None = None) -> np.ndarray:
+    """Each job's place in ``policy``'s queue (lower first; all equal: FIFO). Banded queues
+    rank by the predicted duration (true duration x the predictor's measured step-time
+    error) and, for a long job of ``whole_gpus`` >= 2, ahead of every band (the controller's
+    rule); ``longest-first`` by the true duration (an oracle)."""
+    if queue_order == "longest-first":
+        return np.argsort(np.argsort(-work, kind="stable"), kind="stable").astype(np.int64)
+    order = banded_queue(queue_order, policy)
+    if order is None:
+        return np.zeros(len(work), dtype=np.int64)
+    cap = float(work.max()) if cap_s is None else cap_s
+    bands = DurationBands.log_spaced(MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands,
+                                     order=order, critical=critical)
+    return band_rank(predicted_durations(work, classes, seed, declared_share=declared_share),
+                     bands, whole_gpus)
+
+
+def fits_empty(nodes, shapes: list[tuple]) -> np.ndarray:  # noqa: ANN001
+    """Per job: whether some node of the empty cluster could host it (GPU count and model, CPU,
+    host memory). A job that never fits waits for nodes to be added and blocks no one."""
+    gpus = nodes["gpu"].to_numpy()
+    cpu = nodes["cpu_milli"].to_numpy()
+    mem = nodes["memory_mib"].to_numpy()
+    models = nodes["model"].to_numpy()
+    out = np.zeros(len(shapes), dtype=bool)
+    for j, (num, _milli, c, m, spec) in enumerate(shapes):
+        ok = (gpus >= max(num, 1)) & (cpu >= c) & (mem >= m)
+        allowed = parse_spec(spec)
+        if allowed is not None:
+            ok &= np.isin(models, list(allowed))
+        out[j] = bool(ok.any())
+    return out

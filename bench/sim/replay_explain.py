@@ -23,6 +23,8 @@ from collections import Counter
 
 import numpy as np
 
+from bench.sim.queueing import base_mode
+
 TAIL = 1  # last jobs described per run
 SHARING = ("kube-shared", "fgd")  # the sharing baselines sparse is compared with
 
@@ -69,8 +71,10 @@ class WaitLog:
 
 
 def summarize(log: WaitLog, *, shapes: list, work: np.ndarray, arrive: np.ndarray,
-              started: np.ndarray, done: np.ndarray, n_gpus: int) -> dict:
-    """Plain numbers (JSON-ready) for one run."""
+              started: np.ndarray, done: np.ndarray, n_gpus: int,
+              rank: np.ndarray | None = None) -> dict:
+    """Plain numbers (JSON-ready) for one run. ``rank``: each job's place in the queue (lower
+    first, equal ranks in submission order; None: FIFO)."""
     t0 = float(arrive.min())
     num = np.array([s[0] for s in shapes])
     milli = np.array([s[1] for s in shapes])
@@ -80,14 +84,22 @@ def summarize(log: WaitLog, *, shapes: list, work: np.ndarray, arrive: np.ndarra
     lost = float(((run - work) * booked)[shared].sum())
     n = len(work)
     tail = []
+    rank = np.zeros(n, dtype=np.int64) if rank is None else np.asarray(rank)
+    index = np.arange(n)
     for j in np.argsort(-done, kind="stable")[:TAIL]:
-        ahead = started[:j]  # FIFO: the jobs queued before it (submission order)
+        # the jobs queued before it: a better rank, or the same and submitted earlier, and
+        # there by the time it started
+        before = ((rank < rank[j]) | ((rank == rank[j]) & (index < j))) \
+            & (arrive <= started[j])
+        ahead = started[before]
         turn = max(float(np.nanmax(ahead)) if len(ahead) else t0, float(arrive[j]))
         tail.append({
             "job": int(j), "kind": kind(int(num[j]), int(milli[j])), "solo_s": float(work[j]),
             "arrive_s": float(arrive[j] - t0), "start_s": float(started[j] - t0),
             "turn_s": min(turn, float(started[j])) - t0,
-            "overtaken": int((started[j + 1:] < started[j]).sum()),
+            # jobs behind it in the queue that started while it waited
+            "overtaken": int(((~before) & (index != j) & (started >= arrive[j])
+                              & (started < started[j])).sum()),
             "run_s": float(run[j]), "stretch": float(run[j] / work[j]),
         })
     backlog = max(log.backlog_s, 1e-9)
@@ -181,9 +193,12 @@ def explain_markdown(runs: list, policy: str = "sparse") -> list[str]:
             continue
         for base in SHARING:
             o = [x for x in have if (x.mode, x.seed, x.workload, x.policy)
-                 == (r.mode, r.seed, r.workload, base)]
+                 == (r.mode, r.seed, r.workload, base)] or [
+                x for x in have if (x.mode, x.seed, x.workload, x.policy)
+                == (base_mode(r.mode), r.seed, r.workload, base)]
             if o:
-                rows.append([r.mode, str(r.seed), base, reason(r, o[0])])
+                against = base if o[0].mode == r.mode else f"{base} ({o[0].mode})"
+                rows.append([r.mode, str(r.seed), against, reason(r, o[0])])
     lines += _table(["mode", "seed", "against", "reason"], rows)
     return lines + [""]
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from bench.sim import bounds, expected, losses, replay_explain
+from bench.sim.queueing import base_mode
 
 
 def _plt():
@@ -274,6 +275,9 @@ def replay_table(runs: list) -> pd.DataFrame:
     rows = []
     for _, row in mean.iterrows():
         base = mean[(mean["mode"] == row["mode"]) & (mean["policy"] == "kube-exclusive")]
+        if not len(base):  # a forced queue order (<mode>-<order>): against the shipped one
+            base = mean[(mean["mode"] == base_mode(row["mode"]))
+                        & (mean["policy"] == "kube-exclusive")]
         out = {"mode": row["mode"], "policy": row["policy"]}
         for m in metrics:
             out[m] = row[m]

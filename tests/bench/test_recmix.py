@@ -222,7 +222,7 @@ def test_sparse_as_shipped_queues_in_the_charts_default_order():
 
     import yaml
 
-    from bench.sim.recmix_replay import PRODUCT_BAND_ORDER
+    from bench.sim.queueing import PRODUCT_BAND_ORDER
 
     values = yaml.safe_load((Path(__file__).resolve().parents[2] / "charts" / "sparse"
                              / "values.yaml").read_text())

@@ -165,7 +165,7 @@ def test_replay_completes_every_job_deterministically(tiny, mode):
     assert a.row() | {"seconds": 0} == b.row() | {"seconds": 0}
     for r in (a, ex):
         assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
-        assert min(r.jct) >= 60.0 and r.makespan >= max(r.jct) - 1e-6
+        assert min(r.jct) >= 60.0 and r.makespan >= max(r.jct) - 0.05  # jct kept to 0.1 s
         assert 0 < r.alloc_mean <= 100
     assert ex.share_stretch == pytest.approx(1.0)  # shares get a GPU of their own
     assert a.share_stretch >= 1.0

@@ -269,6 +269,24 @@ async def test_queue_band_from_declared_steps_goes_on_every_worker(world):
                           "status": {"queueBand": band}}).priority == 1003
 
 
+async def test_a_long_gang_of_whole_gpus_gets_the_class_ahead_of_every_band(world):
+    bands = _banded(world)
+    whole = {"template": {"spec": {"containers": [{"name": "trainer", "image": "x",
+                                                   "resources": {"limits": {
+                                                       "nvidia.com/gpu": 1}}}]}}}
+    world.submit("gang", replicas=2, steps=10**7, **whole)
+    s = await world.reconcile("gang")
+    assert s["queueBand"]["name"] == "sparse-duration-gang"
+    assert s["queueBand"]["priority"] == bands.gang_priority() > bands.priority(3)
+    assert s["queueBand"]["band"] == 3  # its duration band is kept in the status
+    note = next(m for _, r, m in world.kube.events if r == "QueueBand")
+    assert "gang of 2 whole GPUs" in note
+    world.submit("short-gang", replicas=2, steps=10, **whole)  # short: keeps its band
+    assert (await world.reconcile("short-gang"))["queueBand"]["name"] == "sparse-duration-0"
+    world.submit("one", replicas=1, steps=10**7, **whole)  # one GPU: never starves
+    assert (await world.reconcile("one"))["queueBand"]["name"] == "sparse-duration-3"
+
+
 async def test_job_without_steps_or_with_bad_steps_gets_the_default_band(world):
     _banded(world)
     world.submit("plain")

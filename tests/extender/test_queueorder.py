@@ -105,3 +105,18 @@ def test_critical_count_is_checked():
         DurationBands(BANDS.edges_s, order="critical-first", critical=5)
     with pytest.raises(ValueError, match="critical bands"):
         DurationBands(BANDS.edges_s, order="critical-first", critical=0)
+
+
+@pytest.mark.parametrize("order", ["longest-first", "shortest-first", "critical-first"])
+def test_a_long_gang_goes_ahead_of_every_band_a_short_one_keeps_its_band(order):
+    bands = DurationBands.log_spaced(60, 14_400, 4, order=order)
+    top = max(bands.priority(b) for b in range(4))
+    long_band, short_band = 3, 0
+    assert bands.queue_class(long_band, 8) == ("sparse-duration-gang", bands.gang_priority())
+    assert bands.gang_priority() > top
+    # critical-first's second critical band counts too (a job there may really be long)
+    assert bands.is_critical_gang(2, 2) and not bands.is_critical_gang(1, 2)
+    # a short gang, and a long job of one GPU or a share, keep their band's class
+    assert bands.queue_class(short_band, 8) == (bands.class_name(0), bands.priority(0))
+    for gpus in (0, 1):
+        assert bands.queue_class(long_band, gpus) == (bands.class_name(3), bands.priority(3))

@@ -447,7 +447,8 @@ def test_queue_band_priority_classes_follow_the_controllers_rule(order: str) -> 
     bands = DurationBands.log_spaced(60, 14_400, 4, order=order)
     assert {n: (c["value"], c["preemptionPolicy"], c["globalDefault"])
             for n, c in classes.items()} == {
-        bands.class_name(i): (bands.priority(i), "Never", False) for i in range(4)}
+        **{bands.class_name(i): (bands.priority(i), "Never", False) for i in range(4)},
+        bands.gang_class_name(): (bands.gang_priority(), "Never", False)}
     # critical-first: the chart's criticalBands (default 2) is the controller's own rule
     assert ("--queue-critical-bands=2" in args) == (order == "critical-first")
 
@@ -460,7 +461,8 @@ def test_critical_first_with_another_band_count() -> None:
     values = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "PriorityClass"}
     bands = DurationBands.log_spaced(60, 14_400, 8, order="critical-first")
     assert bands.critical_count == 3  # the value the chart's comment gives for 8 bands
-    assert values == {bands.class_name(i): bands.priority(i) for i in range(8)}
+    assert values == {**{bands.class_name(i): bands.priority(i) for i in range(8)},
+                      bands.gang_class_name(): bands.gang_priority()}
     rc, _, err = _render("controller.queueOrder=critical-first",
                          "controller.queueBands.criticalBands=5")
     assert rc != 0 and "criticalBands must not exceed" in err
