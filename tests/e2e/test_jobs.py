@@ -363,8 +363,9 @@ def test_controller_restarted_mid_admission_reuses_its_slots(stack: Any) -> None
 
 def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any,
                                                                      tmp_path: Path) -> None:
-    """The chart's band PriorityClasses exist; a job declaring its steps gets its band's class
-    on every worker, the API server resolves it to the band's priority, and the pods bind."""
+    """The chart's band PriorityClasses (and the long gangs' class) exist; a job declaring its
+    steps gets its band's class on every worker, the API server resolves it to the band's
+    priority, and the pods bind."""
     env, c = stack, stack.cluster
     helm = helm_path()
     if not helm.exists():
@@ -375,7 +376,9 @@ def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any
          "--show-only", "templates/priorityclasses.yaml"],
         capture_output=True, text=True, check=True).stdout
     classes = [d for d in yaml.safe_load_all(rendered) if d]
-    assert [d["preemptionPolicy"] for d in classes] == ["Never"] * 4
+    assert sorted(d["metadata"]["name"] for d in classes) == [
+        *(f"sparse-duration-{b}" for b in range(4)), "sparse-duration-gang"]
+    assert {d["preemptionPolicy"] for d in classes} == {"Never"}
     c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(classes))
     env.ctl.stop()
     env.ctl = Controller(tmp_path, c.kubeconfig, env.ext.url, slot_ttl=SLOT_TTL, name="bands",
