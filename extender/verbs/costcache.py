@@ -78,6 +78,12 @@ def shape_key(demand: PodDemand) -> Hashable | None:
 FILL_ALL = 20
 
 
+def fill_all(stale: int, candidates: int, inventory: int) -> bool:
+    """Price every node of the inventory now: most candidates are unknown, and the inventory
+    is not much larger than the request."""
+    return 2 * stale > candidates and inventory <= FILL_ALL * candidates
+
+
 class _Entry:
     """One term's values (or raw arrays) for every GPU of the inventory, and each node's
     stamp when they were made; arrays are allocated at the shape the term first answers."""
@@ -210,7 +216,7 @@ class CostCache:
         if within is None:
             self.reused_gpus += len(masks.gpus) - stale_count
         candidates = len(masks.nodes) if masks.nodes is not None else len(stale)
-        if 2 * len(stale) > candidates and len(entry.stamp) <= FILL_ALL * candidates:
+        if fill_all(len(stale), candidates, len(entry.stamp)):
             # Mostly unknown (new, or made with other global inputs): price every node now,
             # in one vectorised pass, rather than window by window as candidates come.
             unknown = entry.stamp != state.node_stamp
@@ -245,15 +251,17 @@ def _gather(entry: _Entry, gpus: np.ndarray) -> TermValues:
 
 
 class CachedPolicy:
-    """A policy whose ``costs`` go through a CostCache; everything else is the policy's."""
+    """A policy whose ``costs`` go through a CostCache; everything else is the policy's.
+    ``note=False``: the caller told the policy of the pod already."""
 
-    def __init__(self, policy: Policy, cache: CostCache) -> None:
+    def __init__(self, policy: Policy, cache: CostCache, note: bool = True) -> None:
         self._policy = policy
         self._cache = cache
+        self._note = note
 
     def costs(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
               ) -> tuple[np.ndarray, np.ndarray]:
-        return self._cache.costs(self._policy, state, demand, masks)
+        return self._cache.costs(self._policy, state, demand, masks, note=self._note)
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._policy, name)

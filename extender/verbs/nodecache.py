@@ -34,8 +34,13 @@ import numpy as np
 
 from extender.demand import PodDemand
 from extender.placement import ClusterState, Policy, fit, node_costs
-from extender.placement.fit import GpuMasks
-from extender.verbs.costcache import CACHED_POLICIES, FILL_ALL, CostCache, shape_key
+from extender.verbs.costcache import (
+    CACHED_POLICIES,
+    CachedPolicy,
+    CostCache,
+    fill_all,
+    shape_key,
+)
 
 
 @dataclass
@@ -63,21 +68,6 @@ class _Entry:
     def costs_hold(self, terms: tuple[Hashable, ...], epoch: tuple[object, ...]) -> bool:
         return terms == self.terms and len(epoch) == len(self.epoch) and all(
             a is b for a, b in zip(epoch, self.epoch, strict=True))
-
-
-class _Unnoted:
-    """The cached policy, without telling it of the pod again (the filter did, once)."""
-
-    def __init__(self, policy: Policy, cache: CostCache) -> None:
-        self._policy = policy
-        self._cache = cache
-
-    def costs(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
-              ) -> tuple[np.ndarray, np.ndarray]:
-        return self._cache.costs(self._policy, state, demand, masks, note=False)
-
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        return getattr(self._policy, name)
 
 
 class NodeVerdicts:
@@ -129,9 +119,9 @@ class NodeVerdicts:
         stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.fit_stamp[nodes] != stamps)
         self.reused += len(nodes) - len(stale)
-        if _fill_all(len(stale), len(nodes), len(entry.fits)):
+        if fill_all(len(stale), len(nodes), len(entry.fits)):
             # Mostly unknown: every node of the inventory now, in one vectorised pass (the
-            # scheduler's candidate window moves with each pod; see costcache.FILL_ALL).
+            # scheduler's candidate window moves with each pod; see costcache.fill_all).
             everywhere = np.flatnonzero(entry.fit_stamp != state.node_stamp)
             self._fill_fits(entry, state, demand, everywhere,
                             [state.node_names[i] for i in everywhere.tolist()])
@@ -160,7 +150,7 @@ class NodeVerdicts:
         if entry is None or told is None:  # priced as without the cache, not noted again
             names = [v.names[i] for i in fitting.tolist()]
             return node_costs(state, demand, fit(state, demand, names, explain=False),
-                              _Unnoted(policy, self.cost_cache))
+                              CachedPolicy(policy, self.cost_cache, note=False))
         if not entry.costs_hold(*told):  # a global input changed: every cost is stale
             entry.cost_stamp[:] = 0
             entry.terms, entry.epoch = told
@@ -168,7 +158,7 @@ class NodeVerdicts:
         stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.cost_stamp[nodes] != stamps)
         self.reused += len(nodes) - len(stale)
-        if _fill_all(len(stale), len(nodes), len(entry.cost)):
+        if fill_all(len(stale), len(nodes), len(entry.cost)):
             # every node whose fit is current and true and whose cost is not (as for fits)
             current = entry.fit_stamp == state.node_stamp
             self._fill_costs(entry, policy, state, demand, np.flatnonzero(
@@ -191,11 +181,8 @@ class NodeVerdicts:
         if not len(nodes):
             return
         sub = fit(state, demand, [state.node_names[i] for i in nodes.tolist()], explain=False)
-        entry.cost[nodes] = node_costs(state, demand, sub, _Unnoted(policy, self.cost_cache))
+        unnoted = CachedPolicy(policy, self.cost_cache, note=False)  # the filter noted it
+        entry.cost[nodes] = node_costs(state, demand, sub, unnoted)
         entry.cost_stamp[nodes] = state.node_stamp[nodes]
         self.computed += len(nodes)
 
-
-def _fill_all(stale: int, candidates: int, inventory: int) -> bool:
-    """Most candidates unknown, and the inventory not much larger than the request."""
-    return 2 * stale > candidates and inventory <= FILL_ALL * candidates
