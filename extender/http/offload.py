@@ -60,11 +60,11 @@ class BodyDecoder:
         self.reused = 0  # prioritize bodies answered with filter's decoded args
 
     async def decode(self, verb: str, body: bytes | bytearray) -> Decoded:
-        if len(body) <= self.inline_bytes:
-            return self._inline(verb, body)
         reused = self._reused(verb, body)
         if reused is not None:
             return reused
+        if len(body) <= self.inline_bytes:
+            return self._inline(verb, body)
         async with self._lock:  # one body at a time through the pipe
             try:
                 reply = await self._exchange(verb, body)
@@ -92,10 +92,7 @@ class BodyDecoder:
         return last[1]
 
     def _inline(self, verb: str, body: bytes | bytearray) -> Decoded:
-        """Decoded here (or reused: ``_reused``)."""
-        reused = self._reused(verb, body)
-        if reused is not None:
-            return reused
+        """Decoded here."""
         args = decode_verb(verb, body)
         if verb == "filter":
             self._last_filter = (bytes(body), args)

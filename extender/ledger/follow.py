@@ -23,7 +23,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from extender.errors import LedgerUnavailable
-from extender.ledger import rules
+from extender.ledger import scripts
 from extender.ledger.health import raise_if_cancelling
 from extender.ledger.store import Change
 
@@ -83,9 +83,7 @@ class ChangeFollower:
                 continue  # the stream was recreated with lower IDs: the counter check below
             if v != self.head + 1:
                 self._reset(v - 1)  # a hole: nothing before it can be bridged from here
-            doc = fields.get(b"doc", b"")
-            self._log.append((v, (fields[b"uid"].decode(),
-                                  rules.from_json(doc) if doc else None)))
+            self._log.append((v, scripts.log_change(fields)))
             self.head = v
         while len(self._log) > self.keep:
             self._log.popleft()

@@ -261,8 +261,7 @@ class RedisLedger:
         for expected, (entry_id, fields) in enumerate(entries, start=since + 1):
             if entry_id != f"{expected}-0".encode():
                 return None
-            doc = fields.get(b"doc", b"")
-            out.append((fields[b"uid"].decode(), rules.from_json(doc) if doc else None))
+            out.append(scripts.log_change(fields))
         return version, out
 
     async def read_log(self, after: int, block_ms: int | None, count: int

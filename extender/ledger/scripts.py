@@ -11,7 +11,17 @@ own change to its cached view only when that number is exactly its cached versio
 
 from __future__ import annotations
 
+from extender.ledger import rules
+from extender.ledger.store import Change
+
 LOG_MAX = 10_000
+
+
+def log_change(fields: dict[bytes, bytes]) -> Change:
+    """A change-log entry as ``changed`` below writes it: the pod and its booking (None: the
+    booking was dropped)."""
+    doc = fields.get(b"doc", b"")
+    return fields[b"uid"].decode(), rules.from_json(doc) if doc else None
 
 # Bump the version and record the change in the log stream (entry ID <ver>-0). The log write
 # is protected: a failure there only leaves a gap that readers answer with a snapshot.
