@@ -50,32 +50,24 @@ class Readers:
     ids: dict[str, int]
 
 
-def count_ids(annotations: Iterable[Mapping[str, str] | None]) -> dict[str, int]:
-    """Declared ids per step per table, summed over the pods (``idsPerStep``; pods without it
-    add nothing)."""
-    out: dict[str, int] = {}
+def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> Readers:
+    """Per table, from the pods' ``sparse.io/embedding`` declarations: the pods that read it
+    and their declared ids per step, summed (``idsPerStep``; pods without it add no ids).
+    Unreadable declarations are skipped: the scheduler rejects those pods anyway."""
+    pods: dict[str, int] = {}
+    ids: dict[str, int] = {}
     for ann in annotations:
         try:
             spec = parse_embedding(ann)
         except InvalidEmbedding:
             continue
-        for table, n in ((spec.ids_per_step or {}) if spec else {}).items():
-            out[table] = out.get(table, 0) + n
-    return out
-
-
-def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> dict[str, int]:
-    """Pods per table, from the pods' ``sparse.io/embedding`` declarations (unreadable ones
-    are skipped: the scheduler rejects those pods anyway)."""
-    out: dict[str, int] = {}
-    for ann in annotations:
-        try:
-            spec = parse_embedding(ann)
-        except InvalidEmbedding:
+        if spec is None:
             continue
-        for table in spec.tables if spec else ():
-            out[table] = out.get(table, 0) + 1
-    return out
+        for table in spec.tables:
+            pods[table] = pods.get(table, 0) + 1
+        for table, n in (spec.ids_per_step or {}).items():
+            ids[table] = ids.get(table, 0) + n
+    return Readers(pods, ids)
 
 
 async def node_readers(core: Any, node: str) -> Readers:
@@ -84,7 +76,7 @@ async def node_readers(core: Any, node: str) -> Readers:
     pods = await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
     live = [p.metadata.annotations for p in pods.items
             if (p.status.phase if p.status else None) in ("Pending", "Running")]
-    return Readers(count_readers(live), count_ids(live))
+    return count_readers(live)
 
 
 def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000) -> Snapshot:

@@ -4,7 +4,9 @@ not live send the view back to the store; binds never book a GPU twice on a stal
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import numpy as np
 from builders import gpu_node, inventory, pod
@@ -57,19 +59,27 @@ def same_bookings(a: ClusterState, b: ClusterState) -> bool:
                     for k in ("mem_used", "milli_used", "residents")))
 
 
-async def fresh_pair(redis_url: str, inv) -> tuple[Scheduler, Scheduler]:  # noqa: ANN001
+@contextlib.asynccontextmanager
+async def replicas(redis_url: str, inv, started: bool = True  # noqa: ANN001
+                   ) -> AsyncIterator[tuple[Scheduler, Scheduler]]:
+    """Two replicas on one emptied ledger, closed after; ``started``: a first change numbered
+    the log and b's follower has read it."""
     a, b = replica(redis_url, inv), replica(redis_url, inv)
-    await a.ledger._r.delete(*(f"fol:{k}" for k in KEYS))
-    await a.release(await place(a, pod(mem=100, milli=10)))  # the numbering starts
-    await b.view()
-    await b.ledger.follower.read_once(block=False)
-    return a, b
+    try:
+        await a.ledger._r.delete(*(f"fol:{k}" for k in KEYS))
+        if started:
+            await a.release(await place(a, pod(mem=100, milli=10)))  # the numbering starts
+            await b.view()
+            await b.ledger.follower.read_once(block=False)
+        yield a, b
+    finally:
+        await a.ledger.close()
+        await b.ledger.close()
 
 
 async def test_view_applies_what_the_reader_read_without_a_round_trip(redis_url) -> None:
     inv = inventory(gpu_node("n", 4))
-    a, b = await fresh_pair(redis_url, inv)
-    try:
+    async with replicas(redis_url, inv) as (a, b):
         uids = [await place(a, pod(mem=8000, milli=300, job_class="cnn")) for _ in range(3)]
         await a.release(uids[1])
         await a.confirm(uids[0])
@@ -79,31 +89,23 @@ async def test_view_applies_what_the_reader_read_without_a_round_trip(redis_url)
         assert reads == []
         assert same_bookings(state, await store_state(a, inv))
         assert set(state.reservations) == {uids[0], uids[2]}
-    finally:
-        await a.ledger.close()
-        await b.ledger.close()
 
 
 async def test_a_change_the_reader_has_not_read_yet_is_not_seen_until_it_reads(redis_url
                                                                               ) -> None:
     inv = inventory(gpu_node("n", 4))
-    a, b = await fresh_pair(redis_url, inv)
-    try:
+    async with replicas(redis_url, inv) as (a, b):
         before = (await b.view()).version
         uid = await place(a, pod(mem=8000, milli=300))
         assert uid not in (await b.view()).reservations  # the follower's, a moment behind
         assert uid in (await b.view(fresh=True)).reservations  # the store's
         await b.ledger.follower.read_once(block=False)
         assert (await b.view()).version > before
-    finally:
-        await a.ledger.close()
-        await b.ledger.close()
 
 
 async def test_a_hole_in_the_log_sends_the_view_to_the_store(redis_url) -> None:
     inv = inventory(gpu_node("n", 4))
-    a, b = await fresh_pair(redis_url, inv)
-    try:
+    async with replicas(redis_url, inv) as (a, b):
         first = await place(a, pod(mem=8000, milli=300))
         version = int(await a.ledger._r.get("fol:ver"))
         await a.ledger._r.xdel("fol:log", f"{version}-0")  # its log write was lost
@@ -114,15 +116,11 @@ async def test_a_hole_in_the_log_sends_the_view_to_the_store(redis_url) -> None:
         assert reads  # the follower cannot bridge the hole: the store is read
         assert {first, second} <= set(state.reservations)
         assert same_bookings(state, await store_state(a, inv))
-    finally:
-        await a.ledger.close()
-        await b.ledger.close()
 
 
 async def test_a_wiped_store_counts_a_disruption_and_the_view_is_rebuilt(redis_url) -> None:
     inv = inventory(gpu_node("n", 4))
-    a, b = await fresh_pair(redis_url, inv)
-    try:
+    async with replicas(redis_url, inv) as (a, b):
         await place(a, pod(mem=8000, milli=300))
         await b.ledger.follower.read_once(block=False)
         assert (await b.view()).reservations
@@ -131,29 +129,20 @@ async def test_a_wiped_store_counts_a_disruption_and_the_view_is_rebuilt(redis_u
         await b.ledger.follower.read_once(block=False)
         assert b.ledger.disruptions == disruptions + 1
         assert (await b.view()).reservations == {}
-    finally:
-        await a.ledger.close()
-        await b.ledger.close()
 
 
 async def test_a_reader_that_never_read_leaves_the_view_to_the_store(redis_url) -> None:
     inv = inventory(gpu_node("n", 4))
-    a, b = replica(redis_url, inv), replica(redis_url, inv)
-    try:
-        await a.ledger._r.delete(*(f"fol:{k}" for k in KEYS))
+    async with replicas(redis_url, inv, started=False) as (a, b):
         await b.view()
         uid = await place(a, pod(mem=8000, milli=300))
         assert not b.ledger.follower.live
         assert uid in (await b.view()).reservations
-    finally:
-        await a.ledger.close()
-        await b.ledger.close()
 
 
 async def test_bind_on_a_stale_view_never_books_a_gpu_twice(redis_url) -> None:
     inv = inventory(gpu_node("n", 1, memory_mib=16000))
-    a, b = await fresh_pair(redis_url, inv)
-    try:
+    async with replicas(redis_url, inv) as (a, b):
         held = await place(a, pod(mem=12000, milli=500))  # b's reader has not read it
         late = pod(mem=8000, milli=300)
         args = protocol.decode_extender_args(json.dumps({"Pod": late, "NodeNames": ["n"]})
@@ -166,6 +155,3 @@ async def test_bind_on_a_stale_view_never_books_a_gpu_twice(redis_url) -> None:
         state = await store_state(a, inv)
         assert set(state.reservations) == {held}
         assert int(state.mem_used.max()) <= 16000
-    finally:
-        await a.ledger.close()
-        await b.ledger.close()
