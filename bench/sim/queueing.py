@@ -116,12 +116,15 @@ class AdmissionGate:
         """Job ``j`` stays waiting at ``now``: True when it stops the jobs behind it."""
         if math.isnan(self.since[j]):
             self.since[j] = now
-        closed = bool(blocks(Waiting(key=str(j), created=0.0,
-                                     waiting_since=float(self.since[j]),
-                                     ever_fits=bool(self.ever_fits[j])), float(now),
-                             self.max_pass_over_s))
+        closed = self._blocks(j, now)
         self.holds += closed
         return closed
+
+    def _blocks(self, j: int, now: float) -> bool:
+        """The controller's rule for waiting job ``j`` (refused once at least)."""
+        return bool(blocks(Waiting(key=str(j), created=0.0, waiting_since=float(self.since[j]),
+                                   ever_fits=bool(self.ever_fits[j])), float(now),
+                           self.max_pass_over_s))
 
     def admits(self, j: int, queue: RankedQueue, now: float) -> bool:
         """Whether job ``j``, just arrived, may try past the jobs ahead of it in ``queue``."""
@@ -129,9 +132,7 @@ class AdmissionGate:
         for k in queue.jobs:
             if (queue.rank[k], queue.seq[k]) > key:
                 break
-            if not math.isnan(self.since[k]) and blocks(Waiting(
-                    key=str(k), created=0.0, waiting_since=float(self.since[k]),
-                    ever_fits=bool(self.ever_fits[k])), now, self.max_pass_over_s):
+            if not math.isnan(self.since[k]) and self._blocks(k, now):
                 return False
         return True
 
