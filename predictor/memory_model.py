@@ -265,6 +265,12 @@ def reserve_quantile(n_units: int, alpha: float = RESERVE_ALPHA) -> float:
     return min(1.0, (1.0 - alpha) * (1.0 + 1.0 / n_units))
 
 
+def conformal_count(n_units: int, alpha: float = RESERVE_ALPHA) -> int:
+    """How many of ``n_units`` calibration scores, smallest first, the conformal level covers
+    (``ceil(q n)`` of :func:`reserve_quantile`; at least 1, at most all)."""
+    return min(n_units, max(1, math.ceil(reserve_quantile(n_units, alpha) * n_units)))
+
+
 def family_weights(groups: np.ndarray | None, n: int) -> np.ndarray:
     """Row weights summing to 1, every family weighing the same (uniform without families),
     so that one family with many configurations does not buy the others' safety."""
@@ -483,7 +489,7 @@ def conformal_margin(scores: Sequence[float], alpha: float = RESERVE_ALPHA) -> f
     s = np.sort(np.asarray([v for v in scores if math.isfinite(v)], dtype=float))
     if len(s) == 0:
         return 1.0
-    k = min(len(s), max(1, math.ceil(reserve_quantile(len(s), alpha) * len(s))))
+    k = conformal_count(len(s), alpha)
     return max(1.0, float(s[k - 1]))
 
 
@@ -527,7 +533,7 @@ def fit_margin(held: np.ndarray, target_mib: np.ndarray, groups: Sequence[str],
         return 1.0, 1.0, 0.0
     scores = family_scores(t / a.sum(axis=1), g)
     keep = sorted(scores, key=scores.__getitem__)
-    k = max(1, math.ceil(reserve_quantile(len(keep), alpha) * len(keep)))
+    k = conformal_count(len(keep), alpha)
     ok &= np.isin(g, keep[:k])
     x = np.column_stack([a[ok], np.ones(int(ok.sum()))])
     weight = family_weights(g[ok], int(ok.sum()))
