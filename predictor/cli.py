@@ -196,7 +196,7 @@ def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | 
     import msgspec
     import yaml
 
-    from predictor import features
+    from predictor import schema
 
     if (pod_file is None) == (features_file is None):
         raise click.UsageError("give exactly one of --pod or --features")
@@ -204,16 +204,16 @@ def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | 
         if pod_file is not None:
             pod = yaml.safe_load(pod_file.read_text())
             ann = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-            spec = features.from_annotations(ann)
+            spec = schema.from_annotations(ann)
             if spec is None:
                 raise click.ClickException(
-                    f"{pod_file}: no {features.ANN_MODEL} or {features.ANN_TASK_INFO} annotation")
+                    f"{pod_file}: no {schema.ANN_MODEL} or {schema.ANN_TASK_INFO} annotation")
         else:
-            spec = features.parse_model(features_file.read_bytes())
+            spec = schema.parse_model(features_file.read_bytes())
         if gpu_model:
             spec = msgspec.structs.replace(spec, gpu_model=gpu_model)
-            features.ModelSpec.__post_init__(spec)
-    except (features.SchemaError, ValueError, yaml.YAMLError) as exc:
+            schema.ModelSpec.__post_init__(spec)
+    except (schema.SchemaError, ValueError, yaml.YAMLError) as exc:
         raise click.ClickException(str(exc)) from None
     try:
         p = estimate.Estimator.load(models_dir).predict(spec)

@@ -2,7 +2,7 @@
 
 ``sweep(seed)`` lists model configs (plain dicts); ``run(...)`` measures each with
 ``generate.measure`` (CPU) or ``generate.gpu`` (CUDA) and writes one CSV row per config with the
-:class:`~predictor.features.ModelSpec` JSON a user would put in ``sparse.io/model`` plus the
+:class:`~predictor.schema.ModelSpec` JSON a user would put in ``sparse.io/model`` plus the
 measured columns. Reading the CSV (``load``) needs only pandas; torch is imported lazily by
 ``run``.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from predictor import features
+from predictor import features, gpus, schema
 
 DATA_DIR = Path(__file__).parent / "data"
 DEFAULT_CSV = DATA_DIR / "dataset-cpu-v1.csv"
@@ -91,7 +91,7 @@ def _rec_config(rng: random.Random, family: str) -> dict[str, Any]:
     dtype = "fp32" if sparse else rng.choice(["fp32", "fp32", "fp16", "bf16"])
     n_feat = int(_logu(rng, 8, 64 if not sparse else 26))
     dim = rng.choice([8, 16, 32, 64, 128] if not sparse else [8, 16, 32])
-    dtype_b = features.DTYPE_BYTES[dtype]
+    dtype_b = schema.DTYPE_BYTES[dtype]
     cap = SPARSE_MAX_TABLE_BYTES if sparse else rng.choice([2**28, 2**31, 2**33, MAX_TABLE_BYTES])
     # Criteo-like mix: Zipf-ish heavy tail of table sizes, 1e3..1e8 rows
     rows = [int(min(1e8, 1e3 * (1 / (1 - rng.random())) ** 2.2)) for _ in range(n_feat)]
@@ -233,22 +233,22 @@ def sweep(seed: int = 0, per_family: dict[str, int] | None = None) -> list[dict[
     return out
 
 
-def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features.ModelSpec:
+def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> schema.ModelSpec:
     """The ``sparse.io/model`` a user would write for ``cfg`` (macs/params/activations as a
     profiler such as torchinfo/fvcore reports them)."""
     fam = cfg["family"]
     if fam in NEW_FAMILIES:
         return described_spec(cfg, m, gpu_model)
-    tables: list[features.Table] = []
+    tables: list[schema.Table] = []
     if fam in REC_FAMILIES:
-        tables = [features.Table(rows=r, dim=d, pooling=p) for r, d, p in cfg["tables"]]
+        tables = [schema.Table(rows=r, dim=d, pooling=p) for r, d, p in cfg["tables"]]
         if fam in ("wide_deep", "deepfm"):  # wide / first-order part: 1-dim tables
-            tables += [features.Table(rows=r, dim=1, pooling=p) for r, _, p in cfg["tables"]]
+            tables += [schema.Table(rows=r, dim=1, pooling=p) for r, _, p in cfg["tables"]]
     elif fam == "bert":
         s = float(cfg["seq_len"])
-        tables = [features.Table(rows=cfg["vocab"], dim=cfg["d_model"], pooling=s),
-                  features.Table(rows=cfg["seq_len"], dim=cfg["d_model"], pooling=s)]
-    return features.ModelSpec(
+        tables = [schema.Table(rows=cfg["vocab"], dim=cfg["d_model"], pooling=s),
+                  schema.Table(rows=cfg["seq_len"], dim=cfg["d_model"], pooling=s)]
+    return schema.ModelSpec(
         family=fam, batch_size=cfg["batch_size"], optimizer=cfg["optimizer"],
         dtype=cfg["dtype"], gpu_model=gpu_model, macs=float(m["macs_per_sample"]),
         params=float(m["n_params"]), activations=float(m["activations_per_sample"]),
@@ -262,12 +262,12 @@ def spec_for(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features
     )
 
 
-def described_spec(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> features.ModelSpec:
+def described_spec(cfg: dict[str, Any], m: dict[str, Any], gpu_model: str) -> schema.ModelSpec:
     """The annotation ``describe`` writes for a new-family config: the tables are the lookups
     the traced step saw (rows, dim, ids per sample), the family is the generic
     ``recommendation`` (the family name is the dataset's, never the predictor's)."""
-    tables = features.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
-    return features.ModelSpec(
+    tables = schema.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
+    return schema.ModelSpec(
         family="recommendation", batch_size=cfg["batch_size"], optimizer=cfg["optimizer"],
         dtype=cfg["dtype"], gpu_model=gpu_model, macs=float(m["macs_per_sample"]),
         params=float(m["n_params"]), activations=float(m["activations_per_sample"]),
@@ -314,7 +314,7 @@ def respec(df):  # noqa: ANN001, ANN201
     out = df.copy()
     specs = []
     for _, row in df.iterrows():
-        spec = features.parse_model(row["spec_json"])
+        spec = schema.parse_model(row["spec_json"])
         fields = measured_fields(row.to_dict(), spec.batch_size)
         if fields:
             spec = msgspec.structs.replace(spec, **fields)
@@ -362,7 +362,7 @@ def fill_replay(path: Path, row_ids: Iterable[int] | None = None,
         else:
             row["cuda_reserved_bytes"] = str(m["cuda_reserved_bytes"])
             row["cuda_allocated_bytes"] = str(m["cuda_allocated_bytes"])
-            spec = features.parse_model(row["spec_json"])
+            spec = schema.parse_model(row["spec_json"])
             fields = measured_fields(row, spec.batch_size)
             if fields:
                 row["spec_json"] = msgspec.json.encode(
@@ -463,7 +463,7 @@ def run(
             except Exception as exc:  # a config that PyTorch rejects is skipped, not fatal
                 log(f"[{i}] {cfg['family']}: skipped: {type(exc).__name__}: {exc}")
                 continue
-            gpu_model = m.get("gpu_model") or features.gpus.DEFAULT_GPU
+            gpu_model = m.get("gpu_model") or gpus.DEFAULT_GPU
             spec = spec_for(cfg, m, gpu_model)
             row = {k: m.get(k, "") for k in MEASURED}
             row.update(
@@ -553,7 +553,7 @@ def with_cpu_specs(gdf, df):  # noqa: ANN001, ANN201
         if src is None:
             specs.append(s)
             continue
-        spec = msgspec.structs.replace(features.parse_model(src), gpu_model=str(gpu))
+        spec = msgspec.structs.replace(schema.parse_model(src), gpu_model=str(gpu))
         specs.append(msgspec.json.encode(spec).decode())
     out["spec_json"] = specs
     return out
@@ -564,11 +564,11 @@ def gpu_labelled(gdf) -> bool:  # noqa: ANN001
     return gdf is not None and bool((gdf["label_source"] == "gpu").any())
 
 
-def specs(df) -> list[features.ModelSpec]:  # noqa: ANN001
+def specs(df) -> list[schema.ModelSpec]:  # noqa: ANN001
     """The rows' annotations, with the leaf modules' outputs per sample the tracer counted
     (``leaf_activations_per_sample``, what a model summary states) as ``leaf_activations``:
     the optional job field, read only at the job level."""
-    out = [features.parse_model(s) for s in df["spec_json"]]
+    out = [schema.parse_model(s) for s in df["spec_json"]]
     if "config_json" in df:  # how the optimizer steps, as the config built it
         impls = [json.loads(c).get("optimizer_impl") or "foreach" for c in df["config_json"]]
         out = [msgspec.structs.replace(s, optimizer_impl=i) if i != s.optimizer_impl else s

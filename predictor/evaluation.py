@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import dataset, features, gpus, memory_model, training
+from predictor import dataset, gpus, memory_model, schema, training
 from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 
 GOALS = {"described": {"r2": 0.98, "mape": 0.05, "under": 0.05},
@@ -135,8 +135,8 @@ class Evaluation:
 # name shown -> (input level, the optional job fields it states)
 VIEWS: dict[str, tuple[str, tuple[str, ...]]] = {
     "described": ("described", ()), "job": ("job", ()),
-    "job+optional": ("job", features.OPTIONAL_LAYOUT),
-    "job+optional+leaf": ("job", features.OPTIONAL_JOB_FIELDS)}
+    "job+optional": ("job", schema.OPTIONAL_LAYOUT),
+    "job+optional+leaf": ("job", schema.OPTIONAL_JOB_FIELDS)}
 
 
 class HeldOutFits:

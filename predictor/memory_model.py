@@ -56,7 +56,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from predictor import features, gpus
+from predictor import features, gpus, schema
 
 RESERVE_ALPHA = 0.02  # target share of a held-out family's rows under-reserved
 FORMAT = "sparse-predictor/memory-phases/10"
@@ -96,7 +96,7 @@ DESCRIBED = Layout(step=("step_mib",), bwd=("hold_mib", "saved_mib", "grad_mib")
                    init=(0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0), under_weight=3.0)
 # job fields: the same state terms (from params, tables, optimizer, dtype: weights, gradients,
 # optimizer state and step temporaries are physics, held at 1) and activations bounded from the
-# MACs, or stated by the optional leaf-module outputs (features.job_activation_terms)
+# MACs, or stated by the optional leaf-module outputs (activations.job_activation_terms)
 JOB = Layout(step=("step_mib",),
              bwd=("hold_mib", "grad_mib", "mlp_act_mib", "reuse_width_mib", "reuse_dim_mib",
                   "leaf_act_mib"),
@@ -115,16 +115,16 @@ JOB_TERMS = JOB.names[1:]
 # the tables' gradient layout and ids per sample, and with every optional field; so that one
 # set of coefficients serves whatever a job states.
 JOB_FIT_VIEWS: tuple[tuple[str, ...], ...] = (
-    (), features.OPTIONAL_LAYOUT, features.OPTIONAL_JOB_FIELDS)
+    (), schema.OPTIONAL_LAYOUT, schema.OPTIONAL_JOB_FIELDS)
 
 
-def job_view(spec: features.ModelSpec,
-             optional: bool | tuple[str, ...] = False) -> features.ModelSpec:
+def job_view(spec: schema.ModelSpec,
+             optional: bool | tuple[str, ...] = False) -> schema.ModelSpec:
     """What the job fields of ``spec`` say (the annotation a job controller writes); with
     ``optional`` the optional fields too (all, or those named: ``sparseGradients``,
     ``idsPerSample``, ``leafActivations``)."""
-    job = msgspec.convert(features.to_job_fields(spec, optional), features.JobFields)
-    return features.job_fields_spec(job, spec.gpu_model)
+    job = msgspec.convert(schema.to_job_fields(spec, optional), schema.JobFields)
+    return schema.job_fields_spec(job, spec.gpu_model)
 
 
 def _terms(rows: Sequence[dict[str, float]], layout: Layout) -> np.ndarray:
@@ -554,7 +554,7 @@ Quint = tuple[float, float, float, float, float]
 @dataclass
 class MemoryModel:
     """Both input levels: ``coef`` for described specs, ``coef_job`` for specs built from
-    job fields only (:func:`features.input_level`); ``reserve[level]`` = ``(s_state, s_act)``
+    job fields only (:func:`schema.input_level`); ``reserve[level]`` = ``(s_state, s_act)``
     for GPU models without measured rows (plus their context), ``device[level][gpu]`` =
     ``(s_state, s_act, offset)`` for those with."""
 
@@ -573,7 +573,7 @@ class MemoryModel:
 
     @classmethod
     def fit(
-        cls, specs: Sequence[features.ModelSpec], y_mib: np.ndarray, groups: Sequence[str],
+        cls, specs: Sequence[schema.ModelSpec], y_mib: np.ndarray, groups: Sequence[str],
         version: str = "v1", ctx_mib: float | None = None,
     ) -> MemoryModel:
         ctx = float(gpus.get(gpus.DEFAULT_GPU).ctx_mib if ctx_mib is None else ctx_mib)
@@ -598,17 +598,17 @@ class MemoryModel:
             raise ValueError(f"this memory model has no {level} level")
         return coef
 
-    def predict_parts(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
+    def predict_parts(self, specs: Sequence[schema.ModelSpec]) -> np.ndarray:
         """``[state, activations]`` (MiB, no margin, no context), each spec at its level."""
         out = np.empty((len(specs), 2))
         for level in LEVELS:
-            idx = [i for i, s in enumerate(specs) if features.input_level(s) == level]
+            idx = [i for i, s in enumerate(specs) if schema.input_level(s) == level]
             if idx:
                 out[idx] = parts_level(level, self.coef_for(level),
                                        [features.derive(specs[i]) for i in idx])
         return out
 
-    def predict_train_mib(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
+    def predict_train_mib(self, specs: Sequence[schema.ModelSpec]) -> np.ndarray:
         """Estimate of the training-state peak (no margin, no context)."""
         return self.predict_parts(specs).sum(axis=1)
 
@@ -620,14 +620,14 @@ class MemoryModel:
         s_state, s_act = self.reserve.get(level, (1.0, 1.0))
         return s_state, s_act, float(self.ctx_mib.get(gpu_model, gpus.get(gpu_model).ctx_mib))
 
-    def reserve_parts_mib(self, spec: features.ModelSpec, parts: np.ndarray) -> int:
-        level = features.input_level(spec)
+    def reserve_parts_mib(self, spec: schema.ModelSpec, parts: np.ndarray) -> int:
+        level = schema.input_level(spec)
         if level == "described" and spec.slack_bytes is not None:
             return self.reserve_replayed_mib(spec, parts)
         s_state, s_act, offset = self.reservation(spec.gpu_model, level)
         return int(math.ceil(parts[0] * s_state + parts[1] * s_act + offset))
 
-    def reserve_replayed_mib(self, spec: features.ModelSpec, parts: np.ndarray) -> int:
+    def reserve_replayed_mib(self, spec: schema.ModelSpec, parts: np.ndarray) -> int:
         """The reservation of a described spec with the allocator replay: the reserved peak
         (parts + slack) and what the trace cannot see (:func:`allowance_columns`) priced by
         the GPU's measured calibration, or, on a GPU without measured rows, the
@@ -643,7 +643,7 @@ class MemoryModel:
         s_state, s_act, offset = self.reservation(spec.gpu_model, "described")
         return int(math.ceil(parts[0] * s_state + parts[1] * s_act + slack_mib + offset))
 
-    def predict_mib(self, spec: features.ModelSpec) -> int:
+    def predict_mib(self, spec: schema.ModelSpec) -> int:
         return self.reserve_parts_mib(spec, self.predict_parts([spec])[0])
 
     def to_json(self) -> dict:
@@ -691,7 +691,7 @@ class MemoryModel:
         return cls.from_json(json.loads(path.read_text()))
 
 
-def fit_rows(specs: Sequence[features.ModelSpec],
+def fit_rows(specs: Sequence[schema.ModelSpec],
              level: str) -> tuple[list[dict[str, float]], np.ndarray]:
     """The rows a ``level`` fit learns from and, for each, the index of its spec: the
     described rows as they are; at the job level every spec once per :data:`JOB_FIT_VIEWS`."""
@@ -703,7 +703,7 @@ def fit_rows(specs: Sequence[features.ModelSpec],
     return rows, np.tile(np.arange(len(specs)), len(JOB_FIT_VIEWS))
 
 
-def level_rows(specs: Sequence[features.ModelSpec], level: str,
+def level_rows(specs: Sequence[schema.ModelSpec], level: str,
                optional: bool | tuple[str, ...] = False) -> list[dict[str, float]]:
     """Derived features of ``specs`` as ``level`` sees them (``job``: the job fields, with
     the optional ones when asked)."""
