@@ -26,7 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import dataset, gpus, memory_model, schema, training
+from predictor import (
+    allowance,
+    dataset,
+    gpus,
+    memory_model,
+    memory_phases,
+    reservation,
+    schema,
+    training,
+)
 from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 
 GOALS = {"described": {"r2": 0.98, "mape": 0.05, "under": 0.05},
@@ -94,7 +103,7 @@ class MarginFold:
     allowance: np.ndarray
     used: np.ndarray
     base: float
-    shipped: np.ndarray  # what the shipped margin (memory_model.fit_margin) books
+    shipped: np.ndarray  # what the shipped margin (allowance.fit_margin) books
 
     def reserved(self, margin: float) -> np.ndarray:
         return np.ceil(margin * self.allowance + self.base)
@@ -143,7 +152,7 @@ class HeldOutFits:
     """The fit (and the reservation scales calibrated by an inner leave-one-family-out) of
     one input level without one family, computed once for every view of that level: the
     job-level fit learns from all job-field views stacked, as the shipped model does
-    (:func:`memory_model.fit_rows`), never from the held-out family's rows."""
+    (:func:`memory_phases.fit_rows`), never from the held-out family's rows."""
 
     def __init__(self, df, ctx: float) -> None:  # noqa: ANN001
         self.specs = dataset.specs(df)
@@ -155,7 +164,7 @@ class HeldOutFits:
 
     def rows(self, level: str) -> tuple[list[dict[str, float]], np.ndarray]:
         if level not in self._rows:
-            self._rows[level] = memory_model.fit_rows(self.specs, level)
+            self._rows[level] = memory_phases.fit_rows(self.specs, level)
         return self._rows[level]
 
     def fit(self, level: str, family: str, reserve: bool = True) -> tuple:
@@ -165,8 +174,8 @@ class HeldOutFits:
             tr_rows, y_tr, fam_tr = self.fit_data(level, family)
             plain = (level, family, False)
             coef = (self._fits[plain][0] if plain in self._fits
-                    else memory_model.fit_level(level, tr_rows, y_tr, fam_tr))
-            scales = (memory_model.calibrate_reserve(tr_rows, y_tr, fam_tr, self.ctx, level)
+                    else memory_phases.fit_level(level, tr_rows, y_tr, fam_tr))
+            scales = (reservation.calibrate_reserve(tr_rows, y_tr, fam_tr, self.ctx, level)
                       if reserve else (1.0, 1.0))
             self._fits[key] = (coef, *scales)
         return self._fits[key]
@@ -196,7 +205,7 @@ def memory_lofo(df, view: str = "described", ctx_mib: float | None = None,  # no
         te_rows = [r for r, t in zip(rows, test, strict=True) if t]
         coef, s_state, s_act = fits.fit(level, f)
         scales[f] = f"{s_state:.2f}/{s_act:.2f}"
-        parts = memory_model.parts_level(level, coef, te_rows)
+        parts = memory_phases.parts_level(level, coef, te_rows)
         preds[test] = parts.sum(axis=1)
         # a described spec with the allocator replay books its slack on top (as predicted)
         slack = np.maximum(0.0, np.array([r["slack_mib"] for r in te_rows]))
@@ -225,37 +234,37 @@ def device_memory_lofo(df, grp, view: str = "described",  # noqa: ANN001, ANN201
         tr_rows, y_tr, fam_tr = fits.fit_data(level, f)
         cal = others & replayed
         if (test & replayed).any() and cal.sum() >= memory_model.DEVICE_MIN_ROWS:
-            # memory_model.calibrate_replayed, kept apart so the margin's trade-off shows
+            # allowance.calibrate_replayed, kept apart so the margin's trade-off shows
             cal_rows = [r for r, t in zip(g_rows, cal, strict=True) if t]
-            cal_cols = memory_model.allowance_columns(
-                memory_model.lofo_parts(tr_rows, y_tr, fam_tr, cal_rows, list(g_fam[cal])),
+            cal_cols = allowance.allowance_columns(
+                memory_phases.lofo_parts(tr_rows, y_tr, fam_tr, cal_rows, list(g_fam[cal])),
                 cal_rows)
             base = training.device_base(df, grp[cal])
-            quad = np.array(memory_model.fit_allowance(cal_cols, used[cal], list(g_fam[cal]),
+            quad = np.array(allowance.fit_allowance(cal_cols, used[cal], list(g_fam[cal]),
                                                        base))
-            held = memory_model.held_out_allowance(cal_cols, used[cal], list(g_fam[cal]),
+            held = allowance.held_out_allowance(cal_cols, used[cal], list(g_fam[cal]),
                                                    base)
-            margin = memory_model.fit_margin(held, used[cal] - base, list(g_fam[cal]))
+            margin = allowance.fit_margin(held, used[cal] - base, list(g_fam[cal]))
             sel = test & replayed
             sel_rows = [r for r, t in zip(g_rows, sel, strict=True) if t]
-            cols = memory_model.allowance_columns(
-                memory_model.parts_level(level, coef, sel_rows), sel_rows)
+            cols = allowance.allowance_columns(
+                memory_phases.parts_level(level, coef, sel_rows), sel_rows)
             reserved[sel] = np.ceil(
-                cols @ np.array(memory_model.with_margin(quad, margin)) + base)
+                cols @ np.array(allowance.with_margin(quad, margin)) + base)
             if margins is not None:
                 needs = (used[cal] - base) / held.sum(axis=1)
-                scalar = memory_model.conformal_margin(
-                    list(memory_model.family_scores(needs, list(g_fam[cal])).values()))
+                scalar = allowance.conformal_margin(
+                    list(allowance.family_scores(needs, list(g_fam[cal])).values()))
                 margins.append(MarginFold(f, scalar, needs[np.isfinite(needs)], cols @ quad,
                                           used[sel], base, reserved[sel]))
             test = test & ~replayed
             if not test.any():
                 continue
-        s_state, s_act, offset = memory_model.calibrate_device(
+        s_state, s_act, offset = reservation.calibrate_device(
             tr_rows, y_tr, fam_tr,
             [r for r, t in zip(g_rows, others, strict=True) if t], list(g_fam[others]),
             used[others], level)
-        parts = memory_model.parts_level(
+        parts = memory_phases.parts_level(
             level, coef, [r for r, t in zip(g_rows, test, strict=True) if t])
         reserved[test] = np.ceil(parts[:, 0] * s_state + parts[:, 1] * s_act + offset)
     return reserved, used, g_fam
@@ -314,8 +323,8 @@ def margin_tradeoff(folds: list[MarginFold]) -> list[MarginRow]:
     """Rows under against median over on the held-out families as the margin varies: one
     factor for every fold (a grid), row-level quantiles of each fold's calibration needs
     (split-conformal over rows: ``(1 - a)(1 + 1/n)``), the family-conformal factor
-    (:func:`memory_model.allowance_margin`) and the shipped family-conformal margin
-    (:func:`memory_model.fit_margin`)."""
+    (:func:`allowance.allowance_margin`) and the shipped family-conformal margin
+    (:func:`allowance.fit_margin`)."""
     rows = [_margin_row(f"m = {m:.2f}", folds, [m] * len(folds)) for m in MARGIN_GRID]
     for level in NEED_LEVELS:
         ms = [max(1.0, float(np.quantile(f.needs, min(1.0, level * (1 + 1 / len(f.needs))))))

@@ -204,7 +204,7 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         "conv": 1.0 if spec.family in CNN_FAMILIES else 0.0,
         "act_mib": spec.batch_size * spec.activations * b * mib,
         # a convolutional model's mean layer output (activations over conv/linear layers):
-        # the size cuDNN's convolution workspaces follow (memory_model.allowance_columns)
+        # the size cuDNN's convolution workspaces follow (allowance.allowance_columns)
         "conv_layer_mib": (spec.batch_size * spec.activations / max(spec.layers, 1) * b * mib
                            if spec.family in CNN_FAMILIES else 0.0),
         "io_mib": io_mib,
