@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from predictor import MODEL_VERSION, dataset, estimate
+from predictor import MODEL_VERSION, configs, dataset, estimate
 
 
 def _gpu_data(ctx: click.Context, param: click.Parameter, value: str) -> Path | None:
@@ -50,11 +50,11 @@ def main() -> None:
               default=dataset.RESULTS_DIR / dataset.DEFAULT_CSV.name, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: CPU/FakeTensor measurements; cuda: GPU measurements (needs CUDA).")
-@click.option("--seed", "seeds", multiple=True, type=int, default=dataset.SEEDS,
+@click.option("--seed", "seeds", multiple=True, type=int, default=configs.SEEDS,
               show_default=True,
               help="Sweep seed; repeat for several sweeps (row_id = seed * 1000 + index).")
 @click.option("--limit", type=int, default=None, help="Measure only the first N configs.")
-@click.option("--family", "families", multiple=True, type=click.Choice(dataset.FAMILIES))
+@click.option("--family", "families", multiple=True, type=click.Choice(configs.FAMILIES))
 @click.option("--interleave", is_flag=True,
               help="Take the families in turn, so a run cut short still covers each.")
 @click.option("--budget-s", type=float, default=None,
@@ -147,13 +147,13 @@ def train(data: Path, out: Path, version: str, no_holdout: bool, gpu_data: Path 
 def evaluate(data: Path, gpu_data: Path | None, out: Path, skip_compute: bool) -> None:
     """Leave-one-family-out tables at both input levels (described, job fields) and a
     predicted-vs-measured log-log plot per level."""
-    from predictor import evaluation
+    from predictor import evaluation, evaluation_report
 
     with _steps("evaluating") as step:
         ev = evaluation.evaluate(data, gpu_data, compute=not skip_compute, step=step)
         step("plots")
-        plots = evaluation.plot(ev, out)
-    table = evaluation.format_table(ev)
+        plots = evaluation_report.plot(ev, out)
+    table = evaluation_report.format_table(ev)
     click.echo(table)
     (out / "evaluation.txt").write_text(table + "\n")
     for p in plots:

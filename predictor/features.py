@@ -12,47 +12,29 @@ from __future__ import annotations
 
 import math
 
+# ``name as name``: re-exported; the controller, the simulator, the tests and
+# docs/predictor.md read a pod's model through this module (the controller's tests take
+# JobFields away to test its fallback)
 from predictor import gpus
-from predictor.activations import (
-    CNN_FAMILIES,
-    job_activation_terms,
-    main_dim,
-    saved_activation_bytes,
-    transformer_shape,
-)
-from predictor.schema import (
-    ANN_MODEL,
-    ANN_TASK_INFO,
-    DTYPE_BYTES,
-    MAX_ANNOTATION_BYTES,
-    OPTIONAL_LAYOUT,
-    JobFields,
-    ModelSpec,
-    SchemaError,
-    Table,
-    from_annotations,
-    from_task_info,
-    input_level,
-    parse_model,
-    to_dict,
-    to_job_fields,
-)
-from predictor.step_time import (
-    DISPATCH_S,
-    KERNEL_MIN_S,
-    dispatch_features,
-    kernels_per_step,
-    roofline_times,
-)
-
-# Re-exported: the controller, the simulator, the tests and docs/predictor.md read the model of
-# a pod through this module (the controller's tests take JobFields away to test the fallback).
-__all__ = [
-    "ANN_MODEL", "ANN_TASK_INFO", "MAX_ANNOTATION_BYTES", "OPTIONAL_LAYOUT", "JobFields",
-    "ModelSpec", "SchemaError", "Table", "derive", "from_annotations", "from_task_info",
-    "input_level", "job_class", "kernels_per_step", "parse_model", "saved_activation_bytes",
-    "step_seconds", "to_dict", "to_job_fields", "transformer_shape",
-]
+from predictor.activations import CNN_FAMILIES, job_activation_terms, main_dim
+from predictor.activations import saved_activation_bytes as saved_activation_bytes
+from predictor.activations import transformer_shape as transformer_shape
+from predictor.schema import ANN_MODEL as ANN_MODEL
+from predictor.schema import ANN_TASK_INFO as ANN_TASK_INFO
+from predictor.schema import DTYPE_BYTES, ModelSpec
+from predictor.schema import MAX_ANNOTATION_BYTES as MAX_ANNOTATION_BYTES
+from predictor.schema import OPTIONAL_LAYOUT as OPTIONAL_LAYOUT
+from predictor.schema import JobFields as JobFields
+from predictor.schema import SchemaError as SchemaError
+from predictor.schema import Table as Table
+from predictor.schema import from_annotations as from_annotations
+from predictor.schema import from_task_info as from_task_info
+from predictor.schema import input_level as input_level
+from predictor.schema import parse_model as parse_model
+from predictor.schema import to_dict as to_dict
+from predictor.schema import to_job_fields as to_job_fields
+from predictor.step_time import DISPATCH_S, KERNEL_MIN_S, dispatch_features, roofline_times
+from predictor.step_time import kernels_per_step as kernels_per_step
 
 JOB_CLASSES = ("recommendation", "cnn", "cnn-small", "transformer", "rnn", "rl", "gan")
 RECOMMENDATION_FAMILIES = frozenset({"wide_deep", "deepfm", "dlrm", "recommendation"})

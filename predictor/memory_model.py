@@ -58,38 +58,22 @@ from pathlib import Path
 
 import numpy as np
 
+# ``name as name``: re-exported, the tests read them here
 from predictor import features, gpus, schema
-from predictor.allowance import (
-    Quint,
-    Triple,
-    allowance_columns,
-    allowance_margin,
-    allowance_needs,
-    conformal_margin,
-    device_base_mib,
-    family_scores,
-    fit_allowance,
-    fit_margin,
-)
-from predictor.memory_phases import (
-    JOB,
-    JOB_TERMS,
-    LAYOUTS,
-    LEVELS,
-    TERMS,
-    fit_level,
-    fit_rows,
-    parts_level,
-)
-from predictor.reservation import RESERVE_ALPHA, calibrate_reserve, fit_reserve, reserve_quantile
-
-# Re-exported for the tests, which read the layouts, the reservation's quantile and the
-# replayed allowance's rules here.
-__all__ = [
-    "JOB", "JOB_TERMS", "TERMS", "MemoryModel", "allowance_columns", "allowance_margin",
-    "allowance_needs", "conformal_margin", "device_base_mib", "family_scores", "fit_allowance",
-    "fit_margin", "fit_reserve", "reserve_quantile",
-]
+from predictor.allowance import Quint, Triple, allowance_columns
+from predictor.allowance import allowance_margin as allowance_margin
+from predictor.allowance import allowance_needs as allowance_needs
+from predictor.allowance import conformal_margin as conformal_margin
+from predictor.allowance import device_base_mib as device_base_mib
+from predictor.allowance import family_scores as family_scores
+from predictor.allowance import fit_allowance as fit_allowance
+from predictor.allowance import fit_margin as fit_margin
+from predictor.memory_phases import JOB as JOB
+from predictor.memory_phases import JOB_TERMS as JOB_TERMS
+from predictor.memory_phases import LAYOUTS, LEVELS, fit_level, fit_rows, parts_level
+from predictor.memory_phases import TERMS as TERMS
+from predictor.reservation import RESERVE_ALPHA, calibrate_reserve, reserve_quantile
+from predictor.reservation import fit_reserve as fit_reserve
 
 FORMAT = "sparse-predictor/memory-phases/10"
 # loaded when their terms match; format 7 has no replayed calibration, formats 8 and 9 one
