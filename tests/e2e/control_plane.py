@@ -115,6 +115,69 @@ def render_scheduler_config(
 
 
 # --------------------------------------------------------------------------------------------
+# command lines and the admin kubeconfig (pure)
+
+
+def etcd_argv(binary: Path, data_dir: Path, client: str, peer: str) -> list[str]:
+    """A single-member etcd on loopback; no fsync (throw-away data)."""
+    return [
+        str(binary),
+        "--name=sparse-e2e",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=sparse-e2e={peer}",
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+    ]
+
+
+def apiserver_argv(binary: Path, etcd_port: int, api_port: int, pki: Path, sa_key: Path,
+                   tokens: Path) -> list[str]:
+    """kube-apiserver on loopback with token auth. No ServiceAccount admission (no controller
+    manager creates the default service accounts) and no TaintNodesByCondition (no node
+    lifecycle controller would lift the not-ready taint from the fake nodes)."""
+    return [
+        str(binary),
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={api_port}",
+        "--advertise-address=127.0.0.1",
+        "--endpoint-reconciler-type=none",
+        f"--cert-dir={pki}",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={sa_key}",
+        f"--service-account-signing-key-file={sa_key}",
+        f"--token-auth-file={tokens}",
+        "--authorization-mode=Node,RBAC",
+        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+        "--allow-privileged=true",
+    ]
+
+
+def admin_kubeconfig(server: str, token: str) -> dict[str, Any]:
+    """The admin kubeconfig (bearer token; the API server's self-signed certificate)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "sparse-e2e",
+                "cluster": {"server": server, "insecure-skip-tls-verify": True},
+            }
+        ],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [
+            {"name": "sparse-e2e", "context": {"cluster": "sparse-e2e", "user": "admin"}}
+        ],
+        "current-context": "sparse-e2e",
+    }
+
+
+# --------------------------------------------------------------------------------------------
 # processes
 
 
@@ -308,19 +371,7 @@ class ControlPlane:
         client = f"http://127.0.0.1:{self.etcd_port}"
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         self.etcd = Proc(
-            "etcd",
-            [
-                str(self.bin_dir / "etcd"),
-                "--name=sparse-e2e",
-                f"--data-dir={self.workdir / 'etcd'}",
-                f"--listen-client-urls={client}",
-                f"--advertise-client-urls={client}",
-                f"--listen-peer-urls={peer}",
-                f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=sparse-e2e={peer}",
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-            ],
+            "etcd", etcd_argv(self.bin_dir / "etcd", self.workdir / "etcd", client, peer),
             self.logs_dir / "etcd.log",
         ).start()
         self._wait(
@@ -341,26 +392,13 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.api_port}"
         self.apiserver = Proc(
             "kube-apiserver",
-            [
-                str(self.bin_dir / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self.api_port}",
-                "--advertise-address=127.0.0.1",
-                "--endpoint-reconciler-type=none",
-                f"--cert-dir={pki}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={sa_key}",
-                f"--service-account-signing-key-file={sa_key}",
-                f"--token-auth-file={tokens}",
-                "--authorization-mode=Node,RBAC",
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                "--allow-privileged=true",
-            ],
+            apiserver_argv(self.bin_dir / "kube-apiserver", self.etcd_port, self.api_port,
+                           pki, sa_key, tokens),
             self.logs_dir / "kube-apiserver.log",
         ).start()
-        self._write_kubeconfig()
+        self.kubeconfig.write_text(
+            yaml.safe_dump(admin_kubeconfig(self.server, self.token), sort_keys=False))
+        self.kubeconfig.chmod(0o600)
 
         def ready() -> bool:
             status, body = self._http_get(f"{self.server}/readyz", auth=True)
@@ -370,25 +408,6 @@ class ControlPlane:
             return status == 200
 
         self._wait(self.apiserver, ready, "kube-apiserver /readyz and namespace default")
-
-    def _write_kubeconfig(self) -> None:
-        cfg = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "sparse-e2e",
-                    "cluster": {"server": self.server, "insecure-skip-tls-verify": True},
-                }
-            ],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [
-                {"name": "sparse-e2e", "context": {"cluster": "sparse-e2e", "user": "admin"}}
-            ],
-            "current-context": "sparse-e2e",
-        }
-        self.kubeconfig.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        self.kubeconfig.chmod(0o600)
 
     # -- scheduler ---------------------------------------------------------------------------
 
