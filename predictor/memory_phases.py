@@ -164,11 +164,6 @@ def phase_parts(coef: np.ndarray, rows: Sequence[dict[str, float]],
     return np.column_stack([state, act])
 
 
-def predict_phases(coef: np.ndarray, rows: Sequence[dict[str, float]],
-                   layout: Layout) -> np.ndarray:
-    return phase_parts(coef, rows, layout).sum(axis=1)
-
-
 def fit_level(level: str, rows: Sequence[dict[str, float]], y_mib: np.ndarray,
               groups: Sequence[str] | None = None) -> np.ndarray:
     return fit_phases(rows, y_mib, LAYOUTS[level], groups)
@@ -176,14 +171,6 @@ def fit_level(level: str, rows: Sequence[dict[str, float]], y_mib: np.ndarray,
 
 def parts_level(level: str, coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
     return phase_parts(coef, rows, LAYOUTS[level])
-
-
-def predict_level(level: str, coef: np.ndarray, rows: Sequence[dict[str, float]]) -> np.ndarray:
-    return predict_phases(coef, rows, LAYOUTS[level])
-
-
-FIT = {lv: (lambda rows, y, lv=lv: fit_level(lv, rows, y)) for lv in LEVELS}
-PREDICT = {lv: (lambda coef, rows, lv=lv: predict_level(lv, coef, rows)) for lv in LEVELS}
 
 
 def lofo_parts(
@@ -204,12 +191,6 @@ def lofo_parts(
         out[test] = parts_level(level, coef,
                                 [r for r, t in zip(eval_rows, test, strict=True) if t])
     return out
-
-
-def lofo_raw(rows: Sequence[dict[str, float]], y_mib: np.ndarray, groups: Sequence[str],
-             eval_rows: Sequence[dict[str, float]], eval_groups: Sequence[str],
-             level: str = "described") -> np.ndarray:
-    return lofo_parts(rows, y_mib, groups, eval_rows, eval_groups, level).sum(axis=1)
 
 
 def fit_rows(specs: Sequence[schema.ModelSpec],
