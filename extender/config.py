@@ -63,6 +63,9 @@ class Settings:
     expire_interval_s: float = 10.0
     # Pods the watch follows: those of the scheduler profile that calls this extender.
     pod_selector: str = "spec.schedulerName=sparse-scheduler"
+    # Set: filter answers only the nodes within this many score points (0-10) of the best,
+    # for a scheduler config without prioritizeVerb (one round trip per pod).
+    filter_best_within: float | None = None
     success_events: bool = False  # a Normal event per bound pod (the scheduler posts one too)
     extra: dict[str, str] = field(default_factory=dict)
 
