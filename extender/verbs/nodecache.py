@@ -84,7 +84,7 @@ class NodeVerdicts:
                ) -> tuple[tuple[Hashable, ...], tuple[object, ...]] | None:
         """The policy's term keys and their global inputs; None when a term reads more than
         the nodes' own state (or the policy has no terms to tell)."""
-        terms = CostCache._terms(policy, state, demand, key)
+        terms = CostCache.terms_of(policy, state, demand, key)
         if terms is None or any(t.epoch is None for t in terms):
             return None
         keys = tuple(t.key for t in terms)
