@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from builders import gpu_node, inventory, pod
 
 from extender import protocol
@@ -24,11 +25,11 @@ SHAPES = [dict(mem=4000, milli=200, job_class="cnn"), dict(mem=12000, milli=500)
           dict(gpus=4), dict(mem=70000, milli=200)]
 
 
-def cluster() -> Scheduler:
+def cluster(policy: str = "sparse") -> Scheduler:
     inv = inventory(gpu_node("a", 4), gpu_node("b", 2, model="A100-80GB", memory_mib=81920),
                     gpu_node("c", 8, memory_mib=16384), gpu_node("d", 1), gpu_node("e", 4))
     return Scheduler(inventory=inv, ledger=MemoryLedger(), matrix=default_matrix(),
-                     policy=make_policy("sparse"))
+                     policy=make_policy(policy))
 
 
 def filter_args(p: dict, names: tuple[str, ...] = NODES) -> protocol.ExtenderArgs:
@@ -43,8 +44,8 @@ async def bind(s: Scheduler, p: dict, node: str) -> None:
     assert (await s.bind(args)).Error == ""
 
 
-def best_only(within: float = 0.0) -> Scheduler:
-    s = cluster()
+def best_only(within: float = 0.0, policy: str = "sparse") -> Scheduler:
+    s = cluster(policy)
     s.filter_best_within = within
     return s
 
@@ -56,9 +57,11 @@ async def two_call(s: Scheduler, p: dict, names: tuple[str, ...]
     return passed, scores
 
 
-async def test_answers_the_best_scored_nodes_of_the_two_call_path_over_random_steps() -> None:
+@pytest.mark.parametrize("policy", ["sparse", "spread"])  # node verdicts kept; not kept
+async def test_answers_the_best_scored_nodes_of_the_two_call_path_over_random_steps(
+        policy: str) -> None:
     rng = random.Random(11)
-    best, both = best_only(), cluster()
+    best, both = best_only(policy=policy), cluster(policy)
     bound: list[dict] = []
     narrowed = 0
     for step in range(120):
