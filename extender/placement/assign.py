@@ -100,7 +100,14 @@ def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy
             )
             out[i] = solved[1] if solved else np.inf
         return out
-    if demand.has_share:
+    if demand.has_share and masks.alike:
+        # Alike nodes are runs of one length: a running minimum over the run's columns, a few
+        # times faster than ufunc.at (and the same numbers: a minimum rounds nothing).
+        runs = np.where(masks.share, share_cost, np.inf).reshape(n, masks.alike)
+        out = runs[:, 0].copy()
+        for j in range(1, masks.alike):
+            np.minimum(out, runs[:, j], out=out)
+    elif demand.has_share:
         sel = masks.share
         np.minimum.at(out, masks.owner[sel], share_cost[sel])
     elif w:
