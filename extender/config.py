@@ -131,6 +131,9 @@ class Settings:
         if not 0 < self.queue_timeout_s < 5:
             errors.append("--queue-timeout must be above 0 and below the scheduler's 5 s"
                           " httpTimeout")
+        if self.filter_best_within is not None and not 0 <= self.filter_best_within <= 10:
+            errors.append("--filter-best-within must be 0..10 score points, got"
+                          f" {self.filter_best_within:g}")
         if self.nodes is None and not self.kube_enabled:
             errors.append(
                 "give --nodes (a node-conf.yaml) or a cluster (--kubeconfig/--in-cluster)"

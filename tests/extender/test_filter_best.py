@@ -111,6 +111,9 @@ def test_best_nodes_keeps_ties_in_request_order() -> None:
     assert best_nodes(["a", "b", "c", "d"], [7, 10, 9, 10], 1) == ["b", "c", "d"]
 
 
-def test_the_setting_reaches_the_scheduler() -> None:
+def test_the_setting_reaches_the_scheduler_and_is_checked() -> None:
     assert build_scheduler(Settings(filter_best_within=1.5)).filter_best_within == 1.5
     assert build_scheduler(Settings()).filter_best_within is None
+    assert any("--filter-best-within" in e for e in Settings(filter_best_within=11).validate())
+    assert not any("--filter-best-within" in e
+                   for e in Settings(filter_best_within=0).validate())
