@@ -102,6 +102,10 @@ def main() -> None:
 @click.option("--locality-id-skew", default=1.05, show_default=True, type=float,
               help="Locality: Zipf exponent of the tables' ids, to score a cache by the share"
                    " of lookups its rows serve (0: by row count).")
+@click.option("--filter-best-within", type=click.FloatRange(0, 10),
+              help="Filter answers only the nodes within this many score points (0-10) of the"
+                   " best, for a scheduler config without prioritizeVerb: one round trip per"
+                   " pod, kube-scheduler's own scores only choose among those (docs).")
 @click.option("--rack-label", default="topology.sparse.io/rack", show_default=True,
               help="Node label naming the rack.")
 @click.option("--log-level", default="info", show_default=True,
@@ -139,6 +143,7 @@ def serve(**options: object) -> None:
         trust_request_inventory=bool(options["trust_request_inventory"]),
         metrics_port=options["metrics_port"], inspect=bool(options["inspect"]),
         max_in_flight=options["max_in_flight"], queue_timeout_s=options["queue_timeout"],
+        filter_best_within=options["filter_best_within"],
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:

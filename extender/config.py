@@ -63,6 +63,9 @@ class Settings:
     expire_interval_s: float = 10.0
     # Pods the watch follows: those of the scheduler profile that calls this extender.
     pod_selector: str = "spec.schedulerName=sparse-scheduler"
+    # Set: filter answers only the nodes within this many score points (0-10) of the best,
+    # for a scheduler config without prioritizeVerb (one round trip per pod).
+    filter_best_within: float | None = None
     success_events: bool = False  # a Normal event per bound pod (the scheduler posts one too)
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -128,6 +131,9 @@ class Settings:
         if not 0 < self.queue_timeout_s < 5:
             errors.append("--queue-timeout must be above 0 and below the scheduler's 5 s"
                           " httpTimeout")
+        if self.filter_best_within is not None and not 0 <= self.filter_best_within <= 10:
+            errors.append("--filter-best-within must be 0..10 score points, got"
+                          f" {self.filter_best_within:g}")
         if self.nodes is None and not self.kube_enabled:
             errors.append(
                 "give --nodes (a node-conf.yaml) or a cluster (--kubeconfig/--in-cluster)"

@@ -100,6 +100,7 @@ class Scheduler:
         trust_request_inventory: bool = False,
         locality: LocalityIndex | None = None,
         live_pairs: LivePairs | None = None,
+        filter_best_within: float | None = None,
     ) -> None:
         self.ledger = ledger
         self.matrix = matrix
@@ -112,6 +113,9 @@ class Scheduler:
         # A request's Nodes.items may change the inventory only when the operator opts in.
         self.trust_request_inventory = trust_request_inventory
         self.cycle_costs = CycleCosts()
+        # Set: filter answers only the nodes within this many score points of the best (the
+        # scheduler calls no prioritize; verbs.filter).
+        self.filter_best_within = filter_best_within
         self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self.cost_cache = CostCache()
         self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node

@@ -31,8 +31,11 @@ WARM_UP = 100  # pods per server before measuring (fills the extender's shape ca
 HEADERS = {"Content-Type": "application/json"}
 
 
-async def _cycle(client: TestClient, body: bytes) -> None:
-    for verb in ("filter", "prioritize"):
+TWO_CALL = ("filter", "prioritize")
+
+
+async def _cycle(client: TestClient, body: bytes, verbs: tuple[str, ...] = TWO_CALL) -> None:
+    for verb in verbs:
         resp = await client.post(f"/scheduler/{verb}", data=body, headers=HEADERS)
         await resp.read()
         if resp.status != 200:
@@ -53,10 +56,10 @@ def helper_cpu_s(app: web.Application) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes]
-                      ) -> dict[str, float]:
+async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
+                      verbs: tuple[str, ...] = TWO_CALL) -> dict[str, float]:
     """CPU ms per pod for each app over ``bodies[WARM_UP:]``, the apps taking turns; the
-    decode worker's CPU counts with its app."""
+    decode worker's CPU counts with its app. ``verbs``: the calls of one scheduling cycle."""
     clients = {kind: TestClient(TestServer(app)) for kind, app in apps.items()}
     spent = dict.fromkeys(apps, 0.0)
     try:
@@ -64,12 +67,12 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes]
             await client.start_server()
         for body in bodies[:WARM_UP]:
             for client in clients.values():
-                await _cycle(client, body)
+                await _cycle(client, body, verbs)
         helpers = {kind: helper_cpu_s(app) for kind, app in apps.items()}
         for body in bodies[WARM_UP:]:
             for kind, client in clients.items():
                 started = time.process_time()
-                await _cycle(client, body)
+                await _cycle(client, body, verbs)
                 spent[kind] += time.process_time() - started
         for kind, app in apps.items():  # clock ticks: summed over the run, not per pod
             spent[kind] += helper_cpu_s(app) - helpers[kind]
@@ -102,10 +105,13 @@ def answer_without_placement(app: web.Application) -> None:
               help="Measured pods with NodeNames (a fifth of it with full Nodes).")
 @click.option("--full/--no-full", default=True, show_default=True,
               help="Also measure full Node objects.")
+@click.option("--filter-only", is_flag=True,
+              help="Filter alone per pod (no prioritizeVerb): the extender answers its best"
+                   " nodes (--filter-best-within 0), the null server passes every node.")
 @click.option("--stub-verbs", is_flag=True,
               help="Answer filter and prioritize without placement: the HTTP layer alone.")
 def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
-         stub_verbs: bool) -> None:
+         filter_only: bool, stub_verbs: bool) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -117,10 +123,14 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
             n = count if not is_full else max(count // 5, 20)
             bodies = request_bodies(inventory, n + WARM_UP, picks, is_full)
             apps = {"extender": extender_app(nodes, gpus), "null": null_app()}
+            if filter_only:
+                apps["extender"][SCHEDULER].filter_best_within = 0.0
             if stub_verbs:
                 answer_without_placement(apps["extender"])
-            row = asyncio.run(cpu_per_pod(apps, bodies))
-            click.echo(f"{nodes:>6} nodes, {picks} {mode:10}: extender {row['extender']:.2f}"
+            row = asyncio.run(cpu_per_pod(apps, bodies,
+                                          ("filter",) if filter_only else TWO_CALL))
+            click.echo(f"{nodes:>6} nodes, {picks} {mode:10}"
+                       f"{' (filter only)' if filter_only else ''}: extender {row['extender']:.2f}"
                        f" ms CPU/pod, null {row['null']:.2f} ms, ratio"
                        f" {row['extender'] / row['null']:.2f}x, above null"
                        f" {row['extender'] - row['null']:.2f} ms")

@@ -47,6 +47,10 @@ OPEN_PATHS = "/healthz,/readyz,/livez,/metrics"
 WORKLOADS = ("shares", "whole", "mixed")
 STOCK = "stock kube-scheduler"
 NULL = "null extender"
+# The extender's verbs per pod in kube-scheduler's scheduling cycle: filter then prioritize,
+# or filter alone (no prioritizeVerb; the extender answers only its best nodes).
+VERBS = ("two-call", "filter-only")
+FILTER_ONLY_ARGS = ("--filter-best-within", "0")
 
 
 class NullExtender(ServiceProcess):
@@ -132,21 +136,32 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
 
 
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
-             store: str | None, workdir: Path, profile: Path | None = None) -> dict:
-    """One burst; ``store`` None = the stock scheduler alone, "null" = the null extender."""
+             store: str | None, workdir: Path, profile: Path | None = None,
+             verbs: str = "two-call") -> dict:
+    """One burst; ``store`` None = the stock scheduler alone, "null" = the null extender;
+    ``verbs`` "filter-only": the scheduler config has no prioritizeVerb (and the extender
+    answers only its best nodes)."""
     delete_pods(c)
     ext: Extender | NullExtender | None = None
     if store == "null":
         ext = NullExtender(workdir, c).start(timeout=60)
     elif store is not None:
+        extra = ("--log-level", "warning",
+                 *(FILTER_ONLY_ARGS if verbs == "filter-only" else ()))
         ext = Extender(workdir, c.kubeconfig, name="bench-extender", store=store,
-                       extra=("--log-level", "warning")).start(timeout=120)
+                       extra=extra).start(timeout=120)
         deadline = time.monotonic() + 120
         while len(ext.inspect()["nodes"]) < nodes and time.monotonic() < deadline:
             time.sleep(0.2)
     click.echo(f"  creating {pods} pods ...", err=True)
     asyncio.run(create_pods(str(c.kubeconfig), pods, workload))
-    overrides = {"clientConnection": {"kubeconfig": str(c.kubeconfig), **CLIENT}}
+    overrides: dict[str, Any] = {
+        "clientConnection": {"kubeconfig": str(c.kubeconfig), **CLIENT}}
+    if ext is not None and verbs == "filter-only":
+        extenders = e2e_cluster.render_scheduler_config(ext.url, c.kubeconfig)["extenders"]
+        for e in extenders:
+            e.pop("prioritizeVerb", None)
+        overrides["extenders"] = extenders
     try:
         c.start_scheduler(ext.url if ext else None, overrides=overrides, verbosity=0,
                           extra_args=[f"--authorization-always-allow-paths={OPEN_PATHS}"])
@@ -179,6 +194,7 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
             spy.wait(30)
         s_after = scrape(sched_url, c)
         out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed,
+                     "verbs": verbs if ext is not None else None,
                      "load": [load_before, os.getloadavg()[0]],
                      "median_to_bind_s": half_at,
                      "scheduler": scheduler_breakdown(s_before, s_after, pods)}
@@ -197,38 +213,47 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
     # so each ratio is to the mean of the two.
     stock_rates = [r["pods_per_s"] for label, r in results.items() if label.startswith(STOCK)]
     stock_rate = sum(stock_rates) / len(stock_rates)
-    null = results.get(NULL)
-    null_rate = null["pods_per_s"] if null else 0.0
+    # Each extender run is compared with the null extender that used the same verbs.
+    nulls = {r.get("verbs", "two-call"): r for label, r in results.items()
+             if label.startswith(NULL)}
+
+    def null_of(r: dict) -> dict | None:
+        return nulls.get(r.get("verbs") or "two-call") if r.get("verbs") else None
+
     click.echo(f"\n{pods} pods on {nodes} nodes x {gpus} GPUs (one run each, same cluster)\n")
-    click.echo(f"  {'run':34} {'pods/s':>7} {'ratio':>6} {'/null':>6} {'ms/pod':>7}"
+    click.echo(f"  {'run':40} {'pods/s':>7} {'ratio':>6} {'/null':>6} {'ms/pod':>7}"
                f" {'median':>7} {'sched alg':>9} {'attempt':>8} {'tries':>6} {'load':>9}")
     for label, r in results.items():
         s, ratio = r["scheduler"], r["pods_per_s"] / stock_rate
-        vs_null = f"{r['pods_per_s'] / null_rate:6.2f}" if null_rate else f"{'-':>6}"
-        click.echo(f"  {label:34} {r['pods_per_s']:7.1f} {ratio:6.2f} {vs_null}"
+        null = null_of(r)
+        vs_null = (f"{r['pods_per_s'] / null['pods_per_s']:6.2f}" if null is not None
+                   else f"{'-':>6}")
+        click.echo(f"  {label:40} {r['pods_per_s']:7.1f} {ratio:6.2f} {vs_null}"
                    f" {1000 / r['pods_per_s']:7.2f} {r['median_to_bind_s'] or 0:6.2f}s"
                    f" {s.get('algorithm_ms', 0):8.2f}  {s.get('attempt_ms', 0):7.2f}"
                    f" {s.get('attempts_per_pod', 0):6.2f}"
                    f" {r['load'][0]:4.1f}>{r['load'][1]:4.1f}")
     click.echo(f"\n  ratio: pods/s over the stock scheduler's mean ({stock_rate:.1f}) of its runs"
                " before and after the extender's;")
-    if null_rate:
-        click.echo(f"  /null: pods/s over the null extender's ({null_rate:.1f}; the same"
-                   " kube-scheduler and protocol,\n  every verb answered at once): what is"
-                   " left to any extender. The null extender reaches"
-                   f" {null_rate / stock_rate:.2f}x stock.")
+    for verbs, null in nulls.items():
+        null_rate = null["pods_per_s"]
+        click.echo(f"  /null: pods/s over the null extender's with the same verbs ({verbs}:"
+                   f" {null_rate:.1f}; the same kube-scheduler\n  and protocol, every verb"
+                   " answered at once): what is left to any extender. That null extender"
+                   f" reaches {null_rate / stock_rate:.2f}x stock.")
     click.echo("  ms/pod: wall time per bound pod; median: time from the scheduler's start until"
                " half the burst\n  was bound; sched alg: kube-scheduler's scheduling algorithm"
                " per attempt (in-tree filters and\n  scores plus the extender's filter and"
                " prioritize round trips); attempt: the whole\n  scheduling cycle; tries:"
                " attempts per bound pod; load: the 1-minute load average\n  (all the machine's"
                " processes) at the run's start > end.")
-    base_alg = (null or stock)["scheduler"].get("algorithm_ms", 0.0)
-    base_name = "the null extender's" if null else "stock's"
     for label, r in results.items():
         ext = r.get("extender")
         if not ext:
             continue
+        null = null_of(r)
+        base_alg = (null or stock)["scheduler"].get("algorithm_ms", 0.0)
+        base_name = "the null extender's (same verbs)" if null else "stock's"
         click.echo(f"\n  {label}: inside the extender, mean ms per call")
         click.echo(f"    {'verb':11} {'calls':>6} {'total':>7} " +
                    " ".join(f"{s:>9}" for s in STAGES))
@@ -269,13 +294,19 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
               help="Pods through the extender: GPU shares, whole GPUs, or mixed; repeatable.")
 @click.option("--store", "stores", multiple=True, type=click.Choice(("memory", "redis")),
               default=("memory",), show_default=True, help="Extender ledger store; repeatable.")
+@click.option("--verbs", "verb_modes", multiple=True, type=click.Choice(VERBS),
+              default=("two-call",), show_default=True,
+              help="Extender verbs per pod: filter and prioritize, or filter alone (no"
+                   " prioritizeVerb; the extender answers its best nodes); repeatable. The null"
+                   " extender runs with the same verbs.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/throughput.json"),
               show_default=True)
 @click.option("--profile", is_flag=True,
               help="Sample the extender with py-spy during each run (collapsed stacks next to"
                    " --out).")
 def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ...],
-         stores: tuple[str, ...], out: Path, profile: bool) -> None:
+         stores: tuple[str, ...], verb_modes: tuple[str, ...], out: Path, profile: bool
+         ) -> None:
     """Pods bound per second through kube-scheduler: the stock scheduler alone (whole GPUs),
     then the sparse extender with each workload and store, on the same fake cluster; with the
     per-pod breakdown of both sides."""
@@ -294,21 +325,24 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                 click.echo(f"creating {nodes} nodes ...", err=True)
                 asyncio.run(create_nodes(str(c.kubeconfig), nodes, gpus))
                 runs: dict[str, dict] = {}
-                plan: list[tuple[str, str, str | None]] = [
-                    (STOCK, "whole", None), (NULL, "whole", "null")]
-                plan += [(f"extender, {w}, {s}", w, s) for s in stores for w in workloads]
-                plan.append((f"{STOCK} (again)", "whole", None))
-                for label, workload, store in plan:
+                plan: list[tuple[str, str, str | None, str]] = [(STOCK, "whole", None, "")]
+                for v in verb_modes:
+                    tag = "" if v == "two-call" else f" ({v})"
+                    plan.append((f"{NULL}{tag}", "whole", "null", v))
+                    plan += [(f"extender, {w}, {s}{tag}", w, s, v)
+                             for s in stores for w in workloads]
+                plan.append((f"{STOCK} (again)", "whole", None, ""))
+                for label, workload, store, verbs in plan:
                     click.echo(f"{label} ({nodes} nodes):", err=True)
                     store_url = (redis.url if store == "redis" and redis else store)
                     if redis is not None:
                         redis.flush()
-                    stacks = (out.with_name(f"{out.stem}-{nodes}-{workload}-{store}.txt")
+                    stacks = (out.with_name(f"{out.stem}-{nodes}-{workload}-{store}-{verbs}.txt")
                               if profile and store not in (None, "null") else None)
                     if stacks is not None:
                         stacks.parent.mkdir(parents=True, exist_ok=True)
                     runs[label] = run_once(c, nodes, pods, workload, store_url, Path(tmp),
-                                           stacks)
+                                           stacks, verbs or "two-call")
                 results[str(nodes)] = runs
                 print_scale(nodes, gpus, pods, runs)
         finally:

@@ -49,6 +49,7 @@ def build_scheduler(settings: Settings) -> Scheduler:
         reservation_ttl_s=settings.reservation_ttl_s,
         bind_timeout_s=settings.bind_timeout_s,
         trust_request_inventory=settings.trust_request_inventory,
+        filter_best_within=settings.filter_best_within,
     )
 
 

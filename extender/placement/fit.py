@@ -93,7 +93,8 @@ def fit(
     unresolvable: dict[str, str] = {}
     try:  # the common case, every candidate known: one C-level lookup
         found = operator.itemgetter(*candidates)(state.node_index) if candidates else ()
-        nodes = np.array(found if len(candidates) != 1 else [found], dtype=np.int64)
+        nodes = (np.fromiter(found, dtype=np.int64, count=len(found))
+                 if len(candidates) != 1 else np.array([found], dtype=np.int64))
         known = list(candidates)
     except KeyError:
         lookup = state.node_index.get

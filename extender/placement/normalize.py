@@ -10,6 +10,11 @@ MAX_SCORE = 10
 def scores_from_costs(costs: np.ndarray) -> list[int]:
     """Lowest finite cost -> 10, highest -> 0, linear between; infeasible (inf) -> 0.
     When every feasible node costs the same they all get 10."""
+    if len(costs) and np.isfinite(costs).all():  # every node feasible: no masking
+        lo, hi = costs.min(), costs.max()
+        if hi - lo <= 1e-12:
+            return [MAX_SCORE] * len(costs)
+        return np.rint(MAX_SCORE * (hi - costs) / (hi - lo)).astype(np.int64).tolist()
     out = np.zeros(len(costs), dtype=np.int64)
     finite = np.isfinite(costs)
     if not finite.any():

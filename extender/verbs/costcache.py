@@ -144,7 +144,7 @@ class CostCache:
         tell = getattr(policy, "note", None) if note else None
         if tell is not None:  # first: feeding a learned mix may replace what the epoch reads
             tell(demand)
-        terms = self._terms(policy, state, demand, key)
+        terms = self.terms_of(policy, state, demand, key)
         if terms is None:  # the costs read more than the nodes' own state: not cacheable
             self.bypassed += 1
             return policy.costs(state, demand, masks)
@@ -158,13 +158,15 @@ class CostCache:
             else self._term(policy, t, state, demand, masks) for t in terms])
 
     @staticmethod
-    def _terms(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
-               ) -> list[CostTerm] | None:
-        """The policy's terms (``cost_terms``), or its costs as one term keyed by the whole
-        shape and ``cache_epoch``; None when that says the costs cannot be cached."""
-        terms_of = getattr(policy, "cost_terms", None)
-        if terms_of is not None:
-            return terms_of(state, demand)
+    def terms_of(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
+                 ) -> list[CostTerm] | None:
+        """The terms this cache keeps the policy's costs as: its ``cost_terms``, or its costs
+        as one term keyed by the whole shape (``key``, from ``shape_key``) and
+        ``cache_epoch``; None when that says the costs cannot be cached. Call after the
+        policy was told of the pod (``note``)."""
+        cost_terms = getattr(policy, "cost_terms", None)
+        if cost_terms is not None:
+            return cost_terms(state, demand)
         epoch_of = getattr(policy, "cache_epoch", None)
         epoch = epoch_of(state, demand) if epoch_of is not None else None
         if epoch is None:

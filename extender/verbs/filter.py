@@ -2,6 +2,11 @@
 
 When more than one node passes, the per-node costs are computed once here and kept briefly
 for the prioritize call that follows in the same scheduling cycle.
+
+With ``Scheduler.filter_best_within`` set (the scheduler config then has no prioritizeVerb:
+one round trip per pod), filter scores the fitting nodes as prioritize would and answers only
+those within that many score points (0-10) of the best; kube-scheduler's own scores choose
+among them. Nodes left out for scoring lower are not reported as failed: they fit.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from extender import protocol, stages
 from extender.demand import wants_gpu
 from extender.errors import InvalidDemand
 from extender.outcome import Outcome
-from extender.placement import fit, node_costs
+from extender.placement import fit, node_costs, scores_from_costs
 from extender.placement.assign import note_unplaced
 from extender.placement.locality import parse_embedding
 from extender.protocol import ExtenderArgs, FilterResult
 from extender.verbs import gang
 from extender.verbs.costcache import CycleEntry
+from extender.verbs.prioritize import with_locality
 from extender.verbs.reasons import pod_ref, summarize
 
 if TYPE_CHECKING:
@@ -80,6 +86,16 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         costs = (node_costs(state, demand, result, s.costing_policy)[fitting]
                  if verdicts is None
                  else s.node_verdicts.costs(s.policy, state, demand, verdicts, fitting))
-        s.cycle_costs.put(demand.uid, s.clock(),
-                          CycleEntry.of(state, passed, result.nodes[fitting], costs))
+        if s.filter_best_within is not None:  # no prioritize follows: answer the best
+            passed = best_nodes(passed, scores_from_costs(
+                with_locality(s, pod, demand, passed, costs)), s.filter_best_within)
+        else:
+            s.cycle_costs.put(demand.uid, s.clock(),
+                              CycleEntry.of(state, passed, result.nodes[fitting], costs))
     return protocol.filter_result(passed, result.failed, result.unresolvable, args)
+
+
+def best_nodes(names: list[str], scores: list[int], within: float) -> list[str]:
+    """The names scoring at least the best score less ``within``, in the request's order."""
+    floor = max(scores) - within
+    return [n for n, score in zip(names, scores, strict=True) if score >= floor]

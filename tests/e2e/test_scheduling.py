@@ -280,3 +280,37 @@ async def test_restart_reports_rebuilt_bookings_before_any_request(cluster, core
         cluster.start_scheduler(extender.url)
         for n in names:
             await e2e_cluster.delete_pod(core, n)
+
+
+async def test_filter_only_config_still_avoids_the_bad_co_runner(cluster, core, tmp_path):
+    """No prioritizeVerb (the chart's extender.filterBest): filter answers only the best
+    node, so the co-runner choice prioritize made above is made by filter alone."""
+    cluster.reset()
+    ext = Extender(tmp_path, cluster.kubeconfig, extra=("--filter-best-within", "0")).start()
+    extenders = e2e_cluster.render_scheduler_config(ext.url, cluster.kubeconfig)["extenders"]
+    for e in extenders:
+        del e["prioritizeVerb"]
+    cluster.start_scheduler(ext.url, overrides={"extenders": extenders})
+    try:
+        nodes = make_nodes(cluster, "pair-", 2, gpus=1, memory_mib=32768, model="V100M32")
+        await wait_nodes(ext, nodes)
+        for name, node, cls in (("resnet50", "pair-0", "cnn"),
+                                ("resnet18", "pair-1", "cnn-small")):
+            manifest = e2e_cluster.gpu_pod_manifest(
+                name, milli=400, mem_mib=8000, annotations={"sparse.io/job-class": cls})
+            manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+            await core.create_namespaced_pod("default", manifest)
+        await wait_all_bound(core, ["resnet50", "resnet18"])
+        for i in range(3):
+            name = f"rec-{i}"
+            await e2e_cluster.create_pod(core, name, milli=100, mem_mib=2000,
+                                         annotations={"sparse.io/job-class": "recommendation"})
+            placed = await wait_all_bound(core, [name])
+            assert placed[name] == "pair-1", "recommendation pod joined the ResNet-50 GPU"
+            await e2e_cluster.delete_pod(core, name)
+            await wait_released(ext, f"default/{name}")
+        cfg = cluster.scheduler_config_path.read_text()
+        assert "prioritizeVerb" not in cfg and "filterVerb" in cfg
+    finally:
+        cluster.stop_scheduler()
+        ext.stop()

@@ -264,6 +264,19 @@ def test_plain_http_only_when_asked() -> None:
                    container(docs, "Deployment", "sparse-extender")["args"])
 
 
+def test_filter_best_drops_prioritize_and_tells_the_extender_its_tolerance() -> None:
+    (ext,) = scheduler_config(render())["extenders"]
+    assert ext["prioritizeVerb"] == "prioritize"
+    assert not any(a.startswith("--filter-best") for a in
+                   container(render(), "Deployment", "sparse-extender")["args"])
+    docs = render("extender.filterBest.enabled=true")
+    (ext,) = scheduler_config(docs)["extenders"]
+    assert "prioritizeVerb" not in ext
+    assert {ext["filterVerb"], ext["bindVerb"], ext["preemptVerb"]} == {
+        "filter", "bind", "preempt"}
+    assert "--filter-best-within=0" in container(docs, "Deployment", "sparse-extender")["args"]
+
+
 def test_network_policy_admits_only_the_scheduler_to_the_scheduling_port() -> None:
     docs = render()
     np = find(docs, "NetworkPolicy", "sparse-extender")

@@ -1,0 +1,119 @@
+"""Filter alone (no prioritizeVerb): filter answers the nodes within a tolerance of the best
+score, exactly those the two-call path scores best, and never a node that does not fit."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from builders import gpu_node, inventory, pod
+
+from extender import protocol
+from extender.config import Settings
+from extender.http.app import build_scheduler
+from extender.interference import default_matrix
+from extender.ledger.memory import MemoryLedger
+from extender.placement import make_policy
+from extender.service import Scheduler
+from extender.verbs.filter import best_nodes
+
+NODES = ("a", "b", "c", "d", "e")
+SHAPES = [dict(mem=4000, milli=200, job_class="cnn"), dict(mem=12000, milli=500),
+          dict(mem=30000, milli=100, job_class="recommendation"), dict(gpus=1),
+          dict(gpus=2), dict(mem=2000, milli=300, job_class="transformer"),
+          dict(gpus=4), dict(mem=70000, milli=200)]
+
+
+def cluster(policy: str = "sparse") -> Scheduler:
+    inv = inventory(gpu_node("a", 4), gpu_node("b", 2, model="A100-80GB", memory_mib=81920),
+                    gpu_node("c", 8, memory_mib=16384), gpu_node("d", 1), gpu_node("e", 4))
+    return Scheduler(inventory=inv, ledger=MemoryLedger(), matrix=default_matrix(),
+                     policy=make_policy(policy))
+
+
+def filter_args(p: dict, names: tuple[str, ...] = NODES) -> protocol.ExtenderArgs:
+    return protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": list(names)})
+                                         .encode())
+
+
+async def bind(s: Scheduler, p: dict, node: str) -> None:
+    args = protocol.decode_binding_args(json.dumps({
+        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
+        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
+    assert (await s.bind(args)).Error == ""
+
+
+def best_only(within: float = 0.0, policy: str = "sparse") -> Scheduler:
+    s = cluster(policy)
+    s.filter_best_within = within
+    return s
+
+
+async def two_call(s: Scheduler, p: dict, names: tuple[str, ...]
+                   ) -> tuple[list[str], dict[str, int]]:
+    passed = (await s.filter(filter_args(p, names))).NodeNames
+    scores = {h.Host: h.Score for h in await s.prioritize(filter_args(p, tuple(passed)))}
+    return passed, scores
+
+
+@pytest.mark.parametrize("policy", ["sparse", "spread"])  # node verdicts kept; not kept
+async def test_answers_the_best_scored_nodes_of_the_two_call_path_over_random_steps(
+        policy: str) -> None:
+    rng = random.Random(11)
+    best, both = best_only(policy=policy), cluster(policy)
+    bound: list[dict] = []
+    narrowed = 0
+    for step in range(120):
+        p = pod(**rng.choice(SHAPES))
+        names = tuple(rng.sample(NODES, rng.randint(1, len(NODES))))
+        answer = (await best.filter(filter_args(p, names))).NodeNames
+        passed, scores = await two_call(both, p, names)
+        assert set(answer) <= set(passed), step  # never a node that does not fit
+        if passed:
+            top = max(scores.values())
+            assert answer == [n for n in passed if scores[n] == top], step
+        else:
+            assert answer == [], step
+        narrowed += len(answer) < len(passed)
+        if answer and rng.random() < 0.6:
+            node = rng.choice(answer)  # kube-scheduler's pick among the best: same on both
+            await bind(best, p, node)
+            await bind(both, p, node)
+            bound.append(p)
+        if bound and rng.random() < 0.25:
+            gone = bound.pop(rng.randrange(len(bound)))
+            await best.release(gone["metadata"]["uid"])
+            await both.release(gone["metadata"]["uid"])
+    assert narrowed > 10  # the answer did leave nodes out, not only pass everything
+
+
+async def test_a_tolerance_keeps_every_node_within_it_and_ten_keeps_all_that_fit() -> None:
+    s, both = best_only(3.0), cluster()
+    wide = best_only(10.0)
+    p = pod(mem=4000, milli=200, job_class="cnn")
+    passed, scores = await two_call(both, p, NODES)
+    assert (await s.filter(filter_args(p, NODES))).NodeNames == [
+        n for n in passed if scores[n] >= max(scores.values()) - 3]
+    assert (await wide.filter(filter_args(p, NODES))).NodeNames == passed
+
+
+async def test_nothing_fits_and_one_fits_answer_as_before() -> None:
+    s = best_only()
+    huge = await s.filter(filter_args(pod(gpus=16)))
+    assert huge.NodeNames == [] and len(huge.FailedNodes) + len(
+        huge.FailedAndUnresolvableNodes) == len(NODES)
+    assert (await s.filter(filter_args(pod(gpus=8), NODES))).NodeNames == ["c"]
+
+
+def test_best_nodes_keeps_ties_in_request_order() -> None:
+    assert best_nodes(["a", "b", "c", "d"], [7, 10, 9, 10], 0) == ["b", "d"]
+    assert best_nodes(["a", "b", "c", "d"], [7, 10, 9, 10], 1) == ["b", "c", "d"]
+
+
+def test_the_setting_reaches_the_scheduler_and_is_checked() -> None:
+    assert build_scheduler(Settings(filter_best_within=1.5)).filter_best_within == 1.5
+    assert build_scheduler(Settings()).filter_best_within is None
+    assert any("--filter-best-within" in e for e in Settings(filter_best_within=11).validate())
+    assert not any("--filter-best-within" in e
+                   for e in Settings(filter_best_within=0).validate())
