@@ -95,6 +95,9 @@ class PodDemand:
     # them against the node's CPU and memory left where the adapter knows those.
     cpu_milli: int = 0
     host_mem_mib: int = 0
+    # Predicted run time (seconds) from the job controller's annotation; None: unknown.
+    # Holds (placement/holds.py) let a pod onto a held node only if it ends before the hold.
+    predicted_s: float | None = None
 
     @property
     def has_share(self) -> bool:

@@ -78,6 +78,7 @@ from bench.sim.trace import (
     workload_path,
 )
 from extender.interference.matrix import default_matrix
+from extender.placement.holds import MIN_GANG, HoldBook
 from extender.queueorder import DEFAULT_BANDS, DurationBands
 
 ANCHORS = {  # makespan vs kube-exclusive in the original system
@@ -145,6 +146,7 @@ def run_replay(
     nodes_path: str | None = None, queue_order: str = "product",
     queue_bands: int = DEFAULT_BANDS, declared_share: float = 1.0,
     queue_critical: int | None = None, pass_over_s: float = DEFAULT_PASS_OVER_S,
+    holds: bool | None = None,
 ) -> ReplayRun:
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -165,6 +167,15 @@ def run_replay(
                          gpu_seconds / (overload * work.max()), rng)
     pol = placement_policy(policy, seed, typical_tasks(jobs))
     sim = SimCluster(nodes, list(nodes["sn"]), pol, matrix)
+    # the extender's hold for the first gang its queue cannot place (placement/holds.py):
+    # sparse's, with its banded queue, unless asked otherwise; the stock schedulers have none
+    banded = banded_queue(queue_order, policy) is not None
+    if holds is None:
+        holds = banded and policy == "sparse"
+    pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
+            if banded else np.full(len(work), np.nan))
+    hold_book = sim.holds = HoldBook() if holds else None
+    held_jobs: set[int] = set()
     n_gpus = sim.total_milli // 1000
     cols = {c: jobs[c].to_numpy() for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")}
     specs = jobs["gpu_spec"].to_numpy()
@@ -214,11 +225,19 @@ def run_replay(
 
     def try_start(j: int) -> bool:
         num, milli, cpu, mem, spec = shapes[j]
-        d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
+        p = float(pred[j]) if math.isfinite(pred[j]) else None
+        d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]),
+                       predicted_s=p)
         placed = sim.schedule(d, now)
         if placed is None:
             waiting.failed(shapes[j])
+            if hold_book is not None and hold_book.hold is None and d.whole_gpus >= MIN_GANG \
+                    and hold_book.place(sim.state, d.uid, d.whole_gpus, now,
+                                        eligible_nodes(j)) is not None:
+                held_jobs.add(j)
             return False
+        if hold_book is not None:
+            hold_book.started(d.uid, now, p)
         started[j] = now
         last[j] = now
         if d.has_share:
@@ -231,7 +250,17 @@ def run_replay(
             set_speed(j, 1.0)
         return True
 
+    eligible_cache: dict[int, np.ndarray] = {}
+
+    def eligible_nodes(j: int) -> np.ndarray:
+        """The nodes (state order) that could host job ``j`` empty."""
+        if j not in eligible_cache:
+            eligible_cache[j] = node_fits(sim, nodes, shapes[j])
+        return eligible_cache[j]
+
     def retry() -> None:
+        if hold_book is not None:
+            hold_book.clear()  # the first gang refused on this pass holds again
         retry_pending(pending, lambda j: (shapes[j][4], shapes[j][:4]), try_start,
                       None if gate is None else lambda j: gate.refused(j, now))
 
@@ -256,6 +285,8 @@ def run_replay(
         else:
             done[j] = now
             sim.release(f"job-{j}")
+            if hold_book is not None:
+                hold_book.finished(f"job-{j}")
             g = job_gpu.pop(j, None)
             if g is not None:
                 gpu_jobs[g].discard(j)
@@ -269,6 +300,8 @@ def run_replay(
     explain = summarize(waiting, shapes=shapes, work=work, arrive=arrive, started=started,
                         done=done, n_gpus=n_gpus, rank=rank)
     explain["gate_holds"] = 0 if gate is None else int(gate.holds)
+    if hold_book is not None:  # gangs that held a node, and placements the holds refused
+        explain["node_holds"] = {"gangs": len(held_jobs), "refused": hold_book.refusals}
     return ReplayRun(
         workload=workload_name(workload), policy=policy, seed=seed,
         mode=mode if queue_order == "product" else f"{mode}-{queue_order}", jobs=len(jobs),
@@ -303,6 +336,19 @@ def queue_rank(queue_order: str, policy: str, work: np.ndarray, classes: np.ndar
                                      order=order, critical=critical)
     return band_rank(predicted_durations(work, classes, seed, declared_share=declared_share),
                      bands, whole_gpus)
+
+
+def node_fits(sim: SimCluster, nodes, shape: tuple) -> np.ndarray:  # noqa: ANN001
+    """Per node of ``sim``'s state: whether the empty node could host a job of ``shape``."""
+    num, _milli, c, m, spec = shape
+    ok = ((nodes["gpu"].to_numpy() >= max(num, 1)) & (nodes["cpu_milli"].to_numpy() >= c)
+          & (nodes["memory_mib"].to_numpy() >= m))
+    allowed = parse_spec(spec)
+    if allowed is not None:
+        ok &= np.isin(nodes["model"].to_numpy(), list(allowed))
+    out = np.zeros(len(sim.state.node_names), dtype=bool)
+    out[[sim.state.node_index[n] for n in nodes["sn"]]] = ok
+    return out
 
 
 def fits_empty(nodes, shapes: list[tuple]) -> np.ndarray:  # noqa: ANN001
