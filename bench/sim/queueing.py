@@ -14,11 +14,11 @@ import numpy as np
 
 from controller.queue import Waiting, blocks
 from extender.placement.policies import REGISTRY
-from extender.queueorder import DurationBands
+from extender.queueorder import DurationBands, latest_start_come
 
 MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
-                "longest-first")
+                "longest-first", "critical-path")
 PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
 
 
@@ -38,6 +38,8 @@ def banded_queue(queue_order: str, policy: str) -> str | None:
         return PRODUCT_BAND_ORDER if policy == "sparse" else None
     if queue_order == "bands":
         return "longest-first"
+    if queue_order == "critical-path":  # shortest-first, plus promotion and holds (sparse)
+        return "shortest-first" if policy == "sparse" else None
     return queue_order.removeprefix("bands-") if queue_order.startswith("bands-") else None
 
 
@@ -72,6 +74,49 @@ class RankedQueue:
     def arrival_order(self, batch: list[int]) -> list[int]:
         """Jobs arriving at one instant, in the order the queue tries them."""
         return sorted(batch, key=lambda k: (self.rank[k], k))
+
+
+class CriticalPath:
+    """Latest-start promotion (extender/queueorder.py ``latest_start_come``): before each pass
+    over the queue, every waiting job whose predicted duration x the margin reaches the time
+    the cluster needs to drain the predicted work left goes ahead of the whole queue, longest
+    predicted first. ``predicted``: per job (NaN: unknown, never promoted); ``gpus``: the
+    GPUs it books (a share's fraction)."""
+
+    def __init__(self, predicted: np.ndarray, gpus: np.ndarray, n_gpus: int,
+                 queue: RankedQueue) -> None:
+        self.predicted = np.asarray(predicted, dtype=np.float64)
+        self.gpus = np.asarray(gpus, dtype=np.float64)
+        self.n_gpus = float(n_gpus)
+        self.queue = queue
+        self.floor = int(queue.rank.min()) - 1  # ranks below every band's
+        self.known = np.isfinite(self.predicted)
+        self.promoted = np.zeros(len(self.predicted), dtype=bool)
+
+    def backlog(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
+        """Predicted GPU-seconds left: the waiting jobs' whole predicted work and the running
+        jobs' predicted remainder (none once past their predicted end)."""
+        running = np.isfinite(started) & ~np.isfinite(done)
+        left = np.where(running, np.maximum(self.predicted - (now - started), 0.0),
+                        self.predicted)
+        waiting = ~np.isfinite(started)
+        use = self.known & (running | waiting)
+        return float((left[use] * self.gpus[use]).sum())
+
+    def promote(self, now: float, started: np.ndarray, done: np.ndarray) -> int:
+        """Promote the waiting jobs whose latest start has come; returns how many."""
+        q = self.queue
+        if not q.jobs:
+            return 0
+        backlog = self.backlog(now, started, done)
+        new = [j for j in q.jobs if self.known[j] and not self.promoted[j]
+               and latest_start_come(float(self.predicted[j]), backlog, self.n_gpus)]
+        for j in new:
+            self.promoted[j] = True
+            q.rank[j] = self.floor - int(self.predicted[j])
+        if new:
+            q.jobs.sort(key=lambda k: (q.rank[k], q.seq[k]))
+        return len(new)
 
 
 def placement_policy(name: str, seed: int | None, tasks: object, **kwargs: object) -> object:

@@ -63,6 +63,7 @@ from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import (
     QUEUE_ORDERS,
+    CriticalPath,
     PolicyRun,
     RankedQueue,
     arrival_times,
@@ -265,6 +266,9 @@ def run_recmix(
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     queue = RankedQueue(rank)  # by rank (band), then by when it joined: FIFO within a band
     pending, wait = queue.jobs, queue.wait
+    critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
+                             n_gpus, queue)
+                if queue_order == "critical-path" and base == "sparse" else None)
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0
@@ -332,6 +336,8 @@ def run_recmix(
         refresh(g)
 
     def retry() -> None:
+        if critical is not None:
+            critical.promote(now, started, done)
         retry_pending(pending, lambda j: (None, (int(milli[j]), int(mem[j]), int(cpu[j]),
                                                  int(host[j]))), try_start)
 
@@ -403,15 +409,20 @@ def run_recmix(
 def queue_rank(jobs: pd.DataFrame, count: int = DEFAULT_BANDS,
                order: str = "longest-first") -> np.ndarray:
     """Each job's place in a banded queue (lower first): minus the priority the job controller
-    gives it (extender/queueorder.py) from its declared training length (steps: its duration
-    over its measured solo step time) x the predictor's step time, with bands log-spaced over
+    gives it (extender/queueorder.py) from its predicted duration, with bands log-spaced over
     the trace's duration range."""
     bands = DurationBands.log_spaced(*duration_range(), count, order=order)
+    return band_rank(predicted_durations(jobs), bands)
+
+
+def predicted_durations(jobs: pd.DataFrame) -> np.ndarray:
+    """Each job's declared training length (steps: its duration over its measured solo step
+    time) x the predictor's step time: what the job controller predicts."""
     steps = np.maximum(1, np.round(jobs["duration"].to_numpy(float)
                                    / jobs["step_s"].to_numpy(float)))
     pred = jobs["pred_step_s"].to_numpy(float)
-    return band_rank([predicted_duration(int(n), float(p))
-                      for n, p in zip(steps, pred, strict=True)], bands)
+    return np.array([predicted_duration(int(n), float(p))
+                     for n, p in zip(steps, pred, strict=True)], dtype=np.float64)
 
 
 class _Trace:

@@ -59,6 +59,7 @@ from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
     AdmissionGate,
+    CriticalPath,
     PolicyRun,
     RankedQueue,
     arrival_times,
@@ -170,8 +171,9 @@ def run_replay(
     # the extender's hold for the first gang its queue cannot place (placement/holds.py):
     # sparse's, with its banded queue, unless asked otherwise; the stock schedulers have none
     banded = banded_queue(queue_order, policy) is not None
+    path = queue_order == "critical-path" and policy == "sparse"
     if holds is None:
-        holds = banded and policy == "sparse"
+        holds = path
     pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
             if banded else np.full(len(work), np.nan))
     hold_book = sim.holds = HoldBook() if holds else None
@@ -200,6 +202,8 @@ def run_replay(
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     queue = RankedQueue(rank)
     pending = queue.jobs
+    booked_gpus = np.where(whole > 0, whole, request)
+    critical = CriticalPath(pred, booked_gpus, n_gpus, queue) if path else None
     # the job controller's admission queue goes with its bands; the stock schedulers have none
     gate = (AdmissionGate(fits_empty(nodes, shapes), pass_over_s)
             if banded_queue(queue_order, policy) and math.isfinite(pass_over_s) else None)
@@ -259,6 +263,8 @@ def run_replay(
         return eligible_cache[j]
 
     def retry() -> None:
+        if critical is not None:
+            critical.promote(now, started, done)
         if hold_book is not None:
             hold_book.clear()  # the first gang refused on this pass holds again
         retry_pending(pending, lambda j: (shapes[j][4], shapes[j][:4]), try_start,
@@ -302,6 +308,8 @@ def run_replay(
     explain["gate_holds"] = 0 if gate is None else int(gate.holds)
     if hold_book is not None:  # gangs that held a node, and placements the holds refused
         explain["node_holds"] = {"gangs": len(held_jobs), "refused": hold_book.refusals}
+    if critical is not None:  # jobs whose latest start came (ahead of every band)
+        explain["promoted"] = int(critical.promoted.sum())
     return ReplayRun(
         workload=workload_name(workload), policy=policy, seed=seed,
         mode=mode if queue_order == "product" else f"{mode}-{queue_order}", jobs=len(jobs),

@@ -112,3 +112,56 @@ def test_the_stock_schedulers_run_as_before_and_every_job_completes(tmp_path):
     for r in (run_replay(path, "sparse", 4, **kw), gated):
         assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
         json.dumps(r.to_json())  # what runs.jsonl stores
+
+
+def test_a_long_job_whose_latest_start_has_come_goes_ahead_of_the_queue():
+    from bench.sim.queueing import CriticalPath
+
+    queue = RankedQueue(np.array([0, 0, 0, 5], dtype=np.int64))
+    for j in range(4):
+        queue.wait(j)
+    predicted = np.array([100.0, 4_000.0, np.nan, 6_000.0])
+    started = np.full(4, np.nan)
+    done = np.full(4, np.nan)
+    # 10 GPUs, 10,100 GPU-s of known work: 1,010 s to drain; x2, jobs of 505 s+ are critical
+    path = CriticalPath(predicted, np.ones(4), 10, queue)
+    assert path.backlog(0.0, started, done) == 10_100.0
+    assert path.promote(0.0, started, done) == 2
+    assert queue.jobs == [3, 1, 0, 2]  # longest predicted first; unknown never promoted
+    # a running job counts only its predicted remainder, none once overdue
+    started[3] = 0.0
+    assert path.backlog(1_000.0, started, done) == 100.0 + 4_000.0 + 5_000.0
+    assert path.backlog(7_000.0, started, done) == 4_100.0
+
+
+def test_critical_path_holds_nodes_for_gangs_and_leaves_the_stock_schedulers_fifo(tmp_path):
+    import pandas as pd
+
+    from bench.sim.replay import run_replay
+
+    rng = np.random.default_rng(5)
+    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(4)], "cpu_milli": 96000,
+                          "memory_mib": 262144, "gpu": [8, 8, 4, 4], "model": "G2"})
+    n = 80
+    num = rng.choice([1, 1, 1, 1, 8], n)
+    pods = pd.DataFrame({
+        "name": [f"p{i}" for i in range(n)], "cpu_milli": 4000, "memory_mib": 8192,
+        "num_gpu": num, "gpu_milli": np.where(num == 1, rng.choice([500, 1000], n), 1000),
+        "gpu_spec": "", "qos": "LS", "pod_phase": "Running",
+        "creation_time": np.sort(rng.integers(0, 3000, n)),
+        "deletion_time": np.sort(rng.integers(0, 3000, n)) + rng.integers(60, 9000, n),
+        "scheduled_time": 0})
+    nodes.to_csv(tmp_path / "n.csv", index=False)
+    pods.to_csv(tmp_path / "p.csv", index=False)
+    kw = {"nodes_path": str(tmp_path / "n.csv"), "n_jobs": 60, "overload": 2.0}
+    path = str(tmp_path / "p.csv")
+    stock = run_replay(path, "kube-shared", 4, **kw)
+    same = run_replay(path, "kube-shared", 4, queue_order="critical-path", **kw)
+    assert (stock.makespan, stock.jct) == (same.makespan, same.jct)
+    r = run_replay(path, "sparse", 4, queue_order="critical-path", **kw)
+    assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
+    assert r.explain["node_holds"]["gangs"] >= 1 and r.explain["node_holds"]["refused"] >= 1
+    assert "promoted" in r.explain
+    off = run_replay(path, "sparse", 4, queue_order="critical-path", holds=False, **kw)
+    assert "node_holds" not in off.explain
+    json.dumps(r.to_json())
