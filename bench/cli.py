@@ -234,16 +234,18 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
 @click.option("--queue-order", "queue_orders", multiple=True, default=("product",),
               show_default=True,
               type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
-                                 "bands-critical-first", "longest-first", "critical-path"]),
+                                 "bands-critical-first", "longest-first", "shortest-first-hold",
+                                 "critical-path"]),
               help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "
               "longest first, then the others shortest first) force one order on every "
               "policy (mode <mode>-<order>); longest-first (an oracle that knows solo "
               "times) is reported as mode <mode>-longest-first, to separate queue order "
-              "from placement; critical-path: sparse shortest-first, a waiting job whose "
-              "latest start has come goes first and the first gang refused holds a node "
-              "(EASY backfill), the stock schedulers FIFO")
+              "from placement; shortest-first-hold: sparse shortest-first with the gang "
+              "rule and the first gang refused holding a node (EASY backfill), the stock "
+              "schedulers FIFO; critical-path: that, and a job whose latest start has come "
+              "goes first")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
               help="predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--pass-over", "pass_over", default=None, type=click.FloatRange(min=0),

@@ -252,7 +252,8 @@ class _Pass:
             return
         worker = worker_pod(self.job, demand, attempt=attempt, index=0, slot="",
                             scheduler_name=self.r.config.scheduler_name,
-                            priority_class=self._priority_class())
+                            priority_class=self._priority_class(),
+                            predicted_s=(s.get("queueBand") or {}).get("predictedSeconds"))
         request = {
             "job": self.meta["uid"], "namespace": self.ns,
             "name": worker_prefix(self.meta["name"], attempt), "replicas": self.replicas,
@@ -322,7 +323,9 @@ class _Pass:
                 continue
             body = worker_pod(self.job, demand, attempt=attempt, index=slot["index"],
                               slot=slot["slot"], scheduler_name=self.r.config.scheduler_name,
-                              priority_class=self._priority_class())
+                              priority_class=self._priority_class(),
+                              predicted_s=(self.status.get("queueBand") or {}).get(
+                                  "predictedSeconds"))
             try:
                 await self.r.kube.create_pod(body)
             except PodCreateError as exc:  # retried next pass; the slots expire meanwhile

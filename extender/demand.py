@@ -17,12 +17,14 @@ Pure. The rules (also in docs/requests.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.annotations import (
     ANN_GPU_MODEL,
     ANN_JOB_CLASS,
+    ANN_PREDICTED_SECONDS,
     RES_GPU_MEM,
     RES_GPU_MILLI,
     RES_WHOLE_GPU,
@@ -247,7 +249,22 @@ def pod_demand(pod: Pod, prediction: Prediction | None = None) -> PodDemand:
         share_containers=booked,
         cpu_milli=cpu,
         host_mem_mib=host_mem,
+        predicted_s=predicted_seconds(annotations.get(ANN_PREDICTED_SECONDS)),
     )
+
+
+def predicted_seconds(value: str | None) -> float | None:
+    """The pod's predicted run time from its annotation; None when absent."""
+    if value is None or not value.strip():
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidDemand(f"annotation {ANN_PREDICTED_SECONDS} must be a number of seconds"
+                            f" > 0, got {value[:40]!r}")
+    return seconds
 
 
 def wants_gpu(pod: Pod) -> bool:

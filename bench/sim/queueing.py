@@ -18,7 +18,11 @@ from extender.queueorder import DurationBands, latest_start_come
 
 MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
-                "longest-first", "critical-path")
+                "longest-first", "shortest-first-hold", "critical-path")
+# sparse's queue with the extender's holds (placement/holds.py): shortest-first bands, the
+# gang rule, and a node held for the first gang refused; ``critical-path`` adds the
+# latest-start promotion (``CriticalPath``). The stock schedulers stay FIFO under both.
+HOLD_ORDERS = ("shortest-first-hold", "critical-path")
 PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
 
 
@@ -38,7 +42,7 @@ def banded_queue(queue_order: str, policy: str) -> str | None:
         return PRODUCT_BAND_ORDER if policy == "sparse" else None
     if queue_order == "bands":
         return "longest-first"
-    if queue_order == "critical-path":  # shortest-first, plus promotion and holds (sparse)
+    if queue_order in HOLD_ORDERS:
         return "shortest-first" if policy == "sparse" else None
     return queue_order.removeprefix("bands-") if queue_order.startswith("bands-") else None
 

@@ -58,6 +58,7 @@ from bench.sim.cluster import SimCluster
 from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
+    HOLD_ORDERS,
     AdmissionGate,
     CriticalPath,
     PolicyRun,
@@ -173,7 +174,7 @@ def run_replay(
     banded = banded_queue(queue_order, policy) is not None
     path = queue_order == "critical-path" and policy == "sparse"
     if holds is None:
-        holds = path
+        holds = queue_order in HOLD_ORDERS and policy == "sparse"
     pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
             if banded else np.full(len(work), np.nan))
     hold_book = sim.holds = HoldBook() if holds else None

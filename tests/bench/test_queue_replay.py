@@ -162,6 +162,8 @@ def test_critical_path_holds_nodes_for_gangs_and_leaves_the_stock_schedulers_fif
     assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
     assert r.explain["node_holds"]["gangs"] >= 1 and r.explain["node_holds"]["refused"] >= 1
     assert "promoted" in r.explain
+    held = run_replay(path, "sparse", 4, queue_order="shortest-first-hold", **kw)
+    assert "node_holds" in held.explain and "promoted" not in held.explain
     off = run_replay(path, "sparse", 4, queue_order="critical-path", holds=False, **kw)
     assert "node_holds" not in off.explain
     json.dumps(r.to_json())
