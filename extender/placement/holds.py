@@ -23,6 +23,9 @@ when that does not delay the hold:
 
 The hold is the head's only: it is dropped when its owner starts, and set again (for whoever is
 then the first gang refused) on each pass over the queue, so its start follows the cluster.
+The extender has no pass: the hold goes to the first gang filter refuses while none is held,
+is set again each time its owner is refused, and lapses when the owner has not been asked
+about for a while (``lapse``: deleted, or placed by another replica).
 Single-GPU jobs and shares get no hold: any GPU that frees fits them.
 """
 
@@ -46,6 +49,7 @@ class Hold:
     node: int  # state node index
     gpus: int  # whole GPUs the owner needs there
     start_s: float  # when ``gpus`` GPUs of the node are predicted free
+    asked_s: float = 0.0  # when the owner was last refused (the hold lapses without it)
 
 
 @dataclass
@@ -85,6 +89,8 @@ class HoldBook:
         self.hold = None
         if gpus < MIN_GANG:
             return None
+        if len(self._ends) > 2 * len(state.reservations) + 64:  # pods released unseen
+            self._ends = {u: t for u, t in self._ends.items() if u in state.reservations}
         best: tuple[float, int, int] | None = None
         for n in np.flatnonzero(eligible).tolist():
             free = self.free_at(state, n, now)
@@ -96,11 +102,17 @@ class HoldBook:
                 best = key
         if best is None or not math.isfinite(best[0]):
             return None
-        self.hold = Hold(owner, best[2], int(gpus), best[0])
+        self.hold = Hold(owner, best[2], int(gpus), best[0], now)
         return self.hold
 
     def clear(self) -> None:
         self.hold = None
+
+    def lapse(self, now: float, ttl_s: float) -> None:
+        """Drop a hold whose owner was not refused for ``ttl_s`` (deleted, or placed by
+        another replica)."""
+        if self.hold is not None and now - self.hold.asked_s > ttl_s:
+            self.hold = None
 
     def refused(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray, now: float
                 ) -> np.ndarray:
