@@ -71,6 +71,13 @@ class HoldBook:
     def finished(self, uid: str) -> None:
         self._ends.pop(uid, None)
 
+    def moved(self, old: str, new: str) -> None:
+        """Booking ``old`` now stands under ``new`` (a gang slot taken by its pod)."""
+        if old in self._ends:
+            self._ends[new] = self._ends.pop(old)
+        if self.hold is not None and self.hold.owner == old:
+            self.hold = None
+
     def free_at(self, state: ClusterState, node: int, now: float) -> np.ndarray:
         """When each GPU of ``node`` is predicted free (``now`` for an idle one)."""
         lo, hi = int(state.node_start[node]), int(state.node_stop[node])

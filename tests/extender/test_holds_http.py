@@ -78,3 +78,26 @@ async def test_a_held_node_takes_only_pods_predicted_to_end_before_the_gang_star
     late = await post(client, "filter", {"Pod": gpu_pod("late2", 1, 1000),
                                          "NodeNames": ["a", "b"]})
     assert sorted(late["NodeNames"]) == ["a", "b"] and client.sched.holds.hold is None
+
+
+def gang_request(job: str, gpus: int, seconds: float) -> dict:
+    worker = gpu_pod("w", gpus, seconds)
+    return {"job": job, "namespace": "ml", "name": job, "replicas": 1, "attempt": 0,
+            "pod": {"metadata": worker["metadata"], "spec": worker["spec"]}, "ttlSeconds": 60}
+
+
+async def test_the_controllers_gangs_hold_and_respect_holds_too(client):
+    NOW[0] = 5000.0
+    for i in range(3):  # node a drains in 100 s, node b in 10,000 s
+        await run(client, f"a{i}", 1, 100, "a")
+        await run(client, f"b{i}", 1, 10_000, "b")
+    out = await post(client, "gangs/reserve", gang_request("big", 4, 3600))
+    assert out["admitted"] is False
+    hold = client.sched.holds.hold
+    assert hold.owner == "gang/big/0/0" and hold.start_s == 5100.0
+    out = await post(client, "gangs/reserve", gang_request("long", 1, 5000))
+    assert out["admitted"] and out["slots"][0]["node"] == "b"  # not the held node
+    out = await post(client, "gangs/reserve", gang_request("long2", 1, 5000))
+    assert out["admitted"] is False and "held for a waiting gang" in out["reason"]
+    out = await post(client, "gangs/reserve", gang_request("short", 1, 10))
+    assert out["admitted"] and out["slots"][0]["node"] == "a"  # ends before the hold
