@@ -36,9 +36,12 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   within a band; the stock schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
   (longest band first), ``bands-shortest-first`` and ``bands-critical-first`` force one
   order on any policy (reported as mode
-  ``<mode>-<order>``). ``longest-first`` (an oracle: no scheduler knows solo times) keeps the
-  same jobs but queues them by solo time, longest first (mode ``<mode>-longest-first``), to
-  show how much of a makespan is the queue order rather than the placement.
+  ``<mode>-<order>``); ``shortest-first-hold`` is shortest-first here (every job is one
+  GPU or a share: no gang to hold a node for), ``critical-path`` adds the latest-start
+  promotion (bench/sim/queueing.py). ``longest-first`` (an oracle: no scheduler knows solo
+  times) keeps the same jobs but queues them by solo time, longest first (mode
+  ``<mode>-longest-first``), to show how much of a makespan is the queue order rather than
+  the placement.
 
 Metrics: makespan, mean / p95 JCT, mean queueing, booked allocation (% of cluster milli-GPU,
 time-averaged), **SM-activity-weighted utilisation** (SM-time the running jobs actually

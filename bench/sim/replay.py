@@ -31,7 +31,12 @@ Rules (all seeded by the run's seed):
   off by default; with it, a job that could fit the empty cluster and has waited that long
   since first refused stops every job behind it in sparse's queue. ``fifo`` and ``bands*``
   force one order on every policy, ``longest-first`` is an oracle (true durations, longest
-  first); each is reported as mode ``<mode>-<order>``.
+  first); each is reported as mode ``<mode>-<order>``. ``shortest-first-hold``: sparse
+  shortest-first with the gang rule and the extender's hold (extender/placement/holds.py:
+  the first gang the queue cannot place holds the node where it starts soonest; other jobs
+  take GPUs there only if predicted, x the margin, to end before; ``holds`` turns it off),
+  the stock schedulers FIFO; ``critical-path``: that, and a waiting job whose latest start
+  has come goes ahead of the queue (``CriticalPath``, extender/queueorder.py).
 * Speed: a job alone on its GPUs runs at 1; a share of class a next to co-runners of classes
   b1..bk holding m1..mk milli runs at prod_i norm(a|b_i) ** (m_i / 1000): the measured pair
   slowdown (two jobs each using a whole GPU) scaled, in log space, by how much of the GPU the
