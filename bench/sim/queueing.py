@@ -19,9 +19,9 @@ from extender.queueorder import DurationBands, latest_start_come
 MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
                 "longest-first", "shortest-first-hold", "critical-path")
-# sparse's queue with the extender's holds (placement/holds.py): shortest-first bands, the
-# gang rule, and a node held for the first gang refused; ``critical-path`` adds the
-# latest-start promotion (``CriticalPath``). The stock schedulers stay FIFO under both.
+# sparse's queue shortest-first (the gang rule included; its banded queue comes with the
+# extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
+# (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
 HOLD_ORDERS = ("shortest-first-hold", "critical-path")
 PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
 

@@ -32,11 +32,12 @@ Rules (all seeded by the run's seed):
   since first refused stops every job behind it in sparse's queue. ``fifo`` and ``bands*``
   force one order on every policy, ``longest-first`` is an oracle (true durations, longest
   first); each is reported as mode ``<mode>-<order>``. ``shortest-first-hold``: sparse
-  shortest-first with the gang rule and the extender's hold (extender/placement/holds.py:
-  the first gang the queue cannot place holds the node where it starts soonest; other jobs
-  take GPUs there only if predicted, x the margin, to end before; ``holds`` turns it off),
-  the stock schedulers FIFO; ``critical-path``: that, and a waiting job whose latest start
-  has come goes ahead of the queue (``CriticalPath``, extender/queueorder.py).
+  shortest-first with the gang rule, the stock schedulers FIFO; ``critical-path``: that, and
+  a waiting job whose latest start has come goes ahead of the queue (``CriticalPath``,
+  extender/queueorder.py). Wherever sparse's queue is banded (``product`` included) it has
+  the extender's hold (extender/placement/holds.py: the first gang the queue cannot place
+  holds the node where it starts soonest; other jobs take GPUs there only if predicted, x
+  the margin, to end before; ``holds=False`` turns it off).
 * Speed: a job alone on its GPUs runs at 1; a share of class a next to co-runners of classes
   b1..bk holding m1..mk milli runs at prod_i norm(a|b_i) ** (m_i / 1000): the measured pair
   slowdown (two jobs each using a whole GPU) scaled, in log space, by how much of the GPU the
@@ -63,7 +64,6 @@ from bench.sim.cluster import SimCluster
 from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
-    HOLD_ORDERS,
     AdmissionGate,
     CriticalPath,
     PolicyRun,
@@ -175,11 +175,12 @@ def run_replay(
     pol = placement_policy(policy, seed, typical_tasks(jobs))
     sim = SimCluster(nodes, list(nodes["sn"]), pol, matrix)
     # the extender's hold for the first gang its queue cannot place (placement/holds.py):
-    # sparse's, with its banded queue, unless asked otherwise; the stock schedulers have none
+    # sparse's (the extender always holds; its predicted durations come with the controller's
+    # banded queue), unless asked otherwise; the stock schedulers have none
     banded = banded_queue(queue_order, policy) is not None
     path = queue_order == "critical-path" and policy == "sparse"
     if holds is None:
-        holds = queue_order in HOLD_ORDERS and policy == "sparse"
+        holds = banded and policy == "sparse"
     pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
             if banded else np.full(len(work), np.nan))
     hold_book = sim.holds = HoldBook() if holds else None
