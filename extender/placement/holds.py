@@ -50,6 +50,7 @@ class Hold:
     gpus: int  # whole GPUs the owner needs there
     start_s: float  # when ``gpus`` GPUs of the node are predicted free
     asked_s: float = 0.0  # when the owner was last refused (the hold lapses without it)
+    name: str = ""  # the node's name (a state rebuilt for a changed inventory renumbers)
 
 
 @dataclass
@@ -109,7 +110,7 @@ class HoldBook:
                 best = key
         if best is None or not math.isfinite(best[0]):
             return None
-        self.hold = Hold(owner, best[2], int(gpus), best[0], now)
+        self.hold = Hold(owner, best[2], int(gpus), best[0], now, state.node_names[best[2]])
         return self.hold
 
     def clear(self) -> None:
@@ -128,8 +129,9 @@ class HoldBook:
         h = self.hold
         if h is None or demand.uid == h.owner:
             return out
-        at = np.flatnonzero(np.asarray(nodes) == h.node)
-        if not len(at):
+        node = self.node_of(state)
+        at = np.flatnonzero(np.asarray(nodes) == node)
+        if node is None or not len(at):
             return out
         if self.keeps_off(state, demand, now):
             out[at] = True
@@ -146,6 +148,18 @@ class HoldBook:
             else math.inf
         if end <= h.start_s:
             return False
+        node = self.node_of(state)
+        if node is None:
+            return False
         takes = demand.whole_gpus + (1 if demand.has_share else 0)
-        free = int((self.free_at(state, h.node, now) <= h.start_s).sum())
+        free = int((self.free_at(state, node, now) <= h.start_s).sum())
         return free - takes < h.gpus
+
+    def node_of(self, state: ClusterState) -> int | None:
+        """The held node's index in ``state`` (None: no hold, or the node is gone)."""
+        h = self.hold
+        if h is None:
+            return None
+        if not h.name:
+            return h.node
+        return state.node_index.get(h.name)

@@ -35,7 +35,7 @@ def held_off(s: Scheduler, state: ClusterState, demand: PodDemand, passed: list[
     h = book.hold
     if h is None or demand.uid == h.owner:
         return passed
-    name = state.node_names[h.node] if h.node < len(state.node_names) else None
+    name = h.name
     if name not in passed or not book.keeps_off(state, demand, s.clock()):
         return passed
     book.refusals += 1

@@ -98,3 +98,17 @@ def test_the_hold_ends_when_its_owner_starts_and_overdue_pods_end_now():
     book.started("no-prediction", 0.0, None)
     state.apply(booked("no-prediction", "b", [0]))
     assert math.isinf(book.free_at(state, state.node_index["b"], 0.0)[0])
+
+
+def test_the_hold_follows_its_node_by_name_when_the_inventory_changes():
+    book = HoldBook()
+    state = cluster(book)
+    book.place(state, "gang", 4, 0.0, np.array([False, True]))  # node b, start 500
+    grown = ClusterState.build(inventory(gpu_node("a", 4), gpu_node("aa", 4), gpu_node("b", 4)),
+                               default_matrix(), state.reservations.values())
+    assert book.node_of(grown) == grown.node_index["b"] == 2
+    nodes = np.arange(3)
+    assert book.refused(grown, whole("late", 1, 1e4), nodes, 0.0).tolist() == [False, False,
+                                                                               True]
+    gone = ClusterState.build(inventory(gpu_node("a", 4)), default_matrix())
+    assert book.node_of(gone) is None and not book.keeps_off(gone, whole("x", 1, 1e4), 0.0)
