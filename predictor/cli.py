@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from predictor import MODEL_VERSION, dataset, estimate
+from predictor import MODEL_VERSION, configs, dataset, estimate
 
 
 def _gpu_data(ctx: click.Context, param: click.Parameter, value: str) -> Path | None:
@@ -50,11 +50,11 @@ def main() -> None:
               default=dataset.RESULTS_DIR / dataset.DEFAULT_CSV.name, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: CPU/FakeTensor measurements; cuda: GPU measurements (needs CUDA).")
-@click.option("--seed", "seeds", multiple=True, type=int, default=dataset.SEEDS,
+@click.option("--seed", "seeds", multiple=True, type=int, default=configs.SEEDS,
               show_default=True,
               help="Sweep seed; repeat for several sweeps (row_id = seed * 1000 + index).")
 @click.option("--limit", type=int, default=None, help="Measure only the first N configs.")
-@click.option("--family", "families", multiple=True, type=click.Choice(dataset.FAMILIES))
+@click.option("--family", "families", multiple=True, type=click.Choice(configs.FAMILIES))
 @click.option("--interleave", is_flag=True,
               help="Take the families in turn, so a run cut short still covers each.")
 @click.option("--budget-s", type=float, default=None,
@@ -147,13 +147,13 @@ def train(data: Path, out: Path, version: str, no_holdout: bool, gpu_data: Path 
 def evaluate(data: Path, gpu_data: Path | None, out: Path, skip_compute: bool) -> None:
     """Leave-one-family-out tables at both input levels (described, job fields) and a
     predicted-vs-measured log-log plot per level."""
-    from predictor import evaluation
+    from predictor import evaluation, evaluation_report
 
     with _steps("evaluating") as step:
         ev = evaluation.evaluate(data, gpu_data, compute=not skip_compute, step=step)
         step("plots")
-        plots = evaluation.plot(ev, out)
-    table = evaluation.format_table(ev)
+        plots = evaluation_report.plot(ev, out)
+    table = evaluation_report.format_table(ev)
     click.echo(table)
     (out / "evaluation.txt").write_text(table + "\n")
     for p in plots:
@@ -196,7 +196,7 @@ def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | 
     import msgspec
     import yaml
 
-    from predictor import features
+    from predictor import schema
 
     if (pod_file is None) == (features_file is None):
         raise click.UsageError("give exactly one of --pod or --features")
@@ -204,16 +204,16 @@ def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | 
         if pod_file is not None:
             pod = yaml.safe_load(pod_file.read_text())
             ann = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-            spec = features.from_annotations(ann)
+            spec = schema.from_annotations(ann)
             if spec is None:
                 raise click.ClickException(
-                    f"{pod_file}: no {features.ANN_MODEL} or {features.ANN_TASK_INFO} annotation")
+                    f"{pod_file}: no {schema.ANN_MODEL} or {schema.ANN_TASK_INFO} annotation")
         else:
-            spec = features.parse_model(features_file.read_bytes())
+            spec = schema.parse_model(features_file.read_bytes())
         if gpu_model:
             spec = msgspec.structs.replace(spec, gpu_model=gpu_model)
-            features.ModelSpec.__post_init__(spec)
-    except (features.SchemaError, ValueError, yaml.YAMLError) as exc:
+            schema.ModelSpec.__post_init__(spec)
+    except (schema.SchemaError, ValueError, yaml.YAMLError) as exc:
         raise click.ClickException(str(exc)) from None
     try:
         p = estimate.Estimator.load(models_dir).predict(spec)

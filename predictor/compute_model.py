@@ -20,16 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import features, gpus
+from predictor import features, gpus, schema
 
 FEATURES = (
     "log_batch", "log_macs", "log_flops_step", "log_params", "log_dense_params",
     "log_emb_params", "log_act", "log_lookups", "n_tables", "mlp_depth", "dtype_bytes",
     "m_dense", "sparse", "log_peak_flops", "log_mem_bw", "log_intensity",
-    # roofline times of the step on the target GPU (features.roofline_times)
+    # roofline times of the step on the target GPU (step_time.roofline_times)
     "log_t_flops", "log_t_opt", "log_t_act", "log_t_lookup", "log_t_gpu", "opt_share",
     "flops_share",
-    # kernel launches against GPU time (features.dispatch_features)
+    # kernel launches against GPU time (step_time.dispatch_features)
     "log_kernels", "log_busy_per_launch", "busy_share",
 )
 PARAMS = {
@@ -45,15 +45,15 @@ LABEL_GPU = "gpu-measured-sm-activity"
 LABEL_PROXY = "cpu-flop-roofline-proxy"
 
 
-def matrix(specs: Sequence[features.ModelSpec]) -> np.ndarray:
+def matrix(specs: Sequence[schema.ModelSpec]) -> np.ndarray:
     return np.array([[features.derive(s)[k] for k in FEATURES] for s in specs], dtype=float)
 
 
-def labels(df) -> tuple[list[features.ModelSpec], np.ndarray, list[str]]:  # noqa: ANN001
+def labels(df) -> tuple[list[schema.ModelSpec], np.ndarray, list[str]]:  # noqa: ANN001
     """(specs with the target GPU set, milli-GPU labels, family) for a dataset frame."""
     import msgspec
 
-    specs: list[features.ModelSpec] = []
+    specs: list[schema.ModelSpec] = []
     y: list[float] = []
     fam: list[str] = []
     gpu_rows = df[df["label_source"] == "gpu"]
@@ -64,13 +64,13 @@ def labels(df) -> tuple[list[features.ModelSpec], np.ndarray, list[str]]:  # noq
                 pct = r["gpu_util_pct"]
             if pct != pct:
                 continue
-            spec = features.parse_model(r["spec_json"])
+            spec = schema.parse_model(r["spec_json"])
             specs.append(msgspec.structs.replace(spec, gpu_model=r["gpu_model"]))
             y.append(min(1000.0, max(1.0, 10.0 * pct)))
             fam.append(r["family"])
         return specs, np.array(y), fam
     for _, r in df.iterrows():
-        spec = features.parse_model(r["spec_json"])
+        spec = schema.parse_model(r["spec_json"])
         for name, g in gpus.CATALOGUE.items():
             specs.append(msgspec.structs.replace(spec, gpu_model=name))
             y.append(gpus.compute_label(r["flops_step"], r["bytes_moved_step"],
@@ -85,7 +85,7 @@ class ComputeModel:
         self.version = version
 
     @classmethod
-    def fit(cls, specs: Sequence[features.ModelSpec], y: np.ndarray,
+    def fit(cls, specs: Sequence[schema.ModelSpec], y: np.ndarray,
             version: str = "v1") -> ComputeModel:
         import lightgbm as lgb
 
@@ -93,10 +93,10 @@ class ComputeModel:
                          free_raw_data=True)
         return cls(lgb.train(PARAMS, ds, num_boost_round=NUM_ROUNDS), version)
 
-    def predict_many(self, specs: Sequence[features.ModelSpec]) -> np.ndarray:
+    def predict_many(self, specs: Sequence[schema.ModelSpec]) -> np.ndarray:
         return np.clip(self.booster.predict(matrix(specs), num_threads=1), 1, 1000)
 
-    def predict_milli(self, spec: features.ModelSpec) -> int:
+    def predict_milli(self, spec: schema.ModelSpec) -> int:
         return int(round(float(self.predict_many([spec])[0])))
 
     def save(self, path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from predictor import features
+from predictor import gpus, schema
 
 OPTIMIZER_NAMES = {"SGD": "sgd", "Adagrad": "adagrad", "Adam": "adam", "AdamW": "adamw",
                    "SparseAdam": "sparse_adam", "RMSprop": "rmsprop"}
@@ -59,7 +59,7 @@ def _optimizer_impl(opts: list[Any]) -> str:
     return "single" if defaults.get("foreach") is False else "foreach"
 
 
-def _family(model: Any, tables: list[features.Table]) -> str:
+def _family(model: Any, tables: list[schema.Table]) -> str:
     from torch import nn
 
     mods = list(model.modules())
@@ -174,16 +174,16 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
     m = _trace(model, inputs, opts, loss_fn, fake=not sparse)
     b = m["batch_size"]
-    tables = features.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
+    tables = schema.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
     floats = [(shape, dt) for shape, dt in m["flat_inputs"] if dt.is_floating_point]
     image_like = sum(_per_sample(shape) for shape, _ in floats if len(shape) >= 3)
     dense = sum(shape[-1] for shape, _ in floats if len(shape) == 2 and shape[-1] > 1)
     param_dtypes = [p.dtype for p in model.parameters() if p.is_floating_point()]
     dtype = DTYPE_NAMES.get(str(param_dtypes[0]) if param_dtypes else "", "fp32")
     opt_name = _optimizer_name(opts)
-    spec = features.ModelSpec(
+    spec = schema.ModelSpec(
         family=family or _family(model, tables), batch_size=b, optimizer=opt_name,
-        dtype=dtype, gpu_model=gpu_model or features.gpus.DEFAULT_GPU,
+        dtype=dtype, gpu_model=gpu_model or gpus.DEFAULT_GPU,
         macs=round(float(m["macs_per_sample"]), 3), params=float(m["n_params"]),
         activations=round(float(m["activations_per_sample"]), 3),
         inputs=float(image_like), layers=int(m["n_layers"]), tables=tables,

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictor import features
+from predictor import features, schema
 from predictor.compute_model import ComputeModel
 from predictor.memory_model import MemoryModel
 
@@ -48,7 +48,7 @@ class Estimator:
             version,
         )
 
-    def predict(self, spec: features.ModelSpec) -> Prediction:
+    def predict(self, spec: schema.ModelSpec) -> Prediction:
         milli = min(1000, max(1, self.compute.predict_milli(spec)))
         parts = self.memory.predict_parts([spec])[0]
         train = float(parts.sum())
@@ -59,6 +59,6 @@ class Estimator:
             model_version=self.version,
             gpu_model=spec.gpu_model,
             train_mib=train,
-            input_level=features.input_level(spec),
+            input_level=schema.input_level(spec),
             step_s=features.step_seconds(spec),
         )

@@ -26,7 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import dataset, features, gpus, memory_model, training
+from predictor import (
+    allowance,
+    dataset,
+    gpus,
+    memory_model,
+    memory_phases,
+    reservation,
+    schema,
+    training,
+)
 from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 
 GOALS = {"described": {"r2": 0.98, "mape": 0.05, "under": 0.05},
@@ -94,7 +103,7 @@ class MarginFold:
     allowance: np.ndarray
     used: np.ndarray
     base: float
-    shipped: np.ndarray  # what the shipped margin (memory_model.fit_margin) books
+    shipped: np.ndarray  # what the shipped margin (allowance.fit_margin) books
 
     def reserved(self, margin: float) -> np.ndarray:
         return np.ceil(margin * self.allowance + self.base)
@@ -135,15 +144,15 @@ class Evaluation:
 # name shown -> (input level, the optional job fields it states)
 VIEWS: dict[str, tuple[str, tuple[str, ...]]] = {
     "described": ("described", ()), "job": ("job", ()),
-    "job+optional": ("job", features.OPTIONAL_LAYOUT),
-    "job+optional+leaf": ("job", features.OPTIONAL_JOB_FIELDS)}
+    "job+optional": ("job", schema.OPTIONAL_LAYOUT),
+    "job+optional+leaf": ("job", schema.OPTIONAL_JOB_FIELDS)}
 
 
 class HeldOutFits:
     """The fit (and the reservation scales calibrated by an inner leave-one-family-out) of
     one input level without one family, computed once for every view of that level: the
     job-level fit learns from all job-field views stacked, as the shipped model does
-    (:func:`memory_model.fit_rows`), never from the held-out family's rows."""
+    (:func:`memory_phases.fit_rows`), never from the held-out family's rows."""
 
     def __init__(self, df, ctx: float) -> None:  # noqa: ANN001
         self.specs = dataset.specs(df)
@@ -155,7 +164,7 @@ class HeldOutFits:
 
     def rows(self, level: str) -> tuple[list[dict[str, float]], np.ndarray]:
         if level not in self._rows:
-            self._rows[level] = memory_model.fit_rows(self.specs, level)
+            self._rows[level] = memory_phases.fit_rows(self.specs, level)
         return self._rows[level]
 
     def fit(self, level: str, family: str, reserve: bool = True) -> tuple:
@@ -165,8 +174,8 @@ class HeldOutFits:
             tr_rows, y_tr, fam_tr = self.fit_data(level, family)
             plain = (level, family, False)
             coef = (self._fits[plain][0] if plain in self._fits
-                    else memory_model.fit_level(level, tr_rows, y_tr, fam_tr))
-            scales = (memory_model.calibrate_reserve(tr_rows, y_tr, fam_tr, self.ctx, level)
+                    else memory_phases.fit_level(level, tr_rows, y_tr, fam_tr))
+            scales = (reservation.calibrate_reserve(tr_rows, y_tr, fam_tr, self.ctx, level)
                       if reserve else (1.0, 1.0))
             self._fits[key] = (coef, *scales)
         return self._fits[key]
@@ -196,7 +205,7 @@ def memory_lofo(df, view: str = "described", ctx_mib: float | None = None,  # no
         te_rows = [r for r, t in zip(rows, test, strict=True) if t]
         coef, s_state, s_act = fits.fit(level, f)
         scales[f] = f"{s_state:.2f}/{s_act:.2f}"
-        parts = memory_model.parts_level(level, coef, te_rows)
+        parts = memory_phases.parts_level(level, coef, te_rows)
         preds[test] = parts.sum(axis=1)
         # a described spec with the allocator replay books its slack on top (as predicted)
         slack = np.maximum(0.0, np.array([r["slack_mib"] for r in te_rows]))
@@ -225,37 +234,37 @@ def device_memory_lofo(df, grp, view: str = "described",  # noqa: ANN001, ANN201
         tr_rows, y_tr, fam_tr = fits.fit_data(level, f)
         cal = others & replayed
         if (test & replayed).any() and cal.sum() >= memory_model.DEVICE_MIN_ROWS:
-            # memory_model.calibrate_replayed, kept apart so the margin's trade-off shows
+            # allowance.calibrate_replayed, kept apart so the margin's trade-off shows
             cal_rows = [r for r, t in zip(g_rows, cal, strict=True) if t]
-            cal_cols = memory_model.allowance_columns(
-                memory_model.lofo_parts(tr_rows, y_tr, fam_tr, cal_rows, list(g_fam[cal])),
+            cal_cols = allowance.allowance_columns(
+                memory_phases.lofo_parts(tr_rows, y_tr, fam_tr, cal_rows, list(g_fam[cal])),
                 cal_rows)
             base = training.device_base(df, grp[cal])
-            quad = np.array(memory_model.fit_allowance(cal_cols, used[cal], list(g_fam[cal]),
+            quad = np.array(allowance.fit_allowance(cal_cols, used[cal], list(g_fam[cal]),
                                                        base))
-            held = memory_model.held_out_allowance(cal_cols, used[cal], list(g_fam[cal]),
+            held = allowance.held_out_allowance(cal_cols, used[cal], list(g_fam[cal]),
                                                    base)
-            margin = memory_model.fit_margin(held, used[cal] - base, list(g_fam[cal]))
+            margin = allowance.fit_margin(held, used[cal] - base, list(g_fam[cal]))
             sel = test & replayed
             sel_rows = [r for r, t in zip(g_rows, sel, strict=True) if t]
-            cols = memory_model.allowance_columns(
-                memory_model.parts_level(level, coef, sel_rows), sel_rows)
+            cols = allowance.allowance_columns(
+                memory_phases.parts_level(level, coef, sel_rows), sel_rows)
             reserved[sel] = np.ceil(
-                cols @ np.array(memory_model.with_margin(quad, margin)) + base)
+                cols @ np.array(allowance.with_margin(quad, margin)) + base)
             if margins is not None:
                 needs = (used[cal] - base) / held.sum(axis=1)
-                scalar = memory_model.conformal_margin(
-                    list(memory_model.family_scores(needs, list(g_fam[cal])).values()))
+                scalar = allowance.conformal_margin(
+                    list(allowance.family_scores(needs, list(g_fam[cal])).values()))
                 margins.append(MarginFold(f, scalar, needs[np.isfinite(needs)], cols @ quad,
                                           used[sel], base, reserved[sel]))
             test = test & ~replayed
             if not test.any():
                 continue
-        s_state, s_act, offset = memory_model.calibrate_device(
+        s_state, s_act, offset = reservation.calibrate_device(
             tr_rows, y_tr, fam_tr,
             [r for r, t in zip(g_rows, others, strict=True) if t], list(g_fam[others]),
             used[others], level)
-        parts = memory_model.parts_level(
+        parts = memory_phases.parts_level(
             level, coef, [r for r, t in zip(g_rows, test, strict=True) if t])
         reserved[test] = np.ceil(parts[:, 0] * s_state + parts[:, 1] * s_act + offset)
     return reserved, used, g_fam
@@ -314,8 +323,8 @@ def margin_tradeoff(folds: list[MarginFold]) -> list[MarginRow]:
     """Rows under against median over on the held-out families as the margin varies: one
     factor for every fold (a grid), row-level quantiles of each fold's calibration needs
     (split-conformal over rows: ``(1 - a)(1 + 1/n)``), the family-conformal factor
-    (:func:`memory_model.allowance_margin`) and the shipped family-conformal margin
-    (:func:`memory_model.fit_margin`)."""
+    (:func:`allowance.allowance_margin`) and the shipped family-conformal margin
+    (:func:`allowance.fit_margin`)."""
     rows = [_margin_row(f"m = {m:.2f}", folds, [m] * len(folds)) for m in MARGIN_GRID]
     for level in NEED_LEVELS:
         ms = [max(1.0, float(np.quantile(f.needs, min(1.0, level * (1 + 1 / len(f.needs))))))
@@ -401,115 +410,3 @@ def evaluate(csv_path: Path = dataset.DEFAULT_CSV,
         out.compute.append(ComputeResult("overall", len(cy), r2(cy, cp),
                                          float(np.mean(np.abs(cy - cp)))))
     return out
-
-
-def format_table(ev: Evaluation) -> str:
-    lines: list[str] = []
-    for level, results in ev.memory.items():
-        head = (f"{'held-out family':16s} {'n':>4s} {'R2':>7s} {'MAPE':>6s} {'under':>6s} | "
-                f"{'res.under':>9s} {'largest':>7s} {'med.over':>8s} {'state/act':>9s}")
-        lines += [f"Memory, {level} level: train_mib vs the CPU allocator peak; reservation "
-                  f"(state and activations scaled, + replayed allocator slack where the spec "
-                  f"has it, + {gpus.DEFAULT_GPU} context) vs peak + context (leave one family "
-                  "out)", head, "-" * len(head)]
-        lines += [f"{r.family:16s} {r.n:4d} {r.mem_r2:7.3f} {100 * r.mem_mape:5.1f}% "
-                  f"{100 * r.mem_under_raw:5.1f}% | {100 * r.res_under_share:8.1f}% "
-                  f"{100 * r.res_under_max:6.1f}% {100 * r.res_over_median:7.1f}% "
-                  f"{r.margin:>9s}" for r in results]
-        g = GOALS[VIEWS[level][0]]
-        goal = f"goals: R2 >= {g['r2']}, MAPE <= {100 * g['mape']:.0f}%"
-        if "under" in g:
-            goal += f", largest under-estimate of train_mib <= {100 * g['under']:.0f}%"
-        lines += [goal + " (every family)", ""]
-    for level, per_gpu in ev.device.items():
-        for gpu_model, results in per_gpu.items():
-            head = (f"{'held-out family':16s} {'n':>4s} {'under-reserved':>14s} "
-                    f"{'largest under':>13s} {'median over':>11s} {'mean over':>9s}")
-            lines += [f"Memory as reserved (gpu_mem_mib), {level} level, vs NVML-measured "
-                      f"process memory on {gpu_model}", head, "-" * len(head)]
-            lines += [f"{r.family:16s} {r.n:4d} {100 * r.under_share:13.1f}% "
-                      f"{100 * r.under_max:12.1f}% {100 * r.over_median:10.1f}% "
-                      f"{100 * r.over_mean:8.1f}%" for r in results]
-            rg = GOALS["reservation"]
-            lines += [f"goals: <= {100 * rg['under_share']:.0f}% of jobs under-reserved, median "
-                      f"over-reservation <= {100 * rg['over_median']:.0f}%", ""]
-    for gpu_model, results in ev.margin_tradeoff.items():
-        head = (f"{'margin':20s} {'per family':>11s} {'under':>6s} {'worst family':>12s} "
-                f"{'median over':>11s}")
-        lines += [f"Replayed reservation on {gpu_model}: the margin against rows under and "
-                  "median over (held-out families)", head, "-" * len(head)]
-        lines += [f"{r.setting:20s} {r.margins:>11s} {100 * r.under_share:5.1f}% "
-                  f"{100 * r.under_worst:11.1f}% {100 * r.over_median:10.1f}%" for r in results]
-        lines.append("")
-    for gpu_model, results in ev.allocator.items():
-        head = (f"{'held-out family':16s} {'n':>4s} {'res. MAPE':>9s} {'under':>6s} "
-                f"{'largest under':>13s} {'alloc. MAPE':>11s}")
-        lines += [f"Caching-allocator replay of the traced step (+ the {gpu_model} workspace "
-                  "constant of the other families) vs torch.cuda.max_memory_reserved / "
-                  f"max_memory_allocated on {gpu_model}", head, "-" * len(head)]
-        lines += [f"{r.family:16s} {r.n:4d} {100 * r.mape:8.1f}% {100 * r.under_share:5.1f}% "
-                  f"{100 * r.under_max:12.1f}% {100 * r.mape_alloc:10.1f}%" for r in results]
-        lines.append("")
-    if ev.compute:
-        label = ("SM activity measured with NVML on the GPU (milli-GPU = 10 x %)"
-                 if ev.compute_label.startswith("gpu") else
-                 "CPU FLOP-roofline PROXY (no GPU-measured rows; not GPU utilisation)")
-        head = f"{'held-out family':16s} {'n':>4s} {'cmp R2':>7s} {'cmp MAE':>8s}"
-        lines += [f"Compute: {label}", head, "-" * len(head)]
-        lines += [f"{r.family:16s} {r.n:4d} {r.r2:7.3f} {r.mae:8.1f}" for r in ev.compute]
-        lines.append(f"goal: compute R2 >= {GOALS['cmp_r2']} on GPU-measured labels")
-    return "\n".join(lines)
-
-
-def _by_family(plt, ax, y: np.ndarray, p: np.ndarray, fam: np.ndarray) -> tuple[float, float]:
-    """Measured vs predicted, one colour per family, and the y = x line; the axes' range."""
-    cmap = plt.get_cmap("tab20")
-    for k, f in enumerate(sorted(set(fam))):
-        m = fam == f
-        ax.scatter(y[m], p[m], s=10, alpha=0.75, color=cmap(k % 20), label=f)
-    lo, hi = float(min(y.min(), p.min())) * 0.8, float(max(y.max(), p.max())) * 1.25
-    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-    return lo, hi
-
-
-def plot(ev: Evaluation, out_dir: Path) -> list[Path]:
-    """One predicted-vs-measured log-log plot per input level (PNG), coloured by family."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for level, (y, p, fam) in ev.points.items():
-        fig, ax = plt.subplots(figsize=(7, 6))
-        lo, hi = _by_family(plt, ax, y, p, fam)
-        ax.plot([lo, hi], [lo * 0.95, hi * 0.95], "k:", lw=0.6)
-        ax.plot([lo, hi], [lo * 1.05, hi * 1.05], "k:", lw=0.6)
-        overall = ev.memory[level][-1]
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
-               xlabel="measured training-state peak (MiB, CPU allocator)",
-               ylabel="predicted train_mib (MiB, family held out)",
-               title=f"{level} level: R² {overall.mem_r2:.3f}, MAPE "
-                     f"{100 * overall.mem_mape:.1f}% (leave one family out)")
-        ax.legend(fontsize=7, ncol=2, loc="upper left")
-        fig.tight_layout()
-        path = out_dir / f"memory-{level.replace('+', '-')}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    for gpu_model, (y, p, fam) in ev.allocator_points.items():
-        fig, ax = plt.subplots(figsize=(7, 6))
-        lo, hi = _by_family(plt, ax, y, p, fam)
-        overall = ev.allocator[gpu_model][-1]
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
-               xlabel=f"measured max_memory_reserved on {gpu_model} (MiB)",
-               ylabel="caching-allocator replay + constant (MiB, family held out)",
-               title=f"reserved peak on {gpu_model}: MAPE {100 * overall.mape:.1f}%")
-        ax.legend(fontsize=7, loc="upper left")
-        fig.tight_layout()
-        path = out_dir / f"reserved-{gpu_model}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor import MODEL_VERSION, dataset, gpus, memory_model
+from predictor import (
+    MODEL_VERSION,
+    allowance,
+    dataset,
+    gpus,
+    memory_model,
+    memory_phases,
+    reservation,
+)
 from predictor.compute_model import LABEL_GPU, LABEL_PROXY, ComputeModel, labels
 from predictor.estimate import MANIFEST
 from predictor.memory_model import MemoryModel
@@ -50,7 +58,7 @@ def calibrated_ctx(gdf) -> dict[str, int]:  # noqa: ANN001
 def level_rows(specs, level: str, optional: bool | tuple[str, ...] = False,  # noqa: ANN001
                ) -> list[dict[str, float]]:
     """Derived features of ``specs`` as the ``level`` sees them (``job``: the job fields)."""
-    return memory_model.level_rows(specs, level, optional)
+    return memory_phases.level_rows(specs, level, optional)
 
 
 def calibrate_devices(df, gdf, level: str = "described") -> dict[str, tuple[float, float, float]]:  # noqa: ANN001, E501
@@ -58,13 +66,13 @@ def calibrate_devices(df, gdf, level: str = "described") -> dict[str, tuple[floa
     on the CPU rows ``df``, held out by family, against the GPU rows' NVML-measured memory."""
     if gdf is None:
         return {}
-    rows, idx = memory_model.fit_rows(dataset.specs(df), level)
+    rows, idx = memory_phases.fit_rows(dataset.specs(df), level)
     y, fam = memory_target_mib(df)[idx], list(df["family"].to_numpy()[idx])
     out: dict[str, tuple[float, float, float]] = {}
     for name, grp in used_rows(gdf).groupby("gpu_model"):
         if len(grp) < memory_model.DEVICE_MIN_ROWS:
             continue
-        out[str(name)] = memory_model.calibrate_device(
+        out[str(name)] = reservation.calibrate_device(
             rows, y, fam, level_rows(dataset.specs(grp), level),
             list(grp["family"]), used_mib(grp), level)
     return out
@@ -76,14 +84,14 @@ def replayed_mask(grp) -> np.ndarray:  # noqa: ANN001
 
 
 def device_base(df, grp) -> float:  # noqa: ANN001
-    """:func:`memory_model.device_base_mib` of one GPU model's measured rows ``grp``: the
+    """:func:`allowance.device_base_mib` of one GPU model's measured rows ``grp``: the
     largest measured context and the median of ``max_memory_allocated`` less the replayed
     allocated peak of the same config (``df``'s ``cuda_allocated_bytes``)."""
     mib = 2.0**20
     replayed = grp["row_id"].map(df.set_index("row_id")["cuda_allocated_bytes"])
     blas = (grp["gpu_max_allocated_bytes"] - replayed).to_numpy(dtype=float) / mib
     ctx = grp["gpu_ctx_bytes"].to_numpy(dtype=float) / mib
-    return memory_model.device_base_mib(ctx, blas)
+    return allowance.device_base_mib(ctx, blas)
 
 
 def calibrate_replayed(df, gdf) -> dict[str, tuple[float, ...]]:  # noqa: ANN001
@@ -98,7 +106,7 @@ def calibrate_replayed(df, gdf) -> dict[str, tuple[float, ...]]:  # noqa: ANN001
         grp = grp[replayed_mask(grp)]
         if len(grp) < memory_model.DEVICE_MIN_ROWS:
             continue
-        out[str(name)] = memory_model.calibrate_replayed(
+        out[str(name)] = allowance.calibrate_replayed(
             rows, y, fam, level_rows(dataset.specs(grp), "described"), list(grp["family"]),
             used_mib(grp), device_base(df, grp))
     return out
@@ -124,7 +132,7 @@ def train(csv_path: Path, out_dir: Path, version: str = MODEL_VERSION,
     mem.ctx_mib = calibrated_ctx(gdf)
     step("per-GPU reservation calibration")
     mem.device = {level: calibrate_devices(train_df, train_gdf, level)
-                  for level in memory_model.LEVELS}
+                  for level in memory_phases.LEVELS}
     mem.replayed = calibrate_replayed(train_df, train_gdf)
     gpu_labelled = dataset.gpu_labelled(train_gdf)
     step("compute model (LightGBM)")

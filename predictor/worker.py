@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from predictor import estimate, features
+from predictor import estimate, schema
 
 log = logging.getLogger("sparse.predictor.worker")
 
@@ -59,7 +59,7 @@ def is_candidate(pod: dict[str, Any]) -> bool:
     if status.get("phase") in ("Succeeded", "Failed", "Running"):
         return False
     ann = _annotations(pod)
-    return features.ANN_MODEL in ann or features.ANN_TASK_INFO in ann
+    return schema.ANN_MODEL in ann or schema.ANN_TASK_INFO in ann
 
 
 def handle_pod(
@@ -69,8 +69,8 @@ def handle_pod(
     if not is_candidate(pod):
         return None
     try:
-        spec = features.from_annotations(_annotations(pod))
-    except features.SchemaError as exc:
+        spec = schema.from_annotations(_annotations(pod))
+    except schema.SchemaError as exc:
         return PredictionError("invalid_annotation", str(exc))
     if spec is None:
         return None
@@ -183,7 +183,7 @@ async def process(pod: dict[str, Any], ctx: Context) -> str:
     uid = meta.get("uid") or ""
     ann = _annotations(pod) if isinstance(pod, dict) else {}
     digest = hashlib.sha256(
-        (ann.get(features.ANN_MODEL, "") + "\0" + ann.get(features.ANN_TASK_INFO, "")
+        (ann.get(schema.ANN_MODEL, "") + "\0" + ann.get(schema.ANN_TASK_INFO, "")
          + "\0" + ann.get("sparse.io/gpu-model", "")).encode()
     ).hexdigest()
     now = time.time()

@@ -15,7 +15,7 @@ Wide&Deep / DeepFM / DLRM trio (imports torch; only the generator uses this):
 * ``mixed_dim`` — mixed embedding dimensions per table, projected to a common width.
 
 Every builder returns ``(model, make_batch, loss_fn)`` like :mod:`predictor.generate.models`.
-Configs come from :func:`predictor.dataset.sweep`; ``bag`` chooses ``nn.EmbeddingBag`` (with
+Configs come from :func:`predictor.configs.sweep`; ``bag`` chooses ``nn.EmbeddingBag`` (with
 ``mode`` ``sum`` or ``mean``) or ``nn.Embedding`` + a reduction, ``sparse_grad`` sparse
 gradients.
 """
