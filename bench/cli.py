@@ -235,7 +235,8 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               show_default=True,
               type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
                                  "bands-critical-first", "longest-first", "shortest-first-hold",
-                                 "critical-path"]),
+                                 "critical-path", "drain-path", "drain-rate", "critical-share",
+                                 "critical-share-sf"]),
               help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "

@@ -65,13 +65,17 @@ from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import (
+    OBSERVED_RATE,
+    PATH_MARGINS,
     QUEUE_ORDERS,
     CriticalPath,
+    CriticalShare,
     PolicyRun,
     RankedQueue,
     arrival_times,
     band_rank,
     banded_queue,
+    critical_mask,
     placement_policy,
     retry_pending,
 )
@@ -270,8 +274,16 @@ def run_recmix(
     queue = RankedQueue(rank)  # by rank (band), then by when it joined: FIFO within a band
     pending, wait = queue.jobs, queue.wait
     critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
-                             n_gpus, queue)
-                if queue_order == "critical-path" and base == "sparse" else None)
+                             n_gpus, queue, PATH_MARGINS[queue_order],
+                             queue_order in OBSERVED_RATE)
+                if queue_order in PATH_MARGINS and base == "sparse" else None)
+    share = None
+    if queue_order.startswith("critical-share") and base == "sparse":
+        pred_s = predicted_durations(jobs)
+        cf = DurationBands.log_spaced(*duration_range(), queue_bands, order="critical-first")
+        share = CriticalShare(pred_s, np.where(milli > 0, milli / 1000.0, 1.0), n_gpus, queue,
+                              critical_mask(pred_s, cf),
+                              None if queue_order.endswith("-sf") else band_rank(pred_s, cf))
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0
@@ -341,6 +353,8 @@ def run_recmix(
     def retry() -> None:
         if critical is not None:
             critical.promote(now, started, done)
+        if share is not None:
+            share.reorder(pending, now, started, done)
         retry_pending(pending, lambda j: (None, (int(milli[j]), int(mem[j]), int(cpu[j]),
                                                  int(host[j]))), try_start)
 
@@ -362,6 +376,8 @@ def run_recmix(
             batch = [j]
             while events and events[0][0] == t and events[0][1] == 1:
                 batch.append(heapq.heappop(events)[2])
+            if share is not None:
+                share.reorder(batch, now, started, done)
             for k in queue.arrival_order(batch):
                 if not try_start(k):
                     wait(k)

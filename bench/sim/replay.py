@@ -64,14 +64,18 @@ from bench.sim.cluster import SimCluster
 from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
+    OBSERVED_RATE,
+    PATH_MARGINS,
     AdmissionGate,
     CriticalPath,
+    CriticalShare,
     PolicyRun,
     RankedQueue,
     arrival_times,
     band_rank,
     banded_queue,
     co_location_slowdown,
+    critical_mask,
     placement_policy,
     retry_pending,
 )
@@ -166,9 +170,9 @@ def run_replay(
     request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
     work = jobs["duration"].to_numpy()
     whole = np.where(jobs["gpu_milli"].to_numpy() >= 1000, jobs["num_gpu"].to_numpy(), 0)
+    cap = duration_cap(pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)])
     rank = queue_rank(queue_order, policy, work, classes, seed, whole, queue_bands=queue_bands,
-                      declared_share=declared_share, critical=queue_critical,
-                      cap_s=duration_cap(pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)]))
+                      declared_share=declared_share, critical=queue_critical, cap_s=cap)
     gpu_seconds = float((work * np.ceil(request)).sum())
     nodes = sample_nodes(load_nodes(nodes_path or NODE_LIST),
                          gpu_seconds / (overload * work.max()), rng)
@@ -178,7 +182,7 @@ def run_replay(
     # sparse's (the extender always holds; its predicted durations come with the controller's
     # banded queue), unless asked otherwise; the stock schedulers have none
     banded = banded_queue(queue_order, policy) is not None
-    path = queue_order == "critical-path" and policy == "sparse"
+    path = queue_order in PATH_MARGINS and policy == "sparse"
     if holds is None:
         holds = banded and policy == "sparse"
     pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
@@ -210,7 +214,15 @@ def run_replay(
     queue = RankedQueue(rank)
     pending = queue.jobs
     booked_gpus = np.where(whole > 0, whole, request)
-    critical = CriticalPath(pred, booked_gpus, n_gpus, queue) if path else None
+    critical = (CriticalPath(pred, booked_gpus, n_gpus, queue, PATH_MARGINS[queue_order],
+                             queue_order in OBSERVED_RATE)
+                if path else None)
+    share = None
+    if queue_order.startswith("critical-share") and policy == "sparse":
+        cf = DurationBands.log_spaced(MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands,
+                                      order="critical-first")
+        share = CriticalShare(pred, booked_gpus, n_gpus, queue, critical_mask(pred, cf),
+                              None if queue_order.endswith("-sf") else band_rank(pred, cf, whole))
     # the job controller's admission queue goes with its bands; the stock schedulers have none
     gate = (AdmissionGate(fits_empty(nodes, shapes), pass_over_s)
             if banded_queue(queue_order, policy) and math.isfinite(pass_over_s) else None)
@@ -272,6 +284,8 @@ def run_replay(
     def retry() -> None:
         if critical is not None:
             critical.promote(now, started, done)
+        if share is not None:
+            share.reorder(pending, now, started, done)
         if hold_book is not None:
             hold_book.clear()  # the first gang refused on this pass holds again
         retry_pending(pending, lambda j: (shapes[j][4], shapes[j][:4]), try_start,
@@ -288,6 +302,8 @@ def run_replay(
             batch = [j]
             while events and events[0][0] == t and events[0][1] == 1:
                 batch.append(heapq.heappop(events)[2])
+            if share is not None:
+                share.reorder(batch, now, started, done)
             for k in queue.arrival_order(batch):
                 if gate is not None and not gate.admits(k, queue, now):
                     queue.wait(k)
