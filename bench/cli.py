@@ -246,7 +246,10 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               "from placement; shortest-first-hold: sparse shortest-first with the gang "
               "rule and the first gang refused holding a node (EASY backfill), the stock "
               "schedulers FIFO; critical-path: that, and a job whose latest start has come "
-              "goes first")
+              "goes first (drain-path: on the point estimate; drain-rate: the drain time at "
+              "the observed retire rate); critical-share: the critical bands get GPUs in "
+              "proportion to their predicted work, longest first inside (-sf: shortest "
+              "first), the rest shortest first")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
               help="predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--pass-over", "pass_over", default=None, type=click.FloatRange(min=0),

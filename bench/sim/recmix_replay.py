@@ -38,7 +38,9 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   order on any policy (reported as mode
   ``<mode>-<order>``); ``shortest-first-hold`` is shortest-first here (every job is one
   GPU or a share: no gang to hold a node for), ``critical-path`` adds the latest-start
-  promotion (bench/sim/queueing.py). ``longest-first`` (an oracle: no scheduler knows solo
+  promotion, ``drain-path`` / ``drain-rate`` its variants, ``critical-share`` /
+  ``critical-share-sf`` a capacity share for the critical bands (bench/sim/queueing.py).
+  ``longest-first`` (an oracle: no scheduler knows solo
   times) keeps the same jobs but queues them by solo time, longest first (mode
   ``<mode>-longest-first``), to show how much of a makespan is the queue order rather than
   the placement.

@@ -34,7 +34,12 @@ Rules (all seeded by the run's seed):
   first); each is reported as mode ``<mode>-<order>``. ``shortest-first-hold``: sparse
   shortest-first with the gang rule, the stock schedulers FIFO; ``critical-path``: that, and
   a waiting job whose latest start has come goes ahead of the queue (``CriticalPath``,
-  extender/queueorder.py). Wherever sparse's queue is banded (``product`` included) it has
+  extender/queueorder.py); ``drain-path`` / ``drain-rate``: promotion on the point estimate,
+  the drain time at the cluster's GPUs / at the predicted work really retired per second;
+  ``critical-share`` (``-sf``): the critical bands get the GPUs in proportion to their share
+  of the predicted work left, longest band first (shortest first) inside, the others
+  shortest first (``CriticalShare``). Wherever sparse's queue is banded (``product``
+  included) it has
   the extender's hold (extender/placement/holds.py: the first gang the queue cannot place
   holds the node where it starts soonest; other jobs take GPUs there only if predicted, x
   the margin, to end before; ``holds=False`` turns it off).
