@@ -236,7 +236,7 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
                                  "bands-critical-first", "longest-first", "shortest-first-hold",
                                  "critical-path", "drain-path", "drain-rate", "critical-share",
-                                 "critical-share-sf"]),
+                                 "critical-share-sf", "critical-path-bands"]),
               help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "

@@ -19,7 +19,8 @@ from extender.queueorder import PREDICTION_MARGIN, DurationBands, latest_start_c
 MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
                 "longest-first", "shortest-first-hold", "critical-path", "drain-path",
-                "drain-rate", "critical-share", "critical-share-sf")
+                "drain-rate", "critical-share", "critical-share-sf",
+                "critical-path-bands")
 # sparse's queue shortest-first (the gang rule included; its banded queue comes with the
 # extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
 # (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
@@ -28,7 +29,10 @@ HOLD_ORDERS = ("shortest-first-hold", "critical-path", "drain-path",
 # the orders with latest-start promotion and their margin on the predicted duration:
 # ``critical-path`` the predictor's x2, ``drain-path`` the point estimate (a job is promoted
 # only once it would otherwise end after everything else)
-PATH_MARGINS = {"critical-path": PREDICTION_MARGIN, "drain-path": 1.0, "drain-rate": 1.0}
+PATH_MARGINS = {"critical-path": PREDICTION_MARGIN, "drain-path": 1.0, "drain-rate": 1.0,
+                "critical-path-bands": PREDICTION_MARGIN}
+# ``critical-path-bands``: only jobs of the critical bands are promoted
+BANDS_ONLY = ("critical-path-bands",)
 # ``drain-rate``: the drain time at the rate the cluster has really retired predicted work
 OBSERVED_RATE = ("drain-rate",)
 PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
@@ -97,7 +101,7 @@ class CriticalPath:
 
     def __init__(self, predicted: np.ndarray, gpus: np.ndarray, n_gpus: int,
                  queue: RankedQueue, margin: float = PREDICTION_MARGIN,
-                 observed_rate: bool = False) -> None:
+                 observed_rate: bool = False, eligible: np.ndarray | None = None) -> None:
         self.margin = float(margin)
         self.observed_rate = observed_rate
         self.predicted = np.asarray(predicted, dtype=np.float64)
@@ -106,6 +110,8 @@ class CriticalPath:
         self.queue = queue
         self.floor = int(queue.rank.min()) - 1  # ranks below every band's
         self.known = np.isfinite(self.predicted)
+        # the jobs that may be promoted (None: every job with a prediction)
+        self.eligible = self.known if eligible is None else self.known & np.asarray(eligible)
         self.promoted = np.zeros(len(self.predicted), dtype=bool)
 
     def backlog(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
@@ -140,7 +146,7 @@ class CriticalPath:
             return 0
         backlog = self.backlog(now, started, done)
         rate = self.drain_rate(now, started, done)
-        new = [j for j in q.jobs if self.known[j] and not self.promoted[j]
+        new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
                and latest_start_come(float(self.predicted[j]), backlog, rate, self.margin)]
         for j in new:
             self.promoted[j] = True

@@ -67,6 +67,7 @@ from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import (
+    BANDS_ONLY,
     OBSERVED_RATE,
     PATH_MARGINS,
     QUEUE_ORDERS,
@@ -277,7 +278,10 @@ def run_recmix(
     pending, wait = queue.jobs, queue.wait
     critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
                              n_gpus, queue, PATH_MARGINS[queue_order],
-                             queue_order in OBSERVED_RATE)
+                             queue_order in OBSERVED_RATE,
+                             critical_mask(predicted_durations(jobs), DurationBands.log_spaced(
+                                 *duration_range(), queue_bands))
+                             if queue_order in BANDS_ONLY else None)
                 if queue_order in PATH_MARGINS and base == "sparse" else None)
     share = None
     if queue_order.startswith("critical-share") and base == "sparse":

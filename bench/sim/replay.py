@@ -69,6 +69,7 @@ from bench.sim.cluster import SimCluster
 from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
+    BANDS_ONLY,
     OBSERVED_RATE,
     PATH_MARGINS,
     AdmissionGate,
@@ -220,7 +221,10 @@ def run_replay(
     pending = queue.jobs
     booked_gpus = np.where(whole > 0, whole, request)
     critical = (CriticalPath(pred, booked_gpus, n_gpus, queue, PATH_MARGINS[queue_order],
-                             queue_order in OBSERVED_RATE)
+                             queue_order in OBSERVED_RATE,
+                             critical_mask(pred, DurationBands.log_spaced(
+                                 MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands))
+                             if queue_order in BANDS_ONLY else None)
                 if path else None)
     share = None
     if queue_order.startswith("critical-share") and policy == "sparse":

@@ -229,3 +229,21 @@ def test_critical_share_gives_each_part_the_gpus_in_proportion_to_its_work():
     plain = CriticalShare(predicted, np.ones(8), 4, fresh, np.zeros(8, dtype=bool))
     plain.reorder(fresh.jobs, 0.0, nan, nan)
     assert fresh.jobs == [0, 1, 2, 3, 4, 5, 6, 7]
+
+
+def test_critical_path_bands_promotes_only_jobs_of_the_critical_bands():
+    from bench.sim.queueing import CriticalPath
+
+    queue = RankedQueue(np.zeros(3, dtype=np.int64))
+    for j in range(3):
+        queue.wait(j)
+    predicted = np.array([300.0, 400.0, 2_000.0])
+    nan = np.full(3, np.nan)
+    # 2,700 GPU-s on 10 GPUs: 270 s to drain; x2 every job's latest start has come
+    assert CriticalPath(predicted, np.ones(3), 10, queue).promote(0.0, nan, nan) == 3
+    queue = RankedQueue(np.zeros(3, dtype=np.int64))
+    for j in range(3):
+        queue.wait(j)
+    bands = CriticalPath(predicted, np.ones(3), 10, queue,
+                         eligible=np.array([False, False, True]))
+    assert bands.promote(0.0, nan, nan) == 1 and queue.jobs == [2, 0, 1]
