@@ -25,7 +25,7 @@ QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-criti
 # extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
 # (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
 HOLD_ORDERS = ("shortest-first-hold", "critical-path", "drain-path",
-                "drain-rate", "critical-share", "critical-share-sf")
+               "drain-rate", "critical-share", "critical-share-sf", "critical-path-bands")
 # the orders with latest-start promotion and their margin on the predicted duration:
 # ``critical-path`` the predictor's x2, ``drain-path`` the point estimate (a job is promoted
 # only once it would otherwise end after everything else)

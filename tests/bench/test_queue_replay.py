@@ -247,3 +247,12 @@ def test_critical_path_bands_promotes_only_jobs_of_the_critical_bands():
     bands = CriticalPath(predicted, np.ones(3), 10, queue,
                          eligible=np.array([False, False, True]))
     assert bands.promote(0.0, nan, nan) == 1 and queue.jobs == [2, 0, 1]
+
+
+def test_every_promotion_and_share_order_queues_sparse_shortest_first_and_stock_fifo():
+    from bench.sim.queueing import HOLD_ORDERS, PATH_MARGINS, banded_queue
+
+    for order in [*PATH_MARGINS, "critical-share", "critical-share-sf"]:
+        assert order in HOLD_ORDERS
+        assert banded_queue(order, "sparse") == "shortest-first"
+        assert banded_queue(order, "kube-shared") is None
