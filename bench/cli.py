@@ -247,7 +247,8 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               "rule and the first gang refused holding a node (EASY backfill), the stock "
               "schedulers FIFO; critical-path: that, and a job whose latest start has come "
               "goes first (drain-path: on the point estimate; drain-rate: the drain time at "
-              "the observed retire rate); critical-share: the critical bands get GPUs in "
+              "the observed retire rate; critical-path-bands: only jobs of the critical "
+              "bands); critical-share: the critical bands get GPUs in "
               "proportion to their predicted work, longest first inside (-sf: shortest "
               "first), the rest shortest first")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),

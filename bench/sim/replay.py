@@ -36,6 +36,7 @@ Rules (all seeded by the run's seed):
   a waiting job whose latest start has come goes ahead of the queue (``CriticalPath``,
   extender/queueorder.py); ``drain-path`` / ``drain-rate``: promotion on the point estimate,
   the drain time at the cluster's GPUs / at the predicted work really retired per second;
+  ``critical-path-bands``: ``critical-path`` promoting only jobs of the critical bands;
   ``critical-share`` (``-sf``): the critical bands get the GPUs in proportion to their share
   of the predicted work left, longest band first (shortest first) inside, the others
   shortest first (``CriticalShare``). Wherever sparse's queue is banded (``product``
