@@ -234,14 +234,23 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
 @click.option("--queue-order", "queue_orders", multiple=True, default=("product",),
               show_default=True,
               type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
-                                 "bands-critical-first", "longest-first"]),
+                                 "bands-critical-first", "longest-first", "shortest-first-hold",
+                                 "critical-path", "drain-path", "drain-rate", "critical-share",
+                                 "critical-share-sf", "critical-path-bands"]),
               help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "
               "longest first, then the others shortest first) force one order on every "
               "policy (mode <mode>-<order>); longest-first (an oracle that knows solo "
               "times) is reported as mode <mode>-longest-first, to separate queue order "
-              "from placement")
+              "from placement; shortest-first-hold: sparse shortest-first with the gang "
+              "rule and the first gang refused holding a node (EASY backfill), the stock "
+              "schedulers FIFO; critical-path: that, and a job whose latest start has come "
+              "goes first (drain-path: on the point estimate; drain-rate: the drain time at "
+              "the observed retire rate; critical-path-bands: only jobs of the critical "
+              "bands); critical-share: the critical bands get GPUs in "
+              "proportion to their predicted work, longest first inside (-sf: shortest "
+              "first), the rest shortest first")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
               help="predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--pass-over", "pass_over", default=None, type=click.FloatRange(min=0),

@@ -18,7 +18,8 @@ def gang_request(ctx: PassContext, demand: Demand, attempt: int) -> dict[str, An
     """The extender's reservation request: every worker of the attempt, as worker 0's pod."""
     worker = worker_pod(ctx.job, demand, attempt=attempt, index=0, slot="",
                         scheduler_name=ctx.config.scheduler_name,
-                        priority_class=ctx.priority_class())
+                        priority_class=ctx.priority_class(),
+                        predicted_s=ctx.predicted_seconds())
     return {
         "job": ctx.meta["uid"], "namespace": ctx.ns,
         "name": worker_prefix(ctx.meta["name"], attempt), "replicas": ctx.replicas,
@@ -101,7 +102,8 @@ async def create_missing(ctx: PassContext, demand: Demand, attempt: int,
             continue
         body = worker_pod(ctx.job, demand, attempt=attempt, index=slot["index"],
                           slot=slot["slot"], scheduler_name=ctx.config.scheduler_name,
-                          priority_class=ctx.priority_class())
+                          priority_class=ctx.priority_class(),
+                        predicted_s=ctx.predicted_seconds())
         try:
             await ctx.kube.create_pod(body)
         except PodCreateError as exc:  # retried next pass; the slots expire meanwhile

@@ -80,6 +80,10 @@ class PassContext:
             return None
         return (self.status.get("queueBand") or {}).get("name")
 
+    def predicted_seconds(self) -> float | None:
+        """The job's predicted run time, for the extender's holds (set only when banded)."""
+        return (self.status.get("queueBand") or {}).get("predictedSeconds")
+
     def counts(self, w: st.Workers) -> None:
         self.status["readyReplicas"] = w.running
         self.status["ready"] = f"{w.running}/{self.replicas}"

@@ -22,6 +22,7 @@ from extender.annotations import (
     ANN_GANG_SLOT,
     ANN_GPU_MODEL,
     ANN_JOB_CLASS,
+    ANN_PREDICTED_SECONDS,
     RES_GPU_MEM,
     RES_GPU_MILLI,
     RES_WHOLE_GPU,
@@ -91,7 +92,8 @@ def _size_share(containers: list[dict[str, Any]], demand: Demand) -> None:
 
 def worker_pod(job: Mapping[str, Any], demand: Demand, *, attempt: int, index: int,
                slot: str, scheduler_name: str = DEFAULT_SCHEDULER,
-               priority_class: str | None = None) -> dict[str, Any]:
+               priority_class: str | None = None,
+               predicted_s: float | None = None) -> dict[str, Any]:
     meta, spec = job["metadata"], job["spec"]
     template = copy.deepcopy(spec.get("template") or {})
     tmeta = template.get("metadata") or {}
@@ -103,6 +105,8 @@ def worker_pod(job: Mapping[str, Any], demand: Demand, *, attempt: int, index: i
                    ANN_JOB_CLASS: demand.job_class, ANN_GANG_SLOT: slot}
     if spec.get("gpuModel"):
         annotations[ANN_GPU_MODEL] = spec["gpuModel"]
+    if predicted_s:  # read by the extender's holds (extender/placement/holds.py)
+        annotations[ANN_PREDICTED_SECONDS] = str(round(float(predicted_s)))
     if spec.get("embedding"):  # read by the locality term of prioritize
         annotations[ANN_EMBEDDING] = json.dumps(
             {k: v for k, v in spec["embedding"].items() if v not in (None, False)},

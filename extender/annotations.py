@@ -13,6 +13,9 @@ ANN_GANG_SLOT = "sparse.io/gang-slot"  # the gang slot (ledger UID) a job's work
 # The job's solo profile, as measured alone (a previous run's metrics):
 # "<GPU util %>,<memory-controller util %>,<GPU memory MiB>"; the learned pair model uses it.
 ANN_SOLO_PROFILE = "sparse.io/solo-profile"
+# The job's predicted run time in seconds (the job controller: declared steps x predicted step
+# time); a held node takes a pod only if it is predicted to end first (placement/holds.py).
+ANN_PREDICTED_SECONDS = "sparse.io/predicted-seconds"
 
 # Pod annotations written at bind.
 ANN_GPU_UUIDS = "sparse.io/gpu-uuids"  # comma-separated UUIDs of every GPU the pod got

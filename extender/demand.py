@@ -17,12 +17,14 @@ Pure. The rules (also in docs/requests.md):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.annotations import (
     ANN_GPU_MODEL,
     ANN_JOB_CLASS,
+    ANN_PREDICTED_SECONDS,
     RES_GPU_MEM,
     RES_GPU_MILLI,
     RES_WHOLE_GPU,
@@ -95,6 +97,9 @@ class PodDemand:
     # them against the node's CPU and memory left where the adapter knows those.
     cpu_milli: int = 0
     host_mem_mib: int = 0
+    # Predicted run time (seconds) from the job controller's annotation; None: unknown.
+    # Holds (placement/holds.py) let a pod onto a held node only if it ends before the hold.
+    predicted_s: float | None = None
 
     @property
     def has_share(self) -> bool:
@@ -283,7 +288,22 @@ def pod_demand(pod: Pod, prediction: Prediction | None = None) -> PodDemand:
         share_containers=booked,
         cpu_milli=cpu,
         host_mem_mib=host_mem,
+        predicted_s=predicted_seconds(annotations.get(ANN_PREDICTED_SECONDS)),
     )
+
+
+def predicted_seconds(value: str | None) -> float | None:
+    """The pod's predicted run time from its annotation; None when absent."""
+    if value is None or not value.strip():
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidDemand(f"annotation {ANN_PREDICTED_SECONDS} must be a number of seconds"
+                            f" > 0, got {value[:40]!r}")
+    return seconds
 
 
 def wants_gpu(pod: Pod) -> bool:

@@ -173,6 +173,18 @@ def critical_bands(edges_s: tuple[float, ...], margin: float = PREDICTION_MARGIN
     return 1 + sum(1 for e in edges_s if e * margin > top)
 
 
+def latest_start_come(predicted_s: float, backlog_gpu_s: float, gpus: float,
+                      margin: float = PREDICTION_MARGIN) -> bool:
+    """Whether a waiting job predicted to run ``predicted_s`` is on the critical path: the
+    cluster (``gpus`` GPUs) needs ``backlog_gpu_s / gpus`` to drain the predicted work left of
+    every running and waiting job, and a job that may really run ``predicted_s x margin``
+    must start now or end after the rest (its latest start has come). Such a job goes ahead
+    of every band, whatever the band order (shortest-first keeps mean JCT low until then)."""
+    if not predicted_s > 0 or not gpus > 0:
+        return False
+    return predicted_s * margin >= max(backlog_gpu_s, 0.0) / gpus
+
+
 def predicted_duration(steps: object, step_s: float | None) -> float | None:
     """Declared training steps x predicted seconds per step; None when either is unknown.
     A declared value that is not a positive whole number raises ValueError naming it."""

@@ -33,6 +33,7 @@ from extender.nodeannotations import NodeAnnotations, NodeMeta
 from extender.outcome import Outcome
 from extender.pending import PendingPods
 from extender.placement import ClusterState, Policy
+from extender.placement.holds import HoldBook
 from extender.placement.locality import LocalityIndex
 from extender.protocol import (
     BindingArgs,
@@ -121,6 +122,7 @@ class Scheduler:
         self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node
         self._state = ClusterState.build(inventory, matrix)
         self.pending = PendingPods()  # filter-time pods and demands, for bind
+        self.holds = HoldBook()  # a node held for a waiting gang (verbs/holdfilter.py)
         self.node_annotations = NodeAnnotations()  # what each node's annotation said
         # The Binding call is abandoned after bind_timeout_s; an unbound booking lives that
         # long past the TTL, so it can never expire while its Binding is in flight.
@@ -368,6 +370,7 @@ class Scheduler:
         if only_if is None or dropped is not None:
             self.hosts.release(pod_uid)
         if not keep_pending:
+            self.holds.finished(pod_uid)
             self.pending.forget(pod_uid)
             if self.profiles is not None:
                 self.profiles.remove(pod_uid)

@@ -22,6 +22,7 @@ from extender.interference.matrix import default_matrix
 from extender.ledger import rules
 from extender.ledger.rules import Reservation
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
+from extender.placement.holds import HoldBook
 from extender.placement.locality import EmbeddingSpec, LocalityIndex, combine, idle_nodes
 from extender.placement.policies.base import Policy
 from extender.placement.policies.common import HostView, pod_tag
@@ -64,14 +65,16 @@ class SimCluster:
         self.allocated_milli = 0  # booked milli-GPU (sum of state.milli_used)
         self.total_milli = int(self.state.milli_cap.sum())
         self.locality: LocalityIndex | None = None  # the extender's locality term, when set
+        self.holds: HoldBook | None = None  # the hold for a waiting gang (placement/holds.py)
         # GPU pods placed, and those of them that had more than one node to choose from
         self.placements = 0
         self.with_choice = 0
 
     def demand(self, uid: str, cpu: int, mem: int, num_gpu: int, gpu_milli: int, spec: str,
-               job_class: str = "unknown") -> TraceDemand:
+               job_class: str = "unknown", predicted_s: float | None = None) -> TraceDemand:
         return make_demand(uid, cpu, mem, num_gpu, gpu_milli, spec, self.models,
-                           exclusive=self.exclusive, job_class=job_class)
+                           exclusive=self.exclusive, job_class=job_class,
+                           predicted_s=predicted_s)
 
     def candidates(self, d: TraceDemand) -> np.ndarray:
         h = self.host
@@ -103,6 +106,9 @@ class SimCluster:
             return self._commit(d, int(cand[j]), None)
         result = fit(st, d, self.names[cand].tolist(), explain=False)
         costs = node_costs(st, d, result, self.policy)
+        if self.holds is not None and self.holds.hold is not None:
+            idx = np.array([st.node_index[n] for n in result.names], dtype=np.int64)
+            costs = np.where(self.holds.refused(st, d, idx, now), np.inf, costs)
         if self.locality is not None:
             idle = idle_nodes(st, result.names) if embedding is None else None
             costs = combine(costs, self.locality.term(embedding, d, result.names, idle))

@@ -14,11 +14,27 @@ import numpy as np
 
 from controller.queue import Waiting, blocks
 from extender.placement.policies import REGISTRY
-from extender.queueorder import DurationBands
+from extender.queueorder import PREDICTION_MARGIN, DurationBands, latest_start_come
 
 MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
-                "longest-first")
+                "longest-first", "shortest-first-hold", "critical-path", "drain-path",
+                "drain-rate", "critical-share", "critical-share-sf",
+                "critical-path-bands")
+# sparse's queue shortest-first (the gang rule included; its banded queue comes with the
+# extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
+# (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
+HOLD_ORDERS = ("shortest-first-hold", "critical-path", "drain-path",
+               "drain-rate", "critical-share", "critical-share-sf", "critical-path-bands")
+# the orders with latest-start promotion and their margin on the predicted duration:
+# ``critical-path`` the predictor's x2, ``drain-path`` the point estimate (a job is promoted
+# only once it would otherwise end after everything else)
+PATH_MARGINS = {"critical-path": PREDICTION_MARGIN, "drain-path": 1.0, "drain-rate": 1.0,
+                "critical-path-bands": PREDICTION_MARGIN}
+# ``critical-path-bands``: only jobs of the critical bands are promoted
+BANDS_ONLY = ("critical-path-bands",)
+# ``drain-rate``: the drain time at the rate the cluster has really retired predicted work
+OBSERVED_RATE = ("drain-rate",)
 PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
 
 
@@ -38,6 +54,8 @@ def banded_queue(queue_order: str, policy: str) -> str | None:
         return PRODUCT_BAND_ORDER if policy == "sparse" else None
     if queue_order == "bands":
         return "longest-first"
+    if queue_order in HOLD_ORDERS:
+        return "shortest-first" if policy == "sparse" else None
     return queue_order.removeprefix("bands-") if queue_order.startswith("bands-") else None
 
 
@@ -72,6 +90,132 @@ class RankedQueue:
     def arrival_order(self, batch: list[int]) -> list[int]:
         """Jobs arriving at one instant, in the order the queue tries them."""
         return sorted(batch, key=lambda k: (self.rank[k], k))
+
+
+class CriticalPath:
+    """Latest-start promotion (extender/queueorder.py ``latest_start_come``): before each pass
+    over the queue, every waiting job whose predicted duration x the margin reaches the time
+    the cluster needs to drain the predicted work left goes ahead of the whole queue, longest
+    predicted first. ``predicted``: per job (NaN: unknown, never promoted); ``gpus``: the
+    GPUs it books (a share's fraction)."""
+
+    def __init__(self, predicted: np.ndarray, gpus: np.ndarray, n_gpus: int,
+                 queue: RankedQueue, margin: float = PREDICTION_MARGIN,
+                 observed_rate: bool = False, eligible: np.ndarray | None = None) -> None:
+        self.margin = float(margin)
+        self.observed_rate = observed_rate
+        self.predicted = np.asarray(predicted, dtype=np.float64)
+        self.gpus = np.asarray(gpus, dtype=np.float64)
+        self.n_gpus = float(n_gpus)
+        self.queue = queue
+        self.floor = int(queue.rank.min()) - 1  # ranks below every band's
+        self.known = np.isfinite(self.predicted)
+        # the jobs that may be promoted (None: every job with a prediction)
+        self.eligible = self.known if eligible is None else self.known & np.asarray(eligible)
+        self.promoted = np.zeros(len(self.predicted), dtype=bool)
+
+    def backlog(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
+        """Predicted GPU-seconds left: the waiting jobs' whole predicted work and the running
+        jobs' predicted remainder (none once past their predicted end)."""
+        running = np.isfinite(started) & ~np.isfinite(done)
+        left = np.where(running, np.maximum(self.predicted - (now - started), 0.0),
+                        self.predicted)
+        waiting = ~np.isfinite(started)
+        use = self.known & (running | waiting)
+        return float((left[use] * self.gpus[use]).sum())
+
+    def drain_rate(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
+        """Predicted GPU-seconds the cluster retires per second: its GPUs (a booked GPU-second
+        per GPU per second), or with ``observed_rate`` the predicted work of the jobs finished
+        since the first start over the time since (it carries the predictor's bias, the
+        slowdown of shared GPUs and the GPUs packing leaves idle); the GPUs until one ends."""
+        if not self.observed_rate:
+            return self.n_gpus
+        ran = np.isfinite(started)
+        if not ran.any():
+            return self.n_gpus
+        elapsed = now - float(started[ran].min())
+        finished = self.known & np.isfinite(done)
+        retired = float((self.predicted[finished] * self.gpus[finished]).sum())
+        return retired / elapsed if elapsed > 0 and retired > 0 else self.n_gpus
+
+    def promote(self, now: float, started: np.ndarray, done: np.ndarray) -> int:
+        """Promote the waiting jobs whose latest start has come; returns how many."""
+        q = self.queue
+        if not q.jobs:
+            return 0
+        backlog = self.backlog(now, started, done)
+        rate = self.drain_rate(now, started, done)
+        new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
+               and latest_start_come(float(self.predicted[j]), backlog, rate, self.margin)]
+        for j in new:
+            self.promoted[j] = True
+            q.rank[j] = self.floor - int(self.predicted[j])
+        if new:
+            q.jobs.sort(key=lambda k: (q.rank[k], q.seq[k]))
+        return len(new)
+
+
+class CriticalShare:
+    """A capacity share for the critical bands: before each pass over the shortest-first
+    queue, the waiting jobs of the critical bands (``critical``: per job, the bands a job
+    could really belong to the longest of, queueorder.critical_bands) go ahead of the others
+    while the GPUs their running jobs book are below their share of the predicted work left
+    (waiting and running) x the cluster's GPUs, and behind them otherwise; shortest first
+    inside each. Both parts then drain at about the same time (makespan), and the short
+    jobs are never starved by the long ones (mean JCT)."""
+
+    def __init__(self, predicted: np.ndarray, gpus: np.ndarray, n_gpus: int,
+                 queue: RankedQueue, critical: np.ndarray,
+                 critical_rank: np.ndarray | None = None) -> None:
+        self.predicted = np.asarray(predicted, dtype=np.float64)
+        self.gpus = np.asarray(gpus, dtype=np.float64)
+        self.n_gpus = float(n_gpus)
+        self.queue = queue
+        self.base = queue.rank.copy()
+        # the critical part's own order (e.g. critical-first's, longest band first); None:
+        # the queue's
+        self.critical_rank = self.base if critical_rank is None else np.asarray(critical_rank)
+        self.critical = np.asarray(critical, dtype=bool) & np.isfinite(self.predicted)
+        self.offset = int(self.base.max() - self.base.min()) + 1
+        self.turns = 0  # places in the queue given to the critical bands
+
+    def reorder(self, jobs: list[int], now: float, started: np.ndarray,
+                done: np.ndarray) -> None:
+        """Rank ``jobs`` (waiting) by merging the two parts, shortest first inside each: the
+        next job comes from the part furthest below its share of the GPUs, counting the GPUs
+        each job taken would book (predicted work left per part, waiting and running)."""
+        if not jobs:
+            return
+        running = np.isfinite(started) & ~np.isfinite(done)
+        waiting = ~np.isfinite(started)
+        known = np.isfinite(self.predicted)
+        left = np.where(running, np.maximum(self.predicted - (now - started), 0.0),
+                        self.predicted) * self.gpus
+        left = np.where(known & (running | waiting), left, 0.0)
+        total = float(left.sum())
+        share = float(left[self.critical].sum()) / total if total > 0 else 0.0
+        room = [(1.0 - share) * self.n_gpus - float(self.gpus[running & ~self.critical].sum()),
+                share * self.n_gpus - float(self.gpus[running & self.critical].sum())]
+        ranks = (self.base, self.critical_rank)
+        parts = [sorted((j for j in jobs if self.critical[j] == c),
+                        key=lambda k: (ranks[c][k], k), reverse=True) for c in (False, True)]
+        floor = int(self.base.min()) - 1 - len(self.base)
+        for pos in range(len(jobs)):
+            c = int(not parts[0] or (bool(parts[1]) and room[1] > room[0]))
+            j = parts[c].pop()
+            room[c] -= float(self.gpus[j])
+            self.turns += c
+            self.queue.rank[j] = floor + pos
+        if jobs is self.queue.jobs:
+            jobs.sort(key=lambda k: (self.queue.rank[k], self.queue.seq[k]))
+
+
+def critical_mask(predicted: np.ndarray, bands: DurationBands) -> np.ndarray:
+    """Per job: whether its predicted duration is in one of ``bands``' critical bands."""
+    first = bands.count - bands.critical_count
+    return np.array([math.isfinite(p) and bands.band(float(p)) >= first for p in predicted],
+                    dtype=bool)
 
 
 def placement_policy(name: str, seed: int | None, tasks: object, **kwargs: object) -> object:

@@ -36,9 +36,14 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
   within a band; the stock schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
   (longest band first), ``bands-shortest-first`` and ``bands-critical-first`` force one
   order on any policy (reported as mode
-  ``<mode>-<order>``). ``longest-first`` (an oracle: no scheduler knows solo times) keeps the
-  same jobs but queues them by solo time, longest first (mode ``<mode>-longest-first``), to
-  show how much of a makespan is the queue order rather than the placement.
+  ``<mode>-<order>``); ``shortest-first-hold`` is shortest-first here (every job is one
+  GPU or a share: no gang to hold a node for), ``critical-path`` adds the latest-start
+  promotion, ``drain-path`` / ``drain-rate`` its variants, ``critical-share`` /
+  ``critical-share-sf`` a capacity share for the critical bands (bench/sim/queueing.py).
+  ``longest-first`` (an oracle: no scheduler knows solo
+  times) keeps the same jobs but queues them by solo time, longest first (mode
+  ``<mode>-longest-first``), to show how much of a makespan is the queue order rather than
+  the placement.
 
 Metrics: makespan, mean / p95 JCT, mean queueing, booked allocation (% of cluster milli-GPU,
 time-averaged), **SM-activity-weighted utilisation** (SM-time the running jobs actually
@@ -62,12 +67,18 @@ from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import (
+    BANDS_ONLY,
+    OBSERVED_RATE,
+    PATH_MARGINS,
     QUEUE_ORDERS,
+    CriticalPath,
+    CriticalShare,
     PolicyRun,
     RankedQueue,
     arrival_times,
     band_rank,
     banded_queue,
+    critical_mask,
     placement_policy,
     retry_pending,
 )
@@ -265,6 +276,20 @@ def run_recmix(
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     queue = RankedQueue(rank)  # by rank (band), then by when it joined: FIFO within a band
     pending, wait = queue.jobs, queue.wait
+    critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
+                             n_gpus, queue, PATH_MARGINS[queue_order],
+                             queue_order in OBSERVED_RATE,
+                             critical_mask(predicted_durations(jobs), DurationBands.log_spaced(
+                                 *duration_range(), queue_bands))
+                             if queue_order in BANDS_ONLY else None)
+                if queue_order in PATH_MARGINS and base == "sparse" else None)
+    share = None
+    if queue_order.startswith("critical-share") and base == "sparse":
+        pred_s = predicted_durations(jobs)
+        cf = DurationBands.log_spaced(*duration_range(), queue_bands, order="critical-first")
+        share = CriticalShare(pred_s, np.where(milli > 0, milli / 1000.0, 1.0), n_gpus, queue,
+                              critical_mask(pred_s, cf),
+                              None if queue_order.endswith("-sf") else band_rank(pred_s, cf))
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0
@@ -332,6 +357,10 @@ def run_recmix(
         refresh(g)
 
     def retry() -> None:
+        if critical is not None:
+            critical.promote(now, started, done)
+        if share is not None:
+            share.reorder(pending, now, started, done)
         retry_pending(pending, lambda j: (None, (int(milli[j]), int(mem[j]), int(cpu[j]),
                                                  int(host[j]))), try_start)
 
@@ -353,6 +382,8 @@ def run_recmix(
             batch = [j]
             while events and events[0][0] == t and events[0][1] == 1:
                 batch.append(heapq.heappop(events)[2])
+            if share is not None:
+                share.reorder(batch, now, started, done)
             for k in queue.arrival_order(batch):
                 if not try_start(k):
                     wait(k)
@@ -403,15 +434,20 @@ def run_recmix(
 def queue_rank(jobs: pd.DataFrame, count: int = DEFAULT_BANDS,
                order: str = "longest-first") -> np.ndarray:
     """Each job's place in a banded queue (lower first): minus the priority the job controller
-    gives it (extender/queueorder.py) from its declared training length (steps: its duration
-    over its measured solo step time) x the predictor's step time, with bands log-spaced over
+    gives it (extender/queueorder.py) from its predicted duration, with bands log-spaced over
     the trace's duration range."""
     bands = DurationBands.log_spaced(*duration_range(), count, order=order)
+    return band_rank(predicted_durations(jobs), bands)
+
+
+def predicted_durations(jobs: pd.DataFrame) -> np.ndarray:
+    """Each job's declared training length (steps: its duration over its measured solo step
+    time) x the predictor's step time: what the job controller predicts."""
     steps = np.maximum(1, np.round(jobs["duration"].to_numpy(float)
                                    / jobs["step_s"].to_numpy(float)))
     pred = jobs["pred_step_s"].to_numpy(float)
-    return band_rank([predicted_duration(int(n), float(p))
-                      for n, p in zip(steps, pred, strict=True)], bands)
+    return np.array([predicted_duration(int(n), float(p))
+                     for n, p in zip(steps, pred, strict=True)], dtype=np.float64)
 
 
 class _Trace:

@@ -31,7 +31,19 @@ Rules (all seeded by the run's seed):
   off by default; with it, a job that could fit the empty cluster and has waited that long
   since first refused stops every job behind it in sparse's queue. ``fifo`` and ``bands*``
   force one order on every policy, ``longest-first`` is an oracle (true durations, longest
-  first); each is reported as mode ``<mode>-<order>``.
+  first); each is reported as mode ``<mode>-<order>``. ``shortest-first-hold``: sparse
+  shortest-first with the gang rule, the stock schedulers FIFO; ``critical-path``: that, and
+  a waiting job whose latest start has come goes ahead of the queue (``CriticalPath``,
+  extender/queueorder.py); ``drain-path`` / ``drain-rate``: promotion on the point estimate,
+  the drain time at the cluster's GPUs / at the predicted work really retired per second;
+  ``critical-path-bands``: ``critical-path`` promoting only jobs of the critical bands;
+  ``critical-share`` (``-sf``): the critical bands get the GPUs in proportion to their share
+  of the predicted work left, longest band first (shortest first) inside, the others
+  shortest first (``CriticalShare``). Wherever sparse's queue is banded (``product``
+  included) it has
+  the extender's hold (extender/placement/holds.py: the first gang the queue cannot place
+  holds the node where it starts soonest; other jobs take GPUs there only if predicted, x
+  the margin, to end before; ``holds=False`` turns it off).
 * Speed: a job alone on its GPUs runs at 1; a share of class a next to co-runners of classes
   b1..bk holding m1..mk milli runs at prod_i norm(a|b_i) ** (m_i / 1000): the measured pair
   slowdown (two jobs each using a whole GPU) scaled, in log space, by how much of the GPU the
@@ -58,13 +70,19 @@ from bench.sim.cluster import SimCluster
 from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
+    BANDS_ONLY,
+    OBSERVED_RATE,
+    PATH_MARGINS,
     AdmissionGate,
+    CriticalPath,
+    CriticalShare,
     PolicyRun,
     RankedQueue,
     arrival_times,
     band_rank,
     banded_queue,
     co_location_slowdown,
+    critical_mask,
     placement_policy,
     retry_pending,
 )
@@ -78,6 +96,7 @@ from bench.sim.trace import (
     workload_path,
 )
 from extender.interference.matrix import default_matrix
+from extender.placement.holds import MIN_GANG, HoldBook
 from extender.queueorder import DEFAULT_BANDS, DurationBands
 
 ANCHORS = {  # makespan vs kube-exclusive in the original system
@@ -145,6 +164,7 @@ def run_replay(
     nodes_path: str | None = None, queue_order: str = "product",
     queue_bands: int = DEFAULT_BANDS, declared_share: float = 1.0,
     queue_critical: int | None = None, pass_over_s: float = DEFAULT_PASS_OVER_S,
+    holds: bool | None = None,
 ) -> ReplayRun:
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -157,14 +177,25 @@ def run_replay(
     request = (jobs["num_gpu"] * jobs["gpu_milli"]).to_numpy() / 1000.0
     work = jobs["duration"].to_numpy()
     whole = np.where(jobs["gpu_milli"].to_numpy() >= 1000, jobs["num_gpu"].to_numpy(), 0)
+    cap = duration_cap(pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)])
     rank = queue_rank(queue_order, policy, work, classes, seed, whole, queue_bands=queue_bands,
-                      declared_share=declared_share, critical=queue_critical,
-                      cap_s=duration_cap(pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)]))
+                      declared_share=declared_share, critical=queue_critical, cap_s=cap)
     gpu_seconds = float((work * np.ceil(request)).sum())
     nodes = sample_nodes(load_nodes(nodes_path or NODE_LIST),
                          gpu_seconds / (overload * work.max()), rng)
     pol = placement_policy(policy, seed, typical_tasks(jobs))
     sim = SimCluster(nodes, list(nodes["sn"]), pol, matrix)
+    # the extender's hold for the first gang its queue cannot place (placement/holds.py):
+    # sparse's (the extender always holds; its predicted durations come with the controller's
+    # banded queue), unless asked otherwise; the stock schedulers have none
+    banded = banded_queue(queue_order, policy) is not None
+    path = queue_order in PATH_MARGINS and policy == "sparse"
+    if holds is None:
+        holds = banded and policy == "sparse"
+    pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
+            if banded else np.full(len(work), np.nan))
+    hold_book = sim.holds = HoldBook() if holds else None
+    held_jobs: set[int] = set()
     n_gpus = sim.total_milli // 1000
     cols = {c: jobs[c].to_numpy() for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")}
     specs = jobs["gpu_spec"].to_numpy()
@@ -189,6 +220,19 @@ def run_replay(
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     queue = RankedQueue(rank)
     pending = queue.jobs
+    booked_gpus = np.where(whole > 0, whole, request)
+    critical = (CriticalPath(pred, booked_gpus, n_gpus, queue, PATH_MARGINS[queue_order],
+                             queue_order in OBSERVED_RATE,
+                             critical_mask(pred, DurationBands.log_spaced(
+                                 MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands))
+                             if queue_order in BANDS_ONLY else None)
+                if path else None)
+    share = None
+    if queue_order.startswith("critical-share") and policy == "sparse":
+        cf = DurationBands.log_spaced(MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands,
+                                      order="critical-first")
+        share = CriticalShare(pred, booked_gpus, n_gpus, queue, critical_mask(pred, cf),
+                              None if queue_order.endswith("-sf") else band_rank(pred, cf, whole))
     # the job controller's admission queue goes with its bands; the stock schedulers have none
     gate = (AdmissionGate(fits_empty(nodes, shapes), pass_over_s)
             if banded_queue(queue_order, policy) and math.isfinite(pass_over_s) else None)
@@ -214,11 +258,19 @@ def run_replay(
 
     def try_start(j: int) -> bool:
         num, milli, cpu, mem, spec = shapes[j]
-        d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
+        p = float(pred[j]) if math.isfinite(pred[j]) else None
+        d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]),
+                       predicted_s=p)
         placed = sim.schedule(d, now)
         if placed is None:
             waiting.failed(shapes[j])
+            if hold_book is not None and hold_book.hold is None and d.whole_gpus >= MIN_GANG \
+                    and hold_book.place(sim.state, d.uid, d.whole_gpus, now,
+                                        eligible_nodes(j)) is not None:
+                held_jobs.add(j)
             return False
+        if hold_book is not None:
+            hold_book.started(d.uid, now, p)
         started[j] = now
         last[j] = now
         if d.has_share:
@@ -231,7 +283,21 @@ def run_replay(
             set_speed(j, 1.0)
         return True
 
+    eligible_cache: dict[int, np.ndarray] = {}
+
+    def eligible_nodes(j: int) -> np.ndarray:
+        """The nodes (state order) that could host job ``j`` empty."""
+        if j not in eligible_cache:
+            eligible_cache[j] = node_fits(sim, nodes, shapes[j])
+        return eligible_cache[j]
+
     def retry() -> None:
+        if critical is not None:
+            critical.promote(now, started, done)
+        if share is not None:
+            share.reorder(pending, now, started, done)
+        if hold_book is not None:
+            hold_book.clear()  # the first gang refused on this pass holds again
         retry_pending(pending, lambda j: (shapes[j][4], shapes[j][:4]), try_start,
                       None if gate is None else lambda j: gate.refused(j, now))
 
@@ -246,6 +312,8 @@ def run_replay(
             batch = [j]
             while events and events[0][0] == t and events[0][1] == 1:
                 batch.append(heapq.heappop(events)[2])
+            if share is not None:
+                share.reorder(batch, now, started, done)
             for k in queue.arrival_order(batch):
                 if gate is not None and not gate.admits(k, queue, now):
                     queue.wait(k)
@@ -256,6 +324,8 @@ def run_replay(
         else:
             done[j] = now
             sim.release(f"job-{j}")
+            if hold_book is not None:
+                hold_book.finished(f"job-{j}")
             g = job_gpu.pop(j, None)
             if g is not None:
                 gpu_jobs[g].discard(j)
@@ -269,6 +339,10 @@ def run_replay(
     explain = summarize(waiting, shapes=shapes, work=work, arrive=arrive, started=started,
                         done=done, n_gpus=n_gpus, rank=rank)
     explain["gate_holds"] = 0 if gate is None else int(gate.holds)
+    if hold_book is not None:  # gangs that held a node, and placements the holds refused
+        explain["node_holds"] = {"gangs": len(held_jobs), "refused": hold_book.refusals}
+    if critical is not None:  # jobs whose latest start came (ahead of every band)
+        explain["promoted"] = int(critical.promoted.sum())
     return ReplayRun(
         workload=workload_name(workload), policy=policy, seed=seed,
         mode=mode if queue_order == "product" else f"{mode}-{queue_order}", jobs=len(jobs),
@@ -303,6 +377,19 @@ def queue_rank(queue_order: str, policy: str, work: np.ndarray, classes: np.ndar
                                      order=order, critical=critical)
     return band_rank(predicted_durations(work, classes, seed, declared_share=declared_share),
                      bands, whole_gpus)
+
+
+def node_fits(sim: SimCluster, nodes, shape: tuple) -> np.ndarray:  # noqa: ANN001
+    """Per node of ``sim``'s state: whether the empty node could host a job of ``shape``."""
+    num, _milli, c, m, spec = shape
+    ok = ((nodes["gpu"].to_numpy() >= max(num, 1)) & (nodes["cpu_milli"].to_numpy() >= c)
+          & (nodes["memory_mib"].to_numpy() >= m))
+    allowed = parse_spec(spec)
+    if allowed is not None:
+        ok &= np.isin(nodes["model"].to_numpy(), list(allowed))
+    out = np.zeros(len(sim.state.node_names), dtype=bool)
+    out[[sim.state.node_index[n] for n in nodes["sn"]]] = ok
+    return out
 
 
 def fits_empty(nodes, shapes: list[tuple]) -> np.ndarray:  # noqa: ANN001

@@ -145,6 +145,10 @@ def reason(mine: object, other: object) -> str:
                  f"GPUs lost; idle while waiting {a['idle_gpus_waiting']:.2f} + slivers "
                  f"{a['sliver_gpus_waiting']:.2f} vs {b['idle_gpus_waiting']:.2f} + "
                  f"{b['sliver_gpus_waiting']:.2f} GPUs")
+    if "node_holds" in a:
+        h = a["node_holds"]
+        parts.append(f"{h['gangs']} gangs held a node, {h['refused']} placements kept off "
+                     "held nodes")
     dj = mine.jct_mean - other.jct_mean  # type: ignore[attr-defined]
     parts.append(f"mean JCT {dj:+,.0f} s")
     return "; ".join(parts)

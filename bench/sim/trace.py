@@ -119,6 +119,7 @@ def min_memory(models: frozenset[str] | None, cluster_models: set[str]) -> int:
 def make_demand(
     uid: str, cpu: int, mem: int, num_gpu: int, gpu_milli: int, spec: str,
     cluster_models: set[str], *, exclusive: bool = False, job_class: str = "unknown",
+    predicted_s: float | None = None,
 ) -> TraceDemand:
     allowed = parse_spec(spec)
     whole = milli = share_mem = 0
@@ -136,5 +137,5 @@ def make_demand(
         whole_gpus=whole, share_milli=milli, share_mem_mib=share_mem,
         allowed_models=allowed, job_class=job_class, share_containers=shares,
         cpu_milli=int(cpu), host_mem_mib=int(mem), gpu_milli=int(gpu_milli) if num_gpu else 0,
-        num_gpu=int(num_gpu) if gpu_milli else 0,
+        num_gpu=int(num_gpu) if gpu_milli else 0, predicted_s=predicted_s,
     )

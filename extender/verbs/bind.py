@@ -83,6 +83,7 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
     demand = s.pending_demand(args.pod_uid)
     if demand is not None:  # its CPU and memory count on the node before the watch says so
         s.hosts.bind(args.pod_uid, args.node, demand.cpu_milli, demand.host_mem_mib)
+        s.holds.started(args.pod_uid, s.clock(), demand.predicted_s)  # its predicted end
     s.forget_pending(args.pod_uid)
     s.notify(Outcome("bind", *ref, True, reservation=confirmed, interference=loss))
     return BindingResult()

@@ -25,7 +25,7 @@ from extender.placement import fit, node_costs, scores_from_costs
 from extender.placement.assign import note_unplaced
 from extender.placement.locality import parse_embedding
 from extender.protocol import ExtenderArgs, FilterResult
-from extender.verbs import gang
+from extender.verbs import gang, holdfilter
 from extender.verbs.costcache import CycleEntry
 from extender.verbs.prioritize import with_locality
 from extender.verbs.reasons import pod_ref, summarize
@@ -78,9 +78,17 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
     # Python ints: indexing with NumPy's is slow; all fit: the request's own list
     passed = (names if len(fitting) == len(names)
               else [names[i] for i in fitting.tolist()])
+    failed = result.failed
+    if passed and s.holds.hold is not None:  # a node held for a waiting gang
+        before, failed = len(passed), dict(failed)  # (a cached verdict's dict stays as is)
+        passed = holdfilter.held_off(s, state, demand, passed, failed)
+        if len(passed) < before:
+            fitting = np.array([i for i in fitting.tolist() if names[i] in passed],
+                               dtype=np.int64)
     if not passed:
+        holdfilter.hold_for(s, state, demand, list(args.node_names))
         note_unplaced(s.costing_policy, demand)  # as node_costs does where nothing fits
-        why = summarize(result.failed, result.unresolvable)
+        why = summarize(failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))
     elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
         costs = (node_costs(state, demand, result, s.costing_policy)[fitting]
@@ -92,7 +100,7 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         else:
             s.cycle_costs.put(demand.uid, s.clock(),
                               CycleEntry.of(state, passed, result.nodes[fitting], costs))
-    return protocol.filter_result(passed, result.failed, result.unresolvable, args)
+    return protocol.filter_result(passed, failed, result.unresolvable, args)
 
 
 def best_nodes(names: list[str], scores: list[int], within: float) -> list[str]:

@@ -18,6 +18,7 @@ import re
 from typing import TYPE_CHECKING, Annotated
 
 import msgspec
+import numpy as np
 
 from extender import protocol
 from extender.annotations import ANN_GANG_SLOT
@@ -27,6 +28,8 @@ from extender.ledger.rules import STATE_RESERVED, Reservation
 from extender.outcome import Outcome
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
 from extender.protocol import BindingArgs, ExtenderArgs, FilterResult, ObjectMeta, Pod
+from extender.verbs import holdfilter
+from extender.verbs.holdfilter import HOLD_TTL_S
 from extender.verbs.reasons import pod_ref, summarize
 
 if TYPE_CHECKING:
@@ -126,21 +129,29 @@ def _worker_demand(req: GangReserve, index: int) -> PodDemand:
     return demand
 
 
-def plan(state: ClusterState, s: Scheduler, demands: list[PodDemand], ttl_s: float
-         ) -> tuple[list[Reservation], str]:
-    """Place the workers one by one on a working copy; ([], why) when one does not fit."""
+def plan(state: ClusterState, s: Scheduler, demands: list[PodDemand], ttl_s: float,
+         holds: bool = True) -> tuple[list[Reservation], str]:
+    """Place the workers one by one on a working copy; ([], why) when one does not fit.
+    ``holds``: a node held for a waiting gang takes a worker only as filter would let it."""
     work = state.copy()
     names = list(work.node_names)
     booked: list[Reservation] = []
     now = s.clock()
+    if holds:
+        s.holds.lapse(now, HOLD_TTL_S)
     for i, demand in enumerate(demands):
         result = fit(work, demand, names)
         costs = node_costs(work, demand, result, s.policy)
+        off = (s.holds.refused(work, demand, result.nodes, now)
+               if holds and s.holds.hold is not None else None)
         choice = None
-        if result.fits.any():
-            choice = assign(work, demand, result.names[int(costs.argmin())], s.policy)
+        if result.fits.any() and (off is None or (result.fits & ~off).any()):
+            pick = costs if off is None else np.where(off, np.inf, costs)
+            choice = assign(work, demand, result.names[int(pick.argmin())], s.policy)
         if choice is None:
             why = summarize(result.failed, result.unresolvable) or "no GPU node is known"
+            if off is not None and off.any():
+                why += "; a node is held for a waiting gang"
             return booked, (f"{i} of {len(demands)} workers fit; worker {i} needs "
                             f"{demand.describe()}: {why}")
         reservation = reservation_for(demand, choice, work, now, ttl_s)
@@ -163,7 +174,9 @@ async def reserve(s: Scheduler, req: GangReserve) -> GangAnswer:
         booked, why = plan(state, s, demands, req.ttlSeconds)
         if why:
             _, never = plan(ClusterState.build(state.inventory, s.matrix), s, demands,
-                            req.ttlSeconds)
+                            req.ttlSeconds, holds=False)
+            if req.replicas == 1:  # a one-worker gang: hold the node where it starts soonest
+                holdfilter.hold_for(s, state, demands[0], state.node_names)
             return GangAnswer(admitted=False, reason=why, placeable=len(booked),
                               everFits=not never)
         try:
@@ -172,6 +185,8 @@ async def reserve(s: Scheduler, req: GangReserve) -> GangAnswer:
         except ReservationConflict as exc:
             last = str(exc)
             continue  # the next view() replays what was booked concurrently
+        for r, d in zip(booked, demands, strict=True):  # their predicted ends, for holds
+            s.holds.started(r.pod_uid, s.clock(), d.predicted_s)
         log.info("gang %s/%s: %d workers reserved on %s", req.namespace, req.name,
                  req.replicas, ",".join(sorted({r.node for r in booked})))
         return _admitted(booked)
@@ -260,6 +275,7 @@ async def consume_slot(s: Scheduler, args: BindingArgs) -> Reservation | None:
         raise ReservationConflict(f"gang slot {slot}: GPU {gone[0]} left the inventory")
     await s.ledger.reserve_many([reservation], state.capacities(reservation.gpus),
                                 release=[slot])
+    s.holds.moved(slot, args.pod_uid)
     return reservation
 
 

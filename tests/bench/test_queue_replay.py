@@ -112,3 +112,147 @@ def test_the_stock_schedulers_run_as_before_and_every_job_completes(tmp_path):
     for r in (run_replay(path, "sparse", 4, **kw), gated):
         assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
         json.dumps(r.to_json())  # what runs.jsonl stores
+
+
+def test_a_long_job_whose_latest_start_has_come_goes_ahead_of_the_queue():
+    from bench.sim.queueing import CriticalPath
+
+    queue = RankedQueue(np.array([0, 0, 0, 5], dtype=np.int64))
+    for j in range(4):
+        queue.wait(j)
+    predicted = np.array([100.0, 4_000.0, np.nan, 6_000.0])
+    started = np.full(4, np.nan)
+    done = np.full(4, np.nan)
+    # 10 GPUs, 10,100 GPU-s of known work: 1,010 s to drain; x2, jobs of 505 s+ are critical
+    path = CriticalPath(predicted, np.ones(4), 10, queue)
+    assert path.backlog(0.0, started, done) == 10_100.0
+    assert path.promote(0.0, started, done) == 2
+    assert queue.jobs == [3, 1, 0, 2]  # longest predicted first; unknown never promoted
+    # a running job counts only its predicted remainder, none once overdue
+    started[3] = 0.0
+    assert path.backlog(1_000.0, started, done) == 100.0 + 4_000.0 + 5_000.0
+    assert path.backlog(7_000.0, started, done) == 4_100.0
+
+
+def test_critical_path_holds_nodes_for_gangs_and_leaves_the_stock_schedulers_fifo(tmp_path):
+    import pandas as pd
+
+    from bench.sim.replay import run_replay
+
+    rng = np.random.default_rng(5)
+    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(4)], "cpu_milli": 96000,
+                          "memory_mib": 262144, "gpu": [8, 8, 4, 4], "model": "G2"})
+    n = 80
+    num = rng.choice([1, 1, 1, 1, 8], n)
+    pods = pd.DataFrame({
+        "name": [f"p{i}" for i in range(n)], "cpu_milli": 4000, "memory_mib": 8192,
+        "num_gpu": num, "gpu_milli": np.where(num == 1, rng.choice([500, 1000], n), 1000),
+        "gpu_spec": "", "qos": "LS", "pod_phase": "Running",
+        "creation_time": np.sort(rng.integers(0, 3000, n)),
+        "deletion_time": np.sort(rng.integers(0, 3000, n)) + rng.integers(60, 9000, n),
+        "scheduled_time": 0})
+    nodes.to_csv(tmp_path / "n.csv", index=False)
+    pods.to_csv(tmp_path / "p.csv", index=False)
+    kw = {"nodes_path": str(tmp_path / "n.csv"), "n_jobs": 60, "overload": 2.0}
+    path = str(tmp_path / "p.csv")
+    stock = run_replay(path, "kube-shared", 4, **kw)
+    same = run_replay(path, "kube-shared", 4, queue_order="critical-path", **kw)
+    assert (stock.makespan, stock.jct) == (same.makespan, same.jct)
+    r = run_replay(path, "sparse", 4, queue_order="critical-path", **kw)
+    assert len(r.jct) == r.jobs and np.isfinite(r.jct).all()
+    assert r.explain["node_holds"]["gangs"] >= 1 and r.explain["node_holds"]["refused"] >= 1
+    assert "promoted" in r.explain
+    held = run_replay(path, "sparse", 4, queue_order="shortest-first-hold", **kw)
+    assert "node_holds" in held.explain and "promoted" not in held.explain
+    off = run_replay(path, "sparse", 4, queue_order="critical-path", holds=False, **kw)
+    assert "node_holds" not in off.explain
+    json.dumps(r.to_json())
+
+
+def test_drain_path_promotes_only_jobs_that_would_end_after_the_rest():
+    from bench.sim.queueing import PATH_MARGINS, CriticalPath
+
+    queue = RankedQueue(np.array([0, 0, 0, 5], dtype=np.int64))
+    for j in range(4):
+        queue.wait(j)
+    predicted = np.array([100.0, 600.0, np.nan, 1_200.0])
+    nan = np.full(4, np.nan)
+    # 1,900 GPU-s on 1 GPU: 1,900 s to drain; the point estimate promotes nobody, x2 promotes 3
+    point = CriticalPath(predicted, np.ones(4), 1, queue, PATH_MARGINS["drain-path"])
+    assert point.promote(0.0, nan, nan) == 0
+    assert CriticalPath(predicted, np.ones(4), 1, queue).promote(0.0, nan, nan) == 1
+    assert queue.jobs[0] == 3
+
+
+def test_drain_rate_is_the_predicted_work_really_retired_per_second():
+    from bench.sim.queueing import CriticalPath
+
+    queue = RankedQueue(np.zeros(3, dtype=np.int64))
+    predicted = np.array([100.0, 300.0, 1_000.0])
+    started = np.array([0.0, 0.0, np.nan])
+    done = np.array([200.0, np.nan, np.nan])
+    path = CriticalPath(predicted, np.ones(3), 8, queue, 1.0, observed_rate=True)
+    # one job of 100 predicted GPU-s ended after 400 s: 0.25 GPU-s per second, not 8
+    assert path.drain_rate(400.0, started, done) == 0.25
+    assert path.drain_rate(400.0, started, np.full(3, np.nan)) == 8.0  # none ended yet
+    assert CriticalPath(predicted, np.ones(3), 8, queue).drain_rate(400.0, started, done) == 8.0
+
+
+def test_critical_share_gives_each_part_the_gpus_in_proportion_to_its_work():
+    from bench.sim.queueing import CriticalShare
+
+    # jobs 0-3 short (shortest first), 4-7 critical (their own order: 7, 6, 5, 4)
+    queue = RankedQueue(np.array([0, 0, 1, 1, 2, 2, 2, 2], dtype=np.int64))
+    for j in range(8):
+        queue.wait(j)
+    predicted = np.array([100.0] * 4 + [400.0] * 4)
+    critical = np.array([False] * 4 + [True] * 4)
+    nan = np.full(8, np.nan)
+    share = CriticalShare(predicted, np.ones(8), 4, queue, critical,
+                          critical_rank=np.array([0, 0, 0, 0, 3, 2, 1, 0]))
+    # the critical part holds 1,600 of 2,000 GPU-s: 3.2 of the 4 GPUs, the short part 0.8
+    share.reorder(queue.jobs, 0.0, nan, nan)
+    assert queue.jobs == [7, 6, 5, 0, 4, 1, 2, 3]
+    # a critical job already running on 4 GPUs (the critical part over its 3.5): the short
+    # part goes first, then each part by turns as both are over their share
+    started = np.array([np.nan] * 7 + [0.0])
+    booked = np.array([1.0] * 7 + [4.0])
+    share = CriticalShare(predicted, booked, 4, queue, critical)
+    pending = [j for j in queue.jobs if j != 7]
+    share.reorder(pending, 0.0, started, nan)  # ranks them (sorts only the queue's own list)
+    ordered = sorted(pending, key=lambda k: queue.rank[k])
+    assert ordered[:2] == [0, 1] and critical[ordered[2]]
+    # without a critical job the order is the queue's
+    fresh = RankedQueue(np.array([0, 0, 1, 1, 2, 2, 2, 2], dtype=np.int64))
+    for j in (5, 0, 7, 2, 1, 3, 4, 6):
+        fresh.wait(j)
+    plain = CriticalShare(predicted, np.ones(8), 4, fresh, np.zeros(8, dtype=bool))
+    plain.reorder(fresh.jobs, 0.0, nan, nan)
+    assert fresh.jobs == [0, 1, 2, 3, 4, 5, 6, 7]
+
+
+def test_critical_path_bands_promotes_only_jobs_of_the_critical_bands():
+    from bench.sim.queueing import CriticalPath
+
+    queue = RankedQueue(np.zeros(3, dtype=np.int64))
+    for j in range(3):
+        queue.wait(j)
+    predicted = np.array([300.0, 400.0, 2_000.0])
+    nan = np.full(3, np.nan)
+    # 2,700 GPU-s on 10 GPUs: 270 s to drain; x2 every job's latest start has come
+    assert CriticalPath(predicted, np.ones(3), 10, queue).promote(0.0, nan, nan) == 3
+    queue = RankedQueue(np.zeros(3, dtype=np.int64))
+    for j in range(3):
+        queue.wait(j)
+    bands = CriticalPath(predicted, np.ones(3), 10, queue,
+                         eligible=np.array([False, False, True]))
+    assert bands.promote(0.0, nan, nan) == 1 and queue.jobs == [2, 0, 1]
+
+
+def test_every_promotion_and_share_order_queues_sparse_shortest_first_and_stock_fifo():
+    from bench.sim.queueing import HOLD_ORDERS, PATH_MARGINS, banded_queue
+
+    for order in [*PATH_MARGINS, "critical-share", "critical-share-sf"]:
+        assert order in HOLD_ORDERS
+        assert banded_queue(order, "sparse") == "shortest-first"
+        assert banded_queue(order, "kube-shared") is None

@@ -179,3 +179,12 @@ def test_cli_refuses_bad_queue_band_options():
     assert res.exit_code == 2 and "exceed" in res.output  # the mode parses; the range does not
     res = CliRunner().invoke(main, ["--extender-url", "http://x", "--queue-order", "middle"])
     assert res.exit_code == 2 and "critical-first" in res.output
+
+
+def test_worker_pod_carries_the_predicted_run_time_when_known():
+    from extender.annotations import ANN_PREDICTED_SECONDS
+
+    pod = worker_pod(JOB, DEMAND, attempt=0, index=0, slot="s", predicted_s=5400.4)
+    assert pod["metadata"]["annotations"][ANN_PREDICTED_SECONDS] == "5400"
+    pod = worker_pod(JOB, DEMAND, attempt=0, index=0, slot="s")
+    assert ANN_PREDICTED_SECONDS not in pod["metadata"]["annotations"]

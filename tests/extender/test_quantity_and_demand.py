@@ -98,3 +98,16 @@ def test_prediction_hash():
     p = Prediction.from_hash({"gpu_milli": "250", "gpu_mem_mib": "4096.0", "job_class": "cnn",
                               "model_version": "v1", "updated_at": "17"})
     assert p == Prediction(250, 4096, "cnn", "v1", 17.0)
+
+
+def test_the_predicted_run_time_comes_from_the_controllers_annotation():
+    from extender.annotations import ANN_PREDICTED_SECONDS
+
+    p = pod(gpus=8)
+    assert demand(p).predicted_s is None
+    p["metadata"]["annotations"][ANN_PREDICTED_SECONDS] = "5400"
+    assert demand(p).predicted_s == 5400.0
+    for bad in ("soon", "-3", "nan", "0"):
+        p["metadata"]["annotations"][ANN_PREDICTED_SECONDS] = bad
+        with pytest.raises(InvalidDemand, match="predicted-seconds"):
+            demand(p)

@@ -120,3 +120,13 @@ def test_a_long_gang_goes_ahead_of_every_band_a_short_one_keeps_its_band(order):
     assert bands.queue_class(short_band, 8) == (bands.class_name(0), bands.priority(0))
     for gpus in (0, 1):
         assert bands.queue_class(long_band, gpus) == (bands.class_name(3), bands.priority(3))
+
+
+def test_latest_start_comes_once_the_job_may_outlast_the_drain():
+    from extender.queueorder import PREDICTION_MARGIN, latest_start_come
+
+    # 100 GPUs, 360,000 GPU-s left: 3,600 s to drain
+    assert latest_start_come(3_600 / PREDICTION_MARGIN, 360_000.0, 100)
+    assert not latest_start_come(3_500 / PREDICTION_MARGIN, 360_000.0, 100)
+    assert latest_start_come(1.0, 0.0, 100)  # nothing else left: any job is critical
+    assert not latest_start_come(0.0, 0.0, 100) and not latest_start_come(5.0, 1.0, 0)

@@ -1,0 +1,69 @@
+"""filter's part of the hold for a waiting gang (extender/placement/holds.py).
+
+A pod that needs several whole GPUs and that no candidate node can take now holds the node
+where it can start soonest (when no other pod holds one); later pods predicted to end after
+the hold's start (the job controller's ``sparse.io/predicted-seconds`` annotation, x the
+predictor's margin; none: never ends) are kept off that node unless it has GPUs to spare.
+The hold lives in this replica's memory: another replica does not see it (a soft rule, never
+a booking), and it lapses ``HOLD_TTL_S`` after its owner was last refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement.holds import MIN_GANG
+from extender.placement.state import ClusterState
+
+if TYPE_CHECKING:
+    from extender.service import Scheduler
+
+# kube-scheduler retries an unschedulable pod at least every 5 minutes; twice that without
+# being asked about, the owner is gone or placed elsewhere
+HOLD_TTL_S = 600.0
+
+
+def held_off(s: Scheduler, state: ClusterState, demand: PodDemand, passed: list[str],
+             failed: dict[str, str]) -> list[str]:
+    """``passed`` less the held node when ``demand`` would delay the hold (its reason goes
+    to ``failed``)."""
+    book = s.holds
+    book.lapse(s.clock(), HOLD_TTL_S)
+    h = book.hold
+    if h is None or demand.uid == h.owner:
+        return passed
+    name = h.name
+    if name not in passed or not book.keeps_off(state, demand, s.clock()):
+        return passed
+    book.refusals += 1
+    failed[name] = (f"held for a waiting gang of {h.gpus} GPUs; this pod is not predicted "
+                    "to end before it starts")
+    return [n for n in passed if n != name]
+
+
+def hold_for(s: Scheduler, state: ClusterState, demand: PodDemand,
+             candidates: list[str]) -> None:
+    """Nothing took ``demand``: a gang holds the candidate node where it starts soonest
+    (or renews its hold)."""
+    book = s.holds
+    now = s.clock()
+    book.lapse(now, HOLD_TTL_S)
+    if demand.whole_gpus < MIN_GANG or (book.hold is not None
+                                        and book.hold.owner != demand.uid):
+        return
+    eligible = np.zeros(len(state.node_names), dtype=bool)
+    for name in candidates:
+        i = state.node_index.get(name)
+        if i is not None:
+            eligible[i] = True
+    sizes = state.node_stop - state.node_start
+    eligible &= sizes >= demand.whole_gpus
+    if demand.allowed_models is not None:
+        ok = np.array([m in demand.allowed_models for m in state.models], dtype=bool)
+        has = np.zeros(len(state.node_names), dtype=bool)
+        has[state.gpu_node[ok[state.gpu_model]]] = True
+        eligible &= has
+    book.place(state, demand.uid, demand.whole_gpus, now, eligible)
