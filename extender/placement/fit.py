@@ -40,11 +40,14 @@ class FitResult:
     unresolvable: dict[str, str]  # waiting cannot help (no such node, model, or size)
 
 
-def candidate_gpus(state: ClusterState, nodes: np.ndarray
+def candidate_gpus(state: ClusterState, nodes: np.ndarray, every: bool | None = None
                    ) -> tuple[np.ndarray, np.ndarray, int]:
     """The candidates' GPUs, each one's position in the candidate list, and the GPUs per
-    node when every candidate has as many (0 when they differ)."""
-    if _every_node(state, nodes):  # GPUs are stored node by node: all of them, in order
+    node when every candidate has as many (0 when they differ). ``every``: whether
+    ``nodes`` is every node in order, where the caller knows (see ``_every_node``)."""
+    if every is None:
+        every = _every_node(state, nodes)
+    if every:  # GPUs are stored node by node: all of them, in order
         counts = state.node_stop - state.node_start
         alike = int(counts[0]) if counts.min() == counts.max() else 0
         return np.arange(len(state.gpu_node), dtype=np.int64), state.gpu_node.copy(), alike
@@ -64,7 +67,7 @@ def _every_node(state: ClusterState, nodes: np.ndarray) -> bool:
     """Whether ``nodes`` is every node of the state in order (0, 1, ..., n - 1): a refill of
     the whole inventory, where gathering by index would copy the arrays for nothing."""
     n = len(state.node_start)
-    return (len(nodes) == n > 0 and int(nodes[0]) == 0 and int(nodes[-1]) == n - 1
+    return (len(nodes) == n > 0 and nodes[0] == 0 and nodes[-1] == n - 1
             and bool((nodes[1:] > nodes[:-1]).all()))
 
 
@@ -76,9 +79,10 @@ def model_mask(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.n
 
 
 def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuMasks:
-    gpus, owner, alike = candidate_gpus(state, nodes)
+    every = _every_node(state, nodes)
+    gpus, owner, alike = candidate_gpus(state, nodes, every)
     model_ok = model_mask(state, demand, gpus)
-    if _every_node(state, nodes):  # every GPU, in order: the arrays themselves
+    if every:  # every GPU, in order: the arrays themselves
         mem_used, milli_used = state.mem_used, state.milli_used
         mem_cap, milli_cap = state.mem_cap, state.milli_cap
     else:
