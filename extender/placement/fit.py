@@ -28,6 +28,7 @@ class GpuMasks:
     share: np.ndarray  # can take the share slot
     nodes: np.ndarray | None = None  # the candidate nodes (state indexes)
     alike: int = 0  # GPUs per candidate node when every one has as many (0: they differ)
+    every: bool = False  # the candidates are every node in order: ``gpus`` is 0..n-1
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuM
     if not demand.has_share:
         share = np.zeros(len(gpus), dtype=bool)
     return GpuMasks(gpus=gpus, owner=owner, model_ok=model_ok, free=free, share=share,
-                    nodes=nodes, alike=alike)
+                    nodes=nodes, alike=alike, every=every)
 
 
 def _per_node(mask: np.ndarray, owner: np.ndarray, n: int, alike: int = 0) -> np.ndarray:
