@@ -200,7 +200,7 @@ def test_masks_over_every_node_in_order_match_any_other_order(alike):
     from extender.placement.fit import gpu_masks
 
     counts = (4, 4, 4) if alike else (2, 4, 1)
-    inv = inventory(*(gpu_node(n, k, "V100M32", 32768) for n, k in zip("abc", counts)))
+    inv = inventory(*(gpu_node(n, k, "V100M32", 32768) for n, k in zip("abc", counts, strict=True)))
     state = ClusterState.build(inv, default_matrix())
     state.apply(booked("x", "GPU-a-0", 30000, 900))
     state.apply(booked("y", "GPU-b-1", 4000, 100, node="b"))
