@@ -4,8 +4,6 @@ with the verb's own ``Error`` answer (the scheduler retries) instead of piling u
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 
 from extender import stages
 from extender.errors import Overloaded
@@ -20,9 +18,17 @@ class BodyHold:
     """The body bytes one request holds; ``take`` turns the request away (the verb's Error)
     rather than pass the replica's budget."""
 
+    __slots__ = ("budget", "held")
+
     def __init__(self, budget: BodyBudget) -> None:
         self.budget = budget
         self.held = 0
+
+    def __enter__(self) -> BodyHold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.budget.used -= self.held
 
     def take(self, n: int) -> None:
         if self.budget.used + n > self.budget.total:
@@ -41,13 +47,10 @@ class BodyBudget:
         self.total = total
         self.used = 0
 
-    @contextmanager
-    def hold(self) -> Iterator[BodyHold]:
-        hold = BodyHold(self)
-        try:
-            yield hold
-        finally:
-            self.used -= hold.held
+    def hold(self) -> BodyHold:
+        """``with budget.hold() as hold``: what the request took is given back at the end
+        (a class, not a generator: two of these per scheduling cycle)."""
+        return BodyHold(self)
 
 
 class Admission:
@@ -61,8 +64,12 @@ class Admission:
         self.in_flight = 0
         self.waiting = 0
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    def slot(self) -> _Slot:
+        """``async with admission.slot()``: a slot for the request's lifetime (a class, not
+        a generator: two of these per scheduling cycle)."""
+        return _Slot(self)
+
+    async def _acquire(self) -> None:
         self.waiting += 1
         try:
             with stages.stage("admission"):
@@ -77,8 +84,20 @@ class Admission:
         finally:
             self.waiting -= 1
         self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            self._slots.release()
+
+    def _release(self) -> None:
+        self.in_flight -= 1
+        self._slots.release()
+
+
+class _Slot:
+    __slots__ = ("admission",)
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+
+    async def __aenter__(self) -> None:
+        await self.admission._acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.admission._release()

@@ -28,6 +28,7 @@ class GpuMasks:
     share: np.ndarray  # can take the share slot
     nodes: np.ndarray | None = None  # the candidate nodes (state indexes)
     alike: int = 0  # GPUs per candidate node when every one has as many (0: they differ)
+    every: bool = False  # the candidates are every node in order: ``gpus`` is 0..n-1
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,17 @@ class FitResult:
     unresolvable: dict[str, str]  # waiting cannot help (no such node, model, or size)
 
 
-def candidate_gpus(state: ClusterState, nodes: np.ndarray
+def candidate_gpus(state: ClusterState, nodes: np.ndarray, every: bool | None = None
                    ) -> tuple[np.ndarray, np.ndarray, int]:
     """The candidates' GPUs, each one's position in the candidate list, and the GPUs per
-    node when every candidate has as many (0 when they differ)."""
+    node when every candidate has as many (0 when they differ). ``every``: whether
+    ``nodes`` is every node in order, where the caller knows (see ``_every_node``)."""
+    if every is None:
+        every = _every_node(state, nodes)
+    if every:  # GPUs are stored node by node: all of them, in order
+        counts = state.node_stop - state.node_start
+        alike = int(counts[0]) if counts.min() == counts.max() else 0
+        return np.arange(len(state.gpu_node), dtype=np.int64), state.gpu_node.copy(), alike
     starts, stops = state.node_start[nodes], state.node_stop[nodes]
     counts = stops - starts
     if len(counts) and counts.min() == counts.max():  # the common case: alike nodes
@@ -56,6 +64,14 @@ def candidate_gpus(state: ClusterState, nodes: np.ndarray
     return np.repeat(starts, counts) + offsets, owner, 0
 
 
+def _every_node(state: ClusterState, nodes: np.ndarray) -> bool:
+    """Whether ``nodes`` is every node of the state in order (0, 1, ..., n - 1): a refill of
+    the whole inventory, where gathering by index would copy the arrays for nothing."""
+    n = len(state.node_start)
+    return (len(nodes) == n > 0 and nodes[0] == 0 and nodes[-1] == n - 1
+            and bool((nodes[1:] > nodes[:-1]).all()))
+
+
 def model_mask(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.ndarray:
     if demand.allowed_models is None:
         return np.ones(len(gpus), dtype=bool)
@@ -64,19 +80,25 @@ def model_mask(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.n
 
 
 def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuMasks:
-    gpus, owner, alike = candidate_gpus(state, nodes)
+    every = _every_node(state, nodes)
+    gpus, owner, alike = candidate_gpus(state, nodes, every)
     model_ok = model_mask(state, demand, gpus)
-    mem_used, milli_used = state.mem_used[gpus], state.milli_used[gpus]
+    if every:  # every GPU, in order: the arrays themselves
+        mem_used, milli_used = state.mem_used, state.milli_used
+        mem_cap, milli_cap = state.mem_cap, state.milli_cap
+    else:
+        mem_used, milli_used = state.mem_used[gpus], state.milli_used[gpus]
+        mem_cap, milli_cap = state.mem_cap[gpus], state.milli_cap[gpus]
     free = model_ok & (mem_used == 0) & (milli_used == 0)
     share = (
         model_ok
-        & (state.mem_cap[gpus] - mem_used >= demand.share_mem_mib)
-        & (state.milli_cap[gpus] - milli_used >= demand.share_milli)
+        & (mem_cap - mem_used >= demand.share_mem_mib)
+        & (milli_cap - milli_used >= demand.share_milli)
     )
     if not demand.has_share:
         share = np.zeros(len(gpus), dtype=bool)
     return GpuMasks(gpus=gpus, owner=owner, model_ok=model_ok, free=free, share=share,
-                    nodes=nodes, alike=alike)
+                    nodes=nodes, alike=alike, every=every)
 
 
 def _per_node(mask: np.ndarray, owner: np.ndarray, n: int, alike: int = 0) -> np.ndarray:

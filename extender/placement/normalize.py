@@ -10,8 +10,8 @@ MAX_SCORE = 10
 def scores_from_costs(costs: np.ndarray) -> list[int]:
     """Lowest finite cost -> 10, highest -> 0, linear between; infeasible (inf) -> 0.
     When every feasible node costs the same they all get 10."""
-    if len(costs) and np.isfinite(costs).all():  # every node feasible: no masking
-        lo, hi = costs.min(), costs.max()
+    lo, hi = (costs.min(), costs.max()) if len(costs) else (np.inf, np.inf)
+    if np.isfinite(lo) and np.isfinite(hi):  # every node feasible (no NaN either): no masking
         if hi - lo <= 1e-12:
             return [MAX_SCORE] * len(costs)
         return np.rint(MAX_SCORE * (hi - costs) / (hi - lo)).astype(np.int64).tolist()

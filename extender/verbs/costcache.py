@@ -105,8 +105,9 @@ class _Entry:
         self.epoch = epoch
         self.share = self.whole = None
 
-    def store(self, gpus: np.ndarray, share: np.ndarray | None, whole: np.ndarray | None
-              ) -> None:
+    def store(self, gpus: np.ndarray, share: np.ndarray | None, whole: np.ndarray | None,
+              every: bool = False) -> None:
+        """``every``: ``gpus`` is every GPU in order (a plain copy, not a scatter)."""
         for name, values in (("share", share), ("whole", whole)):
             if values is None:
                 continue
@@ -114,7 +115,10 @@ class _Entry:
             if held is None or held.shape[1:] != values.shape[1:]:
                 held = np.zeros((self.n_gpus, *values.shape[1:]))
                 setattr(self, name, held)
-            held[gpus] = values
+            if every:
+                held[...] = values
+            else:
+                held[gpus] = values
 
     @property
     def nbytes(self) -> int:
@@ -178,19 +182,19 @@ class CostCache:
         raw = self._filled((id(policy), term.key), term.epoch, term.raw or term.compute,
                            state, demand, masks)
         if term.finish is None:
-            return _gather(raw, masks.gpus)
+            return _gather(raw, masks)
         if masks.nodes is None:
-            return term.finish(*_gather(raw, masks.gpus))
+            return term.finish(*_gather(raw, masks))
 
         def finish(state: ClusterState, demand: PodDemand, sub: GpuMasks) -> TermValues:
-            return term.finish(*_gather(raw, sub.gpus))
+            return term.finish(*_gather(raw, sub))
 
         # The finished values too, while the finishing step's inputs stand (sparse: the
         # mix's popularities): a plain gather per call, no weighting.
         done = self._filled((id(policy), term.key, "finished"),
                             (*term.epoch, *term.finish_epoch), finish, state, demand, masks,
                             within=raw)
-        return _gather(done, masks.gpus)
+        return _gather(done, masks)
 
     def _filled(self, entry_key: tuple, epoch: tuple[object, ...],
                 compute: Callable[[ClusterState, PodDemand, GpuMasks], TermValues],
@@ -228,7 +232,7 @@ class CostCache:
         if len(stale):
             sub = gpu_masks(state, demand, stale)
             before = entry.nbytes
-            entry.store(sub.gpus, *compute(state, demand, sub))
+            entry.store(sub.gpus, *compute(state, demand, sub), every=sub.every)
             entry.stamp[stale] = state.node_stamp[stale]
             if entry.nbytes != before:
                 self._evict(state)
@@ -246,7 +250,12 @@ class CostCache:
             self._entries.popitem(last=False)
 
 
-def _gather(entry: _Entry, gpus: np.ndarray) -> TermValues:
+def _gather(entry: _Entry, masks: GpuMasks) -> TermValues:
+    """The entry's values on the masks' GPUs. Every GPU in order: the arrays themselves, not
+    a copy (read only: ``add_terms`` copies the first term it adds, ``finish`` makes new)."""
+    if masks.every:
+        return entry.share, entry.whole
+    gpus = masks.gpus
     # take: rows of a 2-D array (raw terms) gather several times faster than [gpus]
     return (None if entry.share is None else entry.share.take(gpus, axis=0),
             None if entry.whole is None else entry.whole.take(gpus, axis=0))

@@ -34,6 +34,7 @@ import numpy as np
 
 from extender.demand import PodDemand
 from extender.placement import ClusterState, Policy, fit, node_costs
+from extender.placement.fit import FitResult, gpu_masks
 from extender.verbs.costcache import (
     CACHED_POLICIES,
     CachedPolicy,
@@ -185,7 +186,9 @@ class NodeVerdicts:
         """Costs of nodes the pod fits (their fits current in ``entry``)."""
         if not len(nodes):
             return
-        sub = fit(state, demand, [state.node_names[i] for i in nodes.tolist()], explain=False)
+        # Their fits are current and true: the masks alone, not fit's name lookup again.
+        sub = FitResult(nodes=nodes, names=[], fits=np.ones(len(nodes), dtype=bool),
+                        masks=gpu_masks(state, demand, nodes), failed={}, unresolvable={})
         unnoted = CachedPolicy(policy, self.cost_cache, note=False)  # the filter noted it
         entry.cost[nodes] = node_costs(state, demand, sub, unnoted)
         entry.cost_stamp[nodes] = state.node_stamp[nodes]

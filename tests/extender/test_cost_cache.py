@@ -233,3 +233,37 @@ def test_new_popularities_over_the_same_tasks_reuse_the_fragmentation_per_task()
     np.testing.assert_allclose(got, _fresh(policy, state, _share("h-2", 300), names),
                                rtol=1e-12, atol=1e-12)
     assert cache.computed_nodes == computed + len(names)
+
+
+def test_every_node_in_order_reads_the_cache_without_copies_and_stays_exact() -> None:
+    """Candidates that are the whole inventory in order take the path without gathers (the
+    cached arrays are read as they are): through bookings, releases and a mix re-read with
+    every pod the costs stay the policy's, and a caller writing into its answer leaves the
+    cache intact."""
+    rng = random.Random(11)
+    inv, state = _cluster()
+    in_order = list(state.node_names)
+    policy = Sparse(_mix=DemandMix(half_life=4.0, refresh=3))
+    cache = CostCache()
+    booked: list[str] = []
+    for step in range(40):
+        demand = _share(f"e-{step}", rng.choice([200, 300, 700]),
+                        rng.choice(["cnn", "recommendation"]))
+        got = _cached(policy, cache, state, demand, in_order)
+        np.testing.assert_allclose(got, _fresh(policy, state, demand, in_order),
+                                   rtol=1e-12, atol=1e-12)
+        masks = fit(state, demand, in_order).masks
+        assert masks.every
+        share, _ = CachedPolicy(policy, cache, note=False).costs(state, demand, masks)
+        share += 1e6  # the caller's own array: the next answer must not see it
+        np.testing.assert_allclose(_cached(policy, cache, state, demand, in_order), got,
+                                   rtol=1e-12, atol=1e-12)
+        if booked and rng.random() < 0.3:
+            state.unapply(booked.pop(rng.randrange(len(booked))))
+        else:
+            choice = assign(state, demand, rng.choice(in_order), policy)
+            if choice is not None:
+                r = reservation_for(demand, choice, state, 0.0, None)
+                state.apply(r)
+                booked.append(r.pod_uid)
+    assert cache.reused_gpus > cache.computed_nodes

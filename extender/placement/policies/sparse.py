@@ -249,12 +249,13 @@ class Sparse:
                 whole[masks.owner] if has_whole else None)
 
     def _frag_finish(self, state: ClusterState, demand: PodDemand, p: np.ndarray):
-        """Raw rows (``_frag_raw``) to the fragmentation term's values, as ``_frag_term``."""
-        offset = float((state.node_stop - state.node_start).max(initial=1))
+        """Raw rows (``_frag_raw``) to the fragmentation term's values, as ``_frag_term``.
+        The offset is read when the rows are finished (a cache mostly answers without)."""
         slots = max(demand.whole_gpus, 1)
         weight = self.frag_weight
 
         def finish(share: np.ndarray | None, whole: np.ndarray | None) -> TermValues:
+            offset = float((state.node_stop - state.node_start).max(initial=1))
             size = len(share if share is not None else whole)
             share_cost = (weight * (offset - (share @ p) / 1000.0) if share is not None
                           else np.full(size, weight * offset))

@@ -191,3 +191,27 @@ def test_orphaned_reservation_survives_inventory_change(state):
     assert "x" in state.orphans
     grown = state.with_inventory(state.inventory.with_node(gpu_node("gone", 1)))
     assert "x" in grown.reservations and grown.mem_used[grown.gpu_index["GPU-gone-0"]] == 100
+
+
+@pytest.mark.parametrize("alike", [True, False])
+def test_masks_over_every_node_in_order_match_any_other_order(alike):
+    """All nodes in order take the path without gathers; the masks must be the ones the
+    general path gives (checked through a permutation and back), on alike and mixed nodes."""
+    from extender.placement.fit import gpu_masks
+
+    counts = (4, 4, 4) if alike else (2, 4, 1)
+    inv = inventory(*(gpu_node(n, k, "V100M32", 32768) for n, k in zip("abc", counts, strict=True)))
+    state = ClusterState.build(inv, default_matrix())
+    state.apply(booked("x", "GPU-a-0", 30000, 900))
+    state.apply(booked("y", "GPU-b-1", 4000, 100, node="b"))
+    for demand in (share(mem=8192), share(mem=31000), whole(n=1), whole(n=2)):
+        everything = gpu_masks(state, demand, np.arange(3))
+        reordered = gpu_masks(state, demand, np.array([2, 0, 1]))
+        back = np.argsort(state.gpu_node[reordered.gpus], kind="stable")
+        assert everything.gpus.tolist() == reordered.gpus[back].tolist()
+        assert everything.owner.tolist() == state.gpu_node.tolist()
+        assert everything.alike == (4 if alike else 0) == reordered.alike
+        for name in ("model_ok", "free", "share"):
+            assert getattr(everything, name).tolist() == getattr(reordered, name)[back].tolist()
+        assert fit(state, demand, ["a", "b", "c"]).fits.tolist() == \
+            fit(state, demand, ["c", "a", "b"]).fits[[1, 2, 0]].tolist()
