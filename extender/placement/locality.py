@@ -2,7 +2,7 @@
 
 A pod declares the embedding store and tables it reads (annotation ``sparse.io/embedding``,
 JSON ``{"store": "s", "tables": ["a", "b"], "hotRows": 100000 | {"a": n},
-"idsPerStep": 4096 | {"a": n}, "required": false}``).
+"idsPerStep": 4096 | {"a": n}, "steps": 100000, "required": false}``).
 Each node's embedding cache publishes what it holds (``sparse.io/embedding-cache``, written by
 ``embed.publisher``), and the store's shard pods (label ``sparse.io/embedding-store=<store>``)
 say where the store runs. Per candidate node the locality *bonus*, in the policy's cost unit
@@ -80,6 +80,7 @@ class EmbeddingSpec:
     hot_rows: Mapping[str, int] | None = None  # per table; None = table size stands in
     required: bool = False
     ids_per_step: Mapping[str, int] | None = None  # per table: ids one step looks up
+    steps: int | None = None  # steps the job will run (its cache's warm-up is spread over them)
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,12 @@ def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | No
     required = doc.get("required", False)
     if not isinstance(required, bool):
         raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'required' must be true or false")
+    steps = doc.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                              or steps < 1):
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'steps' must be a positive integer")
     return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required,
-                         ids_per_step or None)
+                         ids_per_step or None, steps)
 
 
 def _per_table(doc: dict, key: str, tables: list[str]) -> dict[str, int] | None:
