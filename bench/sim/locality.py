@@ -17,19 +17,21 @@ Model (figures in ``bench/data/locality/topology.yaml``):
   request round trip; the rows found in the node cache at ``local`` speed, the rest at the
   speed of the path to each shard (same rack, same zone, or across zones): a table's blocks
   are spread over all shards, so every shard serves its part of every job's misses.
-* Node caches: capacity ``gib_per_node``; a starting job's tables get the hottest rows the cache
-  can give them (capacity split over the tables of the jobs running there; idle tables are
-  evicted least recently used first), and the cache's content is published through the same
-  ``encode_cache`` annotation the DaemonSet writes (with the readers per table: the running
-  jobs on the node that declare it), read by the same ``LocalityIndex``. Jobs declare
-  ``idsPerStep`` (the ids behind the step's distinct rows). A table
-  holding ``c`` of its ``N`` rows serves the Zipf mass of its top ``c`` rows; a table not cached
-  when the job starts warms up over the steps that fetch those rows once.
+* Node caches over time (``NodeCaches``, ``extender.placement.cache_warmup``): capacity
+  ``gib_per_node``, split over the tables the running jobs read as LFU splits it (their room);
+  a table nobody on the node read is empty and fills on miss as its readers step (after ``E``
+  of its ids, row ``k`` is held with probability ``1 - exp(-E p_k)``, up to its room; misses
+  cost network time, so the fill is bounded by the links); a table whose readers left keeps
+  its rows until the tables in use fill the room, the longest idle first. A job's hit ratio is
+  its mean over its steps left as its tables fill, set when it starts and whenever a job
+  starts or ends on its node. The cache's content is published through the same
+  ``encode_cache`` annotation the DaemonSet writes (rows held now, readers per table), read by
+  the same ``LocalityIndex``. Jobs declare ``idsPerStep`` (the ids behind the step's distinct
+  rows) and ``steps`` (their length).
 * Misses share the store's shards, the racks' uplinks and the zones' interconnects
   (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
   recommendation job starts or ends, the links are re-spread over the running ones and their
-  fetch times move. A job's hit ratio is set when it starts (its cache's content then) and
-  again when a job starting on its node takes cache room from its tables.
+  fetch times move.
 * Hit ratios count the rows a step *fetches*: a batch's ids are deduplicated, so a hot row
   drawn many times is fetched once, and the cached top ``c`` rows serve a smaller share of the
   fetched rows than of the draws (``fetched_hit``).

@@ -24,7 +24,10 @@ Tables weigh by their hot rows; without ``hotRows`` a table's size from the cach
 stands in. When the cache publishes its size and which tables running pods read
 (``readers``), the share also counts cache *room*: the cache's rows split over the tables in
 use there once the job's new tables join, a warm-up from what is held now to what the room
-allows, and the rows the tables in use lose to the newcomer (``squeeze``, per reader). So a
+allows, and the rows the tables in use lose to the newcomer (``squeeze``, per reader). With
+``steps`` and ``idsPerStep`` declared, the warm-up is the cache's fill over the job's steps
+(``cache_warmup``: the published rows are served at once, the rest of the room fills at the
+readers' ids per step), so a warm node scores the warm-up it saves over the job's run. So a
 node whose cache already serves the job's tables to other pods ranks first, an idle cache next,
 a cache crowded with other tables in use last. Only misses travel: the rack and zone tiers
 weigh the share of the job's traffic the cache leaves to the store, times the share of the
