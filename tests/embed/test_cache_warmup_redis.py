@@ -9,57 +9,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.embed.zipf import ZipfIds
-from bench.redis_server import RedisServer
-from embed.cache import LFU_SETTINGS, ReadThrough
-from embed.layout import TableMeta
-from embed.store import EmbeddingStore, connect
+from bench.embed.warmup import load_table, replay_warmup
+from embed.store import EmbeddingStore
 from extender.placement.cache_warmup import warm_curve
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
-ROWS, DIM, ALPHA, IDS_PER_STEP, STEPS = 100_000, 4, 1.05, 2048, 240
+ROWS, ALPHA, IDS_PER_STEP, STEPS = 100_000, 1.05, 2048, 240
 
 
-def bounded_cache(store: EmbeddingStore, room: int | None) -> tuple[RedisServer, object]:
-    """A node cache holding at most ``room`` rows of the table (its used_memory with that
-    many keys of the real format, measured on the same server), or unbounded."""
-    server = RedisServer()
-    cache = connect(server.url)
-    for name, value in LFU_SETTINGS.items():
-        cache.config_set(name, value)
-    if room is not None:
-        ReadThrough(cache, store, admission=False).lookup("t", np.arange(room))
-        used = int(cache.info("memory")["used_memory"])
-        cache.flushall()
-        cache.config_set("maxmemory", str(used))
-    return server, cache
-
-
-def replay(store: EmbeddingStore, room: int | None, seed: int = 0
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """Per step: the hit ratio of its distinct rows, and the rows the cache held after it."""
-    server, cache = bounded_cache(store, room)
-    try:
-        reader = ReadThrough(cache, store)
-        zipf, rng = ZipfIds(ROWS, ALPHA, seed), np.random.default_rng(seed)
-        hits, held = [], []
-        for _ in range(STEPS):
-            h0, m0 = reader.metrics.hits, reader.metrics.misses
-            reader.lookup("t", zipf.sample(IDS_PER_STEP, rng))
-            hits.append((reader.metrics.hits - h0) / max(reader.metrics.hits - h0
-                                                         + reader.metrics.misses - m0, 1))
-            held.append(int(cache.dbsize()))
-        return np.array(hits), np.array(held)
-    finally:
-        server.stop()
+def replay(store: EmbeddingStore, room: int | None) -> tuple[np.ndarray, np.ndarray]:
+    return replay_warmup(store, ROWS, room, IDS_PER_STEP, STEPS, ALPHA)
 
 
 @pytest.fixture
 def store(redis_url):
     s = EmbeddingStore.from_url(redis_url)
-    data = np.random.default_rng(0).standard_normal((ROWS, DIM)).astype(np.float32)
-    s.write_table(TableMeta("t", ROWS, DIM), [data])
+    load_table(s, ROWS)
     return s
 
 
