@@ -122,7 +122,7 @@ def _plot(frame: pd.DataFrame, path: Path, title: str) -> None:
 @click.option("--ids", default=4096, show_default=True, help="ids per step")
 @click.option("--steps", default=400, show_default=True)
 @click.option("--alpha", default=1.05, show_default=True)
-@click.option("--rooms", default="0.01,0.05,0.2,0",
+@click.option("--rooms", default="0.05,0.2,0",
               show_default=True, help="cache room as shares of the table (0 = unbounded)")
 @click.option("--out", default=None, help="results folder (default results/warmup-<time>)")
 def main(rows, ids, steps, alpha, rooms, out) -> None:

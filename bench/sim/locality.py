@@ -198,16 +198,21 @@ class NodeCaches:
     def rows_of(self, node: str, table: str) -> float:
         """Rows of ``table`` the node's cache holds now."""
         base, exposure, cap = self._state(node, table)
-        return float(self.curve(table).held(base, exposure, cap)) if cap >= 1 else 0.0
+        return self.curve(table).held_at(base, exposure, cap) if cap >= 1 else 0.0
 
     def held_on(self, node: str) -> dict[str, int]:
         """Rows held per table on ``node`` (what its cache publishes)."""
         return {t: int(self.rows_of(node, t) + 1e-6) for t in self.cap[node]}
 
-    def read(self, node: str, table: str, ids: float) -> None:
-        """Readers on ``node`` looked up ``ids`` more ids of ``table``: misses fill the cache."""
-        if ids > 0 and table in self.active[node]:
-            self.exposure[node][table] = self.exposure[node].get(table, 0.0) + ids
+    def read(self, node: str, ids: dict[str, float]) -> None:
+        """Readers on ``node`` looked up ``ids[table]`` more ids of each table: misses fill
+        the cache (and evict idle tables' rows)."""
+        grew = False
+        for table, n in ids.items():
+            if n > 0 and table in self.active[node]:
+                self.exposure[node][table] = self.exposure[node].get(table, 0.0) + n
+                grew = True
+        if grew:
             self._evict_idle(node)
 
     def _settle(self, node: str, table: str, rows: float) -> None:
@@ -283,7 +288,7 @@ class NodeCaches:
         if cap < 1:
             return 0.0
         rate = self.active[node].get(table, 0) * self.draws.get(table, 1.0)
-        return float(self.curve(table).mean_hit(base, exposure, cap, rate, steps))
+        return self.curve(table).mean_hit_at(base, exposure, cap, rate, float(steps))
 
     def warm_hit(self, node: str, table: str) -> float:
         """Share of a step's fetched rows of ``table`` the cache would serve warm (its room
@@ -498,12 +503,14 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     def feed_cache(node: str) -> None:
         """The readers on ``node`` stepped since the last event there: their ids went through
         its cache (misses filled it)."""
+        ids: dict[str, float] = {}
         for k in on_node[node]:
             done_steps = steps[k] - remaining[k] + (now - last[k]) * rate[k]
             d = max(done_steps - read_mark[k], 0.0)
             read_mark[k] += d
             for t in tables[k]:
-                caches.read(node, t, d * caches.draws[t])
+                ids[t] = ids.get(t, 0.0) + d * caches.draws[t]
+        caches.read(node, ids)
 
     def rerate_readers(node: str, skip: int = -1) -> None:
         """Running readers on ``node``: their hit ratio over their steps left, from what the

@@ -41,8 +41,9 @@ vectorised over nodes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -176,6 +177,74 @@ class WarmCurve:
             grown = np.where(span > 0, area / span, self._gather(self.hit_cum, p0, rr)
                              - self._gather(self.hit_cum, p0, rb))
         return self._top(rb) + grown
+
+    # --- the same lookups for one table on one node, in plain floats (the replay's caches
+    # ask one at a time; numpy's per-call overhead would dominate) ---------------------------
+
+    @cached_property
+    def _flat(self) -> tuple[list[float], list[float], list[float], list[float], float, float]:
+        return (*(t.ravel().tolist() for t in (self.held_cum, self.hit_cum, self.hit_int)),
+                self.e.tolist(), (EXPOSURES - 2) / math.log(self.e[-1]),
+                (RANKS - 1) / math.log(self.n))
+
+    def _epos1(self, exposure: float) -> tuple[int, float]:
+        e, scale = self._flat[3], self._flat[4]
+        x = min(max(exposure, 0.0), e[-1])
+        pe = x if x < 1.0 else 1.0 + math.log(x) * scale
+        ie = min(int(pe), EXPOSURES - 2)
+        return ie, min(max((x - e[ie]) / (e[ie + 1] - e[ie]), 0.0), 1.0)
+
+    def _rpos1(self, rank: float) -> tuple[int, float] | None:
+        if rank < 1:
+            return None
+        pr = min(max(math.log(rank) * self._flat[5], 0.0), RANKS - 1)
+        ir = min(int(pr), RANKS - 2)
+        return ir, pr - ir
+
+    @staticmethod
+    def _gather1(flat: list[float], epos: tuple[int, float],
+                 rpos: tuple[int, float] | None) -> float:
+        if rpos is None:
+            return 0.0
+        (ie, fe), (ir, fr) = epos, rpos
+        at = ie * RANKS + ir
+        lo = flat[at] * (1 - fr) + flat[at + 1] * fr
+        hi = flat[at + RANKS] * (1 - fr) + flat[at + RANKS + 1] * fr
+        return lo + (hi - lo) * fe
+
+    def _top1(self, rpos: tuple[int, float] | None) -> float:
+        return self._gather1(self._flat[1], (EXPOSURES - 2, 1.0), rpos)
+
+    def _integral1(self, exposure: float, rpos: tuple[int, float] | None) -> float:
+        out = self._gather1(self._flat[2], self._epos1(exposure), rpos)
+        over = exposure - self._flat[3][-1]
+        return out + over * self._top1(rpos) if over > 0 else out
+
+    def held_at(self, base: float, exposure: float, room: float) -> float:
+        """``held`` for one table on one node."""
+        room = min(room, self.n)
+        base = min(base, room)
+        ep = self._epos1(exposure)
+        grown = (self._gather1(self._flat[0], ep, self._rpos1(room))
+                 - self._gather1(self._flat[0], ep, self._rpos1(base)))
+        return min(base + grown, room)
+
+    def mean_hit_at(self, base: float, exposure: float, room: float, rate: float,
+                    steps: float) -> float:
+        """``mean_hit`` for one table on one node."""
+        room = min(room, self.n)
+        base = min(base, room)
+        rb, rr = self._rpos1(base), self._rpos1(room)
+        span = rate * max(steps, 0.0)
+        if span <= 0:
+            ep = self._epos1(exposure)
+            grown = (self._gather1(self._flat[1], ep, rr)
+                     - self._gather1(self._flat[1], ep, rb))
+        else:
+            e1 = exposure + span
+            grown = (self._integral1(e1, rr) - self._integral1(e1, rb)
+                     - self._integral1(exposure, rr) + self._integral1(exposure, rb)) / span
+        return self._top1(rb) + grown
 
     def warm_steps(self, room: float, rate: float, share: float = 0.9) -> float:
         """Steps at ``rate`` ids a step until the cache serves ``share`` of what it serves

@@ -67,7 +67,7 @@ def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     caches.start(node, ("a",))
     assert caches.cap[node]["a"] == pytest.approx(caches.capacity)  # alone: the whole cache
     assert caches.rows_of(node, "a") == 0  # but nothing read yet: empty
-    caches.read(node, "a", 1e9)
+    caches.read(node, {"a": 1e9})
     filled = caches.rows_of(node, "a")
     assert 0 < filled < caches.capacity
     caches.start(node, ("b", "c"))  # a's room shrinks to a third
@@ -79,8 +79,7 @@ def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     caches.start(other, ("a", "b"))
     caches.start(other, ("a",))
     assert caches.cap[other]["a"] > 1.5 * caches.cap[other]["b"]
-    for t in ("a", "b"):
-        caches.read(other, t, 1e12)  # read long enough to fill the room
+    caches.read(other, {"a": 1e12, "b": 1e12})  # read long enough to fill the room
     assert caches.rows_of(other, "b") == pytest.approx(caches.cap[other]["b"], rel=1e-3)
     # A job ends: the table it read loses a reader, the other keeps its rows and may grow.
     b_rows = caches.rows_of(other, "b")
@@ -92,7 +91,7 @@ def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     # A new table in use fills and evicts the leftovers as it grows, longest idle first.
     caches.start(other, ("c",))
     assert caches.rows_of(other, "a") > 0
-    caches.read(other, "c", 1e13)
+    caches.read(other, {"c": 1e13})
     assert caches.rows_of(other, "c") == pytest.approx(caches.capacity, rel=1e-3)
     assert caches.rows_of(other, "a") < 1 and caches.rows_of(other, "b") < 1
 
@@ -184,8 +183,7 @@ def test_the_scheduler_scores_the_room_the_replay_caches_give():
     node = topo.names[0]
     caches.start(node, ("a", "b"))
     caches.start(node, ("a", "d"))
-    for t in ("a", "b", "d"):  # the cache has rows (its bytes per row are known)
-        caches.read(node, t, 1e9)
+    caches.read(node, dict.fromkeys(("a", "b", "d"), 1e9))  # rows held: bytes per row known
     ix = LocalityIndex()
     ix.observe_node(node, caches.annotation(node, 0.0), topo.labels(node))
     # c was never published: its size comes from the job's declaration (hotRows).

@@ -99,3 +99,16 @@ def test_the_term_scores_the_warm_up_a_warm_cache_saves_over_the_declared_steps(
     spec = EmbeddingSpec("s", ("a",), {"a": 10**8}, ids_per_step={"a": 150_000})
     before = ix.expected(spec, slots)[0]
     assert before[0] > before[1]
+
+
+def test_one_table_lookups_are_the_vectorised_ones():
+    curve = warm_curve(3e8, 1.05, 120_000.0)
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        base, room = sorted(rng.uniform(0, 4e7, 2))
+        exposure, rate = rng.uniform(0, 1e11), rng.uniform(0, 3e5)
+        steps = float(rng.integers(0, 10**6))
+        assert curve.held_at(base, exposure, room) == pytest.approx(
+            float(curve.held(base, exposure, room)), rel=1e-9)
+        assert curve.mean_hit_at(base, exposure, room, rate, steps) == pytest.approx(
+            float(curve.mean_hit(base, exposure, room, rate, steps)), rel=1e-6, abs=1e-9)
