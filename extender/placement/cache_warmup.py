@@ -168,11 +168,13 @@ class WarmCurve:
         e1 = e0 + span
         p1 = self._epos(e1)
         area = self._integral(p1, e1, rr) - self._integral(p1, e1, rb)
+        p0 = None
         if e0.any():  # from a cache already filling (the replay); the scheduler starts at 0
             p0 = self._epos(e0)
             area = area - self._integral(p0, e0, rr) + self._integral(p0, e0, rb)
-        else:
-            p0 = self._epos(np.zeros_like(e1))
+        if (span > 0).all():
+            return self._top(rb) + area / span
+        p0 = p0 or self._epos(np.zeros_like(e1))
         with np.errstate(divide="ignore", invalid="ignore"):
             grown = np.where(span > 0, area / span, self._gather(self.hit_cum, p0, rr)
                              - self._gather(self.hit_cum, p0, rb))
