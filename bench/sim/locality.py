@@ -17,19 +17,21 @@ Model (figures in ``bench/data/locality/topology.yaml``):
   request round trip; the rows found in the node cache at ``local`` speed, the rest at the
   speed of the path to each shard (same rack, same zone, or across zones): a table's blocks
   are spread over all shards, so every shard serves its part of every job's misses.
-* Node caches: capacity ``gib_per_node``; a starting job's tables get the hottest rows the cache
-  can give them (capacity split over the tables of the jobs running there; idle tables are
-  evicted least recently used first), and the cache's content is published through the same
-  ``encode_cache`` annotation the DaemonSet writes (with the readers per table: the running
-  jobs on the node that declare it), read by the same ``LocalityIndex``. Jobs declare
-  ``idsPerStep`` (the ids behind the step's distinct rows). A table
-  holding ``c`` of its ``N`` rows serves the Zipf mass of its top ``c`` rows; a table not cached
-  when the job starts warms up over the steps that fetch those rows once.
+* Node caches over time (``NodeCaches``, ``extender.placement.cache_warmup``): capacity
+  ``gib_per_node``, split over the tables the running jobs read as LFU splits it (their room);
+  a table nobody on the node read is empty and fills on miss as its readers step (after ``E``
+  of its ids, row ``k`` is held with probability ``1 - exp(-E p_k)``, up to its room; misses
+  cost network time, so the fill is bounded by the links); a table whose readers left keeps
+  its rows until the tables in use fill the room, the longest idle first. A job's hit ratio is
+  its mean over its steps left as its tables fill, set when it starts and whenever a job
+  starts or ends on its node. The cache's content is published through the same
+  ``encode_cache`` annotation the DaemonSet writes (rows held now, readers per table), read by
+  the same ``LocalityIndex``. Jobs declare ``idsPerStep`` (the ids behind the step's distinct
+  rows) and ``steps`` (their length).
 * Misses share the store's shards, the racks' uplinks and the zones' interconnects
   (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
   recommendation job starts or ends, the links are re-spread over the running ones and their
-  fetch times move. A job's hit ratio is set when it starts (its cache's content then) and
-  again when a job starting on its node takes cache room from its tables.
+  fetch times move.
 * Hit ratios count the rows a step *fetches*: a batch's ids are deduplicated, so a hot row
   drawn many times is fetched once, and the cached top ``c`` rows serve a smaller share of the
   fetched rows than of the draws (``fetched_hit``).
@@ -62,6 +64,7 @@ from extender.placement.cache_model import (
     lfu_room,
     zipf_norm,
 )
+from extender.placement.cache_warmup import WarmCurve, warm_curve
 from extender.placement.locality import (
     EmbeddingSpec,
     LocalityIndex,
@@ -100,28 +103,6 @@ def fetched_hit(cached: np.ndarray | float, n: float, alpha: float, unique: floa
     _, log_rank, cum = step_rows(float(n), float(alpha), float(unique))
     c = np.minimum(np.asarray(cached, dtype=np.float64), n)
     return np.where(c >= 1, np.interp(np.log(np.maximum(c, 1.0)), log_rank, cum) / cum[-1], 0.0)
-
-
-def mean_hit(cached: int, target: int, n: int, alpha: float, unique: float, steps: float
-             ) -> float:
-    """Mean share of the fetched rows served by a cache that holds ``cached`` of the table's
-    hottest rows at the start and fills to ``target``: after s steps of ``draws`` Zipf draws
-    the rows down to rank (s draws p_1)^(1/alpha) have been fetched once (p_1 = the top row's
-    probability), so the cache holds min(target, max(cached, that rank)) rows."""
-    if target <= 0:
-        return 0.0
-    draws = step_rows(float(n), float(alpha), float(unique))[0]
-    p1 = 1.0 / zipf_norm(n, alpha)
-    grid = np.geomspace(1.0, max(steps, 1.0), 24)
-    seen = (grid * draws * p1) ** (1.0 / alpha)
-    held = np.minimum(target, np.maximum(cached, seen))
-    h = fetched_hit(held, n, alpha, unique)
-    if len(grid) == 1 or steps <= 1:
-        return float(h[-1])
-    # Trapezoid over the steps (the first step at the starting content).
-    xs = np.concatenate([[0.0], grid])
-    ys = np.concatenate([fetched_hit(min(cached, target), n, alpha, unique)[None], h])
-    return float(np.sum((ys[1:] + ys[:-1]) / 2 * np.diff(xs)) / xs[-1])
 
 
 @dataclass
@@ -184,10 +165,14 @@ class Topology:
 
 
 class NodeCaches:
-    """Per node: table -> cached rows (hottest first), bounded by the cache's row capacity.
-    The tables running jobs read split the room as an LFU cache splits it
-    (``cache_model.lfu_room``: by how often their rows are read, so a table read by more jobs
-    keeps more rows); tables nobody reads are evicted least recently used first."""
+    """Per node and table: the hottest rows held warm (*base*), the ids the cache has seen of
+    the table since (*exposure*) and the rank cap LFU allows it (*cap*); the rows it holds
+    follow from the three (``cache_warmup.WarmCurve``: filled on miss, hottest rows kept). A
+    table nobody on the node read starts empty and fills as its readers step (``read``); the
+    tables running jobs read split the room as an LFU cache splits it
+    (``cache_model.lfu_room``: by how often their rows are read); a table whose readers left
+    keeps its rows until the tables in use need the room (its LFU counters decay while the
+    others' grow), the longest idle first."""
 
     def __init__(self, topo: Topology, rows: dict[str, int], row_bytes: int,
                  alpha: float = 1.05, draws: dict[str, float] | None = None) -> None:
@@ -198,54 +183,127 @@ class NodeCaches:
         self.draws = draws or {}
         gib = topo.raw["cache"]["gib_per_node"]
         self.capacity = int(gib * 2**30 // (row_bytes + KEY_OVERHEAD_BYTES))
-        self.held: dict[str, OrderedDict[str, int]] = {n: OrderedDict() for n in topo.names}
+        self.base: dict[str, dict[str, float]] = {n: {} for n in topo.names}
+        self.exposure: dict[str, dict[str, float]] = {n: {} for n in topo.names}
+        self.cap: dict[str, OrderedDict[str, float]] = {n: OrderedDict() for n in topo.names}
         self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
 
-    def start(self, node: str, tables: tuple[str, ...]) -> dict[str, int]:
-        """Book a starting job's tables; returns the tables whose rows moved (their rows
-        before): the co-runners reading them are re-rated."""
+    def curve(self, table: str) -> WarmCurve:
+        return warm_curve(self.rows[table], self.alpha, self.draws.get(table, 1.0))
+
+    def _state(self, node: str, table: str) -> tuple[float, float, float]:
+        return (self.base[node].get(table, 0.0), self.exposure[node].get(table, 0.0),
+                self.cap[node].get(table, 0.0))
+
+    def rows_of(self, node: str, table: str) -> float:
+        """Rows of ``table`` the node's cache holds now."""
+        base, exposure, cap = self._state(node, table)
+        return self.curve(table).held_at(base, exposure, cap) if cap >= 1 else 0.0
+
+    def held_on(self, node: str) -> dict[str, int]:
+        """Rows held per table on ``node`` (what its cache publishes)."""
+        return {t: int(self.rows_of(node, t) + 1e-6) for t in self.cap[node]}
+
+    def read(self, node: str, ids: dict[str, float]) -> None:
+        """Readers on ``node`` looked up ``ids[table]`` more ids of each table: misses fill
+        the cache (and evict idle tables' rows)."""
+        grew = False
+        for table, n in ids.items():
+            if n > 0 and table in self.active[node]:
+                self.exposure[node][table] = self.exposure[node].get(table, 0.0) + n
+                grew = True
+        if grew:
+            self._evict_idle(node)
+
+    def _settle(self, node: str, table: str, rows: float) -> None:
+        """The table now holds its ``rows`` hottest rows, warm (LFU kept the most read)."""
+        self.base[node][table] = self.cap[node][table] = rows
+        self.exposure[node][table] = 0.0
+
+    def warm(self, node: str, tables: tuple[str, ...]) -> None:
+        """Leftovers of earlier jobs: ``tables`` as warm as their room on ``node`` lets them."""
+        self.start(node, tables)
+        for t in tables:
+            self._settle(node, t, self.cap[node][t])
+        self.stop(node, tables)
+
+    def start(self, node: str, tables: tuple[str, ...]) -> None:
+        """A job reading ``tables`` starts on ``node``: they get their room (the tables in use
+        there give up theirs)."""
         for t in tables:
             self.active[node][t] = self.active[node].get(t, 0) + 1
-        return self._rebalance(node, tables)
+            self.cap[node].setdefault(t, 0.0)
+            self.cap[node].move_to_end(t)
+        self._rebalance(node)
 
-    def stop(self, node: str, tables: tuple[str, ...]) -> dict[str, int]:
-        """A job ended: its tables lose a reader, the others in use grow into the room
-        (as ``start``, the tables whose rows moved)."""
+    def stop(self, node: str, tables: tuple[str, ...]) -> None:
+        """A job ended: its tables lose a reader (a table nobody reads keeps its rows as a
+        leftover), the others in use grow into the room."""
         for t in tables:
             self.active[node][t] -= 1
             if not self.active[node][t]:
                 del self.active[node][t]
-        return self._rebalance(node, ())
+            self.cap[node].move_to_end(t)
+        self._rebalance(node)
 
-    def _rebalance(self, node: str, fresh: tuple[str, ...]) -> dict[str, int]:
-        """Every table in use takes its LFU room (a growing one warms up: ``mean_hit``);
-        idle tables go, least recently used first, while the cache is over."""
-        held, active = self.held[node], self.active[node]
-        before = dict(held)
+    def _rebalance(self, node: str) -> None:
+        """Every table in use takes its LFU room: a shrunk one loses its least-read rows at
+        once; a grown one keeps the rows it holds (the hottest) and fills the ranks above as
+        it is read."""
+        active, caps = self.active[node], self.cap[node]
         names = list(active)
-        room = lfu_room(self.capacity, np.array([active[t] for t in names]),
-                        np.array([self.rows[t] for t in names]), self.alpha,
-                        np.array([self.draws.get(t, 1.0) for t in names]))
-        for t, r in zip(names, room, strict=True):
-            held[t] = int(r + 1e-6)
-        for t in fresh:
-            held.move_to_end(t)
-        while sum(held.values()) > self.capacity:
-            idle = next((t for t in held if t not in active), None)
-            if idle is None:
-                break
-            del held[idle]
-        return {t: before.get(t, 0) for t in names if held.get(t, 0) != before.get(t, 0)}
+        if names:
+            room = lfu_room(self.capacity, np.array([active[t] for t in names]),
+                            np.array([self.rows[t] for t in names]), self.alpha,
+                            np.array([self.draws.get(t, 1.0) for t in names]))
+            for t, r in zip(names, room.tolist(), strict=True):
+                if r > caps[t]:
+                    self._settle(node, t, self.rows_of(node, t))
+                else:
+                    self.base[node][t] = min(self.base[node].get(t, 0.0), r)
+                caps[t] = r
+        self._evict_idle(node)
+
+    def _evict_idle(self, node: str) -> None:
+        """Idle tables give up the rows the tables in use fill, the longest idle first."""
+        caps, active = self.cap[node], self.active[node]
+        idle = [t for t in caps if t not in active]
+        if not idle:
+            return
+        free = self.capacity - sum(self.rows_of(node, t) for t in active)
+        for t in reversed(idle):  # the most recently used keeps its rows longest
+            have = self.rows_of(node, t)
+            keep = min(have, max(free, 0.0))
+            if keep < 1:
+                for state in (caps, self.base[node], self.exposure[node]):
+                    state.pop(t, None)
+            elif keep < have:
+                self._settle(node, t, keep)
+            free -= keep
+
+    def mean_hit(self, node: str, table: str, steps: float) -> float:
+        """Share of a reader's fetched rows of ``table`` the cache serves over its next
+        ``steps`` steps, the table filling as all its readers on the node read it."""
+        base, exposure, cap = self._state(node, table)
+        if cap < 1:
+            return 0.0
+        rate = self.active[node].get(table, 0) * self.draws.get(table, 1.0)
+        return self.curve(table).mean_hit_at(base, exposure, cap, rate, float(steps))
+
+    def warm_hit(self, node: str, table: str) -> float:
+        """Share of a step's fetched rows of ``table`` the cache would serve warm (its room
+        full of the table's hottest rows)."""
+        cap = self.cap[node].get(table, 0.0)
+        return float(self.curve(table).hit(cap, 0.0, cap)) if cap >= 1 else 0.0
 
     def annotation(self, node: str, now: float) -> dict[str, str]:
-        held = self.held[node]
+        held = {t: r for t, r in self.held_on(node).items() if r > 0}
         used = sum(held.values()) * (self.row_bytes + KEY_OVERHEAD_BYTES)
         cap = self.capacity * (self.row_bytes + KEY_OVERHEAD_BYTES)
         readers = dict(self.active[node])
         ids = {t: int(n * self.draws.get(t, 0)) for t, n in readers.items()}
         totals = {t: self.rows[t] for t in {*held, *readers}}
-        return {ANN_EMBEDDING_CACHE: encode_cache(dict(held), totals, used, cap, now, readers,
-                                                  ids)}
+        return {ANN_EMBEDDING_CACHE: encode_cache(held, totals, used, cap, now, readers, ids)}
 
 
 @dataclass
@@ -268,6 +326,7 @@ class LocalityRun(JctRun):
     store_rack_rec_work: float  # share of the store racks' GPU work that reads embeddings
     link_stretch: float  # time-weighted stretch of the most loaded link (1 = no contention)
     hit_ratio: float  # share of all fetched rows the node caches served, over the run
+    warmup_miss: float  # share of the fetched rows missed because a cache was still filling
     seconds: float
     jct: list = field(default_factory=list)
 
@@ -311,11 +370,15 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                           cfg_j["tables_max"]) if rec and scenario == "recommendation" else ()
               for rec in is_rec]
     unique = float(cfg_j["unique_rows_per_table_step"])
+    # Jobs declare their steps too (a training run's step count is set before it starts).
+    n_steps = np.maximum(jobs["duration"].to_numpy(dtype=np.float64)
+                         / float(cfg_j["step_compute_s"]), 1.0)
     specs = [EmbeddingSpec(topo.raw["store"]["name"], ts,
                            {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts},
                            ids_per_step={t: int(step_rows(float(rows[t]), cfg_t["id_alpha"],
-                                                          unique)[0]) for t in ts})
-             if ts else None for ts in tables]
+                                                          unique)[0]) for t in ts},
+                           steps=int(k))
+             if ts else None for ts, k in zip(tables, n_steps, strict=True)]
 
     pol = placement_policy(policy, None, typical_tasks(jobs))
     sim = SimCluster(topo.frame(), topo.names, pol, matrix)
@@ -328,8 +391,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         index.observe_node(n, None, topo.labels(n))
     if scenario == "no-embeddings":  # leftovers of earlier recommendation jobs
         for n in rng.choice(topo.names, len(topo.names) // 3, replace=False).tolist():
-            caches.start(n, tuple(rng.choice(sorted(rows), 2, replace=False).tolist()))
-            caches.stop(n, tuple(caches.active[n]))
+            caches.warm(n, tuple(rng.choice(sorted(rows), 2, replace=False).tolist()))
             index.observe_node(n, caches.annotation(n, 0.0), topo.labels(n))
     sim.locality = index if locality else None
 
@@ -346,20 +408,19 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     cls_idx = np.array([matrix.index(c) for c in classes])
     norm = matrix.norm
 
-    def fetch_parts(j: int, node: str, before: dict[str, int], left: float | None = None
-                    ) -> tuple[float, float, float]:
-        """Per step on ``node`` (means over the job's ``left`` steps, all by default):
-        seconds not spent on missed bytes (latencies, hits at local speed), missed bytes, and
-        their seconds on an idle network. A table's blocks are spread over all the store's
-        shards, so each shard sends its share of the misses over its own path (the node's
-        tier bandwidth to that shard); the step waits for the farthest shard's latency."""
+    def fetch_parts(j: int, node: str, left: float) -> tuple[float, float, float]:
+        """Per step on ``node``, means over the job's ``left`` steps (its tables filling the
+        node's cache meanwhile, ``NodeCaches.mean_hit``): seconds not spent on missed bytes
+        (latencies, hits at local speed), missed bytes, and their seconds on an idle network.
+        A table's blocks are spread over all the store's shards, so each shard sends its share
+        of the misses over its own path (the node's tier bandwidth to that shard); the step
+        waits for the farthest shard's latency."""
         tiers = [net[t] for t in topo.shard_tiers(node)]
         latency = max(t["latency_ms"] for t in tiers) / 1e3
         per_byte = sum(1.0 / (t["gbps"] * GBPS) for t in tiers) / len(tiers)
         free = miss = 0.0
         for t in tables[j]:
-            h = mean_hit(before.get(t, 0), caches.held[node].get(t, 0), rows[t],
-                         cfg_t["id_alpha"], unique, steps[j] if left is None else left)
+            h = caches.mean_hit(node, t, left)
             bytes_ = unique * row_bytes
             free += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"] * GBPS)
                      + (latency if h < 1 else 0.0))
@@ -435,15 +496,29 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                 fetch[j] = new
                 set_rate(j)
 
-    def rerate_neighbours(node: str, moved: dict[str, int]) -> None:
-        """Running jobs on ``node`` reading a table whose cache room moved: a shrunk table
-        serves less at once, a grown one warms up to its new room over their steps left."""
-        for k in paths:
-            if node_of[k] == node and moved.keys() & set(tables[k]):
+    on_node: dict[str, set[int]] = {n: set() for n in topo.names}  # running readers
+    read_mark = np.zeros(len(jobs))  # steps of each job already read into its node's cache
+    cold = np.zeros(len(jobs))  # at its start: hit ratio lost to its caches' filling
+
+    def feed_cache(node: str) -> None:
+        """The readers on ``node`` stepped since the last event there: their ids went through
+        its cache (misses filled it)."""
+        ids: dict[str, float] = {}
+        for k in on_node[node]:
+            done_steps = steps[k] - remaining[k] + (now - last[k]) * rate[k]
+            d = max(done_steps - read_mark[k], 0.0)
+            read_mark[k] += d
+            for t in tables[k]:
+                ids[t] = ids.get(t, 0.0) + d * caches.draws[t]
+        caches.read(node, ids)
+
+    def rerate_readers(node: str, skip: int = -1) -> None:
+        """Running readers on ``node``: their hit ratio over their steps left, from what the
+        cache holds now and the room their tables have there."""
+        for k in on_node[node]:
+            if k != skip:
                 left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
-                held = caches.held[node]
-                start = {t: min(moved.get(t, held.get(t, 0)), held.get(t, 0)) for t in tables[k]}
-                fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, start, left)
+                fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, left)
 
     def publish(node: str) -> None:
         index.observe_node(node, caches.annotation(node, now), topo.labels(node))
@@ -459,12 +534,15 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         in_rack[j] = topo.tier(node) == "rack"
         started[j] = last[j] = now
         if tables[j]:
-            before = {t: caches.held[node].get(t, 0) for t in tables[j]}
-            cache_hit[j] = all(before.values())
-            moved = caches.start(node, tables[j])
-            fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, before)
+            feed_cache(node)
+            cache_hit[j] = all(caches.rows_of(node, t) >= 1 for t in tables[j])
+            caches.start(node, tables[j])
+            on_node[node].add(j)
+            fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, steps[j])
             fetch[j] = fetch_free[j] + miss_s[j]
-            rerate_neighbours(node, moved)
+            cold[j] = np.mean([caches.warm_hit(node, t) - caches.mean_hit(node, t, steps[j])
+                               for t in tables[j]])
+            rerate_readers(node, skip=j)
             paths[j] = links.path(node)
             publish(node)
         if d.has_share:
@@ -492,7 +570,10 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         sim.release(f"job-{j}")
         if tables[j]:
             paths.pop(j, None)
-            rerate_neighbours(node_of[j], caches.stop(node_of[j], tables[j]))
+            feed_cache(node_of[j])
+            on_node[node_of[j]].discard(j)
+            caches.stop(node_of[j], tables[j])
+            rerate_readers(node_of[j])
             publish(node_of[j])
             share_links()
         g = job_gpu.pop(j, None)
@@ -521,4 +602,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0,
         hit_ratio=(1.0 - float(missed[rec].sum() / max((step_bytes * steps)[rec].sum(), 1e-9))
                    if rec.any() else float("nan")),
+        warmup_miss=(float((cold * step_bytes * steps)[rec].sum()
+                           / max((step_bytes * steps)[rec].sum(), 1e-9))
+                     if rec.any() else float("nan")),
         seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])

@@ -3,13 +3,12 @@ per scenario, with plots (JCT CDF, ratios per seed)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bench.sim.report import _plt, md_table
+from bench.sim.report import _plt, md_table, write_runs_and_summary
 
 GOAL_JCT = 0.80  # mean JCT with locality / without, recommendation-heavy workload
 
@@ -41,6 +40,8 @@ def summary(runs: list) -> pd.DataFrame:
             "fetch_share_on": mean(on, "fetch_share"),
             "hit_ratio_off": mean(off, "hit_ratio"),
             "hit_ratio_on": mean(on, "hit_ratio"),
+            "warmup_miss_off": mean(off, "warmup_miss"),
+            "warmup_miss_on": mean(on, "warmup_miss"),
             "on_cache_off": mean(off, "placed_cache_hit"),
             "on_cache_on": mean(on, "placed_cache_hit"),
             "store_rack_off": mean(off, "placed_store_rack"),
@@ -123,16 +124,15 @@ def _seed_plot(seeds: pd.DataFrame, path: Path) -> None:
 
 
 def write_locality(runs: list, folder: Path, command: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([r.row() for r in runs]).to_csv(folder / "runs.csv", index=False)
     table = summary(runs)
-    table.to_csv(folder / "summary.csv", index=False)
-    (folder / "summary.json").write_text(json.dumps(table.to_dict("records"), indent=1))
+    write_runs_and_summary(runs, table, folder)
     lines = ["# Locality replay", "", f"`{command}`", "",
              "Ratios are with the locality term over without it, same trace, same seed "
              "(mean over seeds). `fetch_share`: share of the recommendation jobs' run time spent "
              "fetching embeddings; `hit_ratio`: share of all the rows they fetched that node "
-             "caches served (what relieves the store); `on_cache`: recommendation jobs that "
+             "caches served (what relieves the store); `warmup_miss`: share of those rows "
+             "missed only because a cache was still filling when the job started (the most "
+             "that placing jobs on warm caches can win back); `on_cache`: recommendation jobs that "
              "started on a node whose cache held all their tables; `store_rack`: those placed "
              "in a rack of the store's shards; `rack_rec_work`: share of the GPU work run in "
              "those racks that reads embeddings; `link_stretch`: time-weighted stretch of the "

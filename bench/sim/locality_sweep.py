@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from bench.sim.locality import TOPOLOGY, run_locality
-from bench.sim.report import _plt, md_table
+from bench.sim.report import _plt, md_table, write_table
 
 GOAL_JCT = 0.80
 
@@ -226,8 +226,7 @@ def write_sweep(runs: list[SweepRun], folder: Path, command: str,
     per_seed = pd.DataFrame([{"sweep": k[0], "value": k[1], "seed": k[2],
                               "jct_ratio": on.jct_mean / by[(k[0], k[1], k[2], False)].jct_mean}
                              for k, on in by.items() if k[3] and (*k[:3], False) in by])
-    table.to_csv(folder / "sweep.csv", index=False)
-    (folder / "sweep.json").write_text(json.dumps(table.to_dict("records"), indent=1))
+    write_table(table, folder, "sweep")
     lines = ["# Locality replay: sensitivity", "", f"`{command}`", "",
              "Mean JCT with the locality term over without it (continuous arrivals, "
              "recommendation-heavy workload), one topology parameter moved at a time, the others "

@@ -44,12 +44,19 @@ def report_header(title: str, command: str = "") -> list[str]:
     return lines
 
 
+def write_table(table: pd.DataFrame, out: Path, stem: str) -> None:
+    """A report's table as ``<stem>.csv`` and ``<stem>.json`` (one record per line of the
+    CSV): the one writer of both."""
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{stem}.csv", index=False)
+    (out / f"{stem}.json").write_text(table.to_json(orient="records", indent=1))
+
+
 def write_runs_and_summary(runs: list, table: pd.DataFrame, out: Path) -> None:
     """``runs.csv`` (one row per run) and the table as ``summary.csv`` / ``summary.json``."""
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([r.row() for r in runs]).to_csv(out / "runs.csv", index=False)
-    table.to_csv(out / "summary.csv", index=False)
-    (out / "summary.json").write_text(table.to_json(orient="records", indent=1))
+    write_table(table, out, "summary")
 
 
 def plot_jct_cdfs(runs: list, out: Path, title: str = "JCT") -> list[str]:

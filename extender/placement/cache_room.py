@@ -25,6 +25,7 @@ from extender.placement.cache_model import (
     water_fill,
     zipf_norm,
 )
+from extender.placement.cache_warmup import warm_curve
 
 
 class _Weights(Protocol):
@@ -43,6 +44,8 @@ class TableDemand(Protocol):
     def hot_rows(self) -> Mapping[str, int] | None: ...
     @property
     def ids_per_step(self) -> Mapping[str, int] | None: ...
+    @property
+    def steps(self) -> int | None: ...
 
 
 class CacheIndex(Protocol):
@@ -87,6 +90,25 @@ class _Work:
     size: np.ndarray  # per column id (+1 for -1): table size in rows
     per_reader: np.ndarray  # per column id: ids per step of one reader (NaN: unknown)
     own: np.ndarray  # per job table: the job's ids per step (NaN: unknown)
+
+
+def warming(hot: float, alpha: float, draws: float, held: np.ndarray, room: np.ndarray,
+            rate: np.ndarray, steps: int, now: np.ndarray) -> np.ndarray:
+    """Per node: the mean share of a job's fetched rows its node's cache serves over its
+    ``steps`` steps (``cache_warmup.WarmCurve.mean_hit``), from the ``held`` rows published
+    now to its ``room``, filled at ``rate`` ids a step; ``now`` where the room is unknown.
+    """
+    out = np.array(now, dtype=np.float64)
+    finite = np.isfinite(room)
+    if not finite.any():
+        return out
+    curve = warm_curve(hot, alpha, draws)
+    r = np.minimum(room[finite], hot)
+    # The published rows are the table's hottest (LFU keeps the most read); the rest of its
+    # room fills from the ids read from now on.
+    out[finite] = curve.mean_hit(np.minimum(held[finite], r), 0.0, r, rate[finite],
+                                 float(steps))
+    return out
 
 
 class CacheRoomModel:
@@ -238,12 +260,15 @@ class CacheRoomModel:
         share of one table's traffic the tables in use there lose to it, ``squeeze``).
 
         With the cache's size known, a table's rows are capped by the LFU ``room`` it gets
-        there once the job reads it too; the job is served between what the cache holds of
-        its tables at its start and what it will hold once warm (the declaration carries no
-        run length: the midpoint). Each table in use on the node loses, per reader, the share
-        its fewer rows no longer serve (``squeeze``); a reader's read of one table weighs like
-        one of the job's tables. Shares count fetched rows when the job declares
-        ``idsPerStep`` (what relieves the store), else lookups."""
+        there once the job reads it too. When the job declares its ``steps`` and ids per step,
+        the share is the mean over its steps of what the cache serves as it fills
+        (``cache_warmup``: the rows the node publishes for the table say how warm it is, and
+        the job and the table's readers there fill the rest of its room at their ids per
+        step), so a warm node scores the warm-up it saves over the job's run; without them,
+        the midpoint of what it holds now and what it will hold warm. Each table in use on the
+        node loses, per reader, the share its fewer rows no longer serve (``squeeze``); a
+        reader's read of one table weighs like one of the job's tables. Shares count fetched
+        rows when the job declares ``idsPerStep`` (what relieves the store), else lookups."""
         alpha = self.index.weights.id_skew
         hot = self._hot_rows(spec)
         known = not any(math.isnan(h) for h in hot)
@@ -266,6 +291,14 @@ class CacheRoomModel:
                 continue
             room = rooms[rows_, w.job_at[j]]
             now = served_share(np.minimum(rows, room), h, alpha, d)
+            if d and spec.steps:
+                col = w.job_at[j]
+                fill = w.per_reader[np.where(w.col[rows_, col] >= 0, w.col[rows_, col], -1)]
+                others = np.where(w.ids[rows_, col] > 0, w.ids[rows_, col],
+                                  w.readers[rows_, col] * np.nan_to_num(fill))
+                share += wt * warming(h, alpha, float(d), rows, room, d + others,
+                                      spec.steps, now)
+                continue
             warm = served_share(np.minimum(h, room), h, alpha, d)
             share += wt * np.where(np.isfinite(room), (now + warm) / 2, now)
         share /= weights.sum()

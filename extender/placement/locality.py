@@ -2,7 +2,7 @@
 
 A pod declares the embedding store and tables it reads (annotation ``sparse.io/embedding``,
 JSON ``{"store": "s", "tables": ["a", "b"], "hotRows": 100000 | {"a": n},
-"idsPerStep": 4096 | {"a": n}, "required": false}``).
+"idsPerStep": 4096 | {"a": n}, "steps": 100000, "required": false}``).
 Each node's embedding cache publishes what it holds (``sparse.io/embedding-cache``, written by
 ``embed.publisher``), and the store's shard pods (label ``sparse.io/embedding-store=<store>``)
 say where the store runs. Per candidate node the locality *bonus*, in the policy's cost unit
@@ -24,7 +24,10 @@ Tables weigh by their hot rows; without ``hotRows`` a table's size from the cach
 stands in. When the cache publishes its size and which tables running pods read
 (``readers``), the share also counts cache *room*: the cache's rows split over the tables in
 use there once the job's new tables join, a warm-up from what is held now to what the room
-allows, and the rows the tables in use lose to the newcomer (``squeeze``, per reader). So a
+allows, and the rows the tables in use lose to the newcomer (``squeeze``, per reader). With
+``steps`` and ``idsPerStep`` declared, the warm-up is the cache's fill over the job's steps
+(``cache_warmup``: the published rows are served at once, the rest of the room fills at the
+readers' ids per step), so a warm node scores the warm-up it saves over the job's run. So a
 node whose cache already serves the job's tables to other pods ranks first, an idle cache next,
 a cache crowded with other tables in use last. Only misses travel: the rack and zone tiers
 weigh the share of the job's traffic the cache leaves to the store, times the share of the
@@ -80,6 +83,7 @@ class EmbeddingSpec:
     hot_rows: Mapping[str, int] | None = None  # per table; None = table size stands in
     required: bool = False
     ids_per_step: Mapping[str, int] | None = None  # per table: ids one step looks up
+    steps: int | None = None  # steps the job will run (its cache's warm-up is spread over them)
 
 
 @dataclass(frozen=True)
@@ -120,8 +124,12 @@ def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | No
     required = doc.get("required", False)
     if not isinstance(required, bool):
         raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'required' must be true or false")
+    steps = doc.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                              or steps < 1):
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'steps' must be a positive integer")
     return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required,
-                         ids_per_step or None)
+                         ids_per_step or None, steps)
 
 
 def _per_table(doc: dict, key: str, tables: list[str]) -> dict[str, int] | None:

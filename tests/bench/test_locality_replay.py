@@ -62,26 +62,38 @@ def test_shared_links_stretch_misses_only_when_loaded():
 def test_a_starting_job_takes_cache_room_from_its_co_runners_tables():
     topo = Topology.load(None, seed=1)
     rows = {"a": 10**9, "b": 10**9, "c": 10**9}
-    caches = NodeCaches(topo, rows, row_bytes=256)
+    caches = NodeCaches(topo, rows, row_bytes=256, draws=dict.fromkeys(rows, 1e5))
     node = topo.names[0]
-    assert caches.start(node, ("a",)) == {"a": 0}
-    assert caches.held[node]["a"] == caches.capacity  # alone: the whole cache
-    moved = caches.start(node, ("b", "c"))  # a's running job loses room (re-rated)
-    assert moved == {"a": caches.capacity, "b": 0, "c": 0}
-    assert caches.held[node]["a"] <= caches.capacity // 3 + 1
-    assert sum(caches.held[node].values()) <= caches.capacity
-    # LFU: a table read by two jobs keeps more rows than one read by one.
+    caches.start(node, ("a",))
+    assert caches.cap[node]["a"] == pytest.approx(caches.capacity)  # alone: the whole cache
+    assert caches.rows_of(node, "a") == 0  # but nothing read yet: empty
+    caches.read(node, {"a": 1e9})
+    filled = caches.rows_of(node, "a")
+    assert 0 < filled < caches.capacity
+    caches.start(node, ("b", "c"))  # a's room shrinks to a third
+    assert caches.cap[node]["a"] <= caches.capacity / 3 + 1
+    assert caches.rows_of(node, "a") <= caches.cap[node]["a"] + 1
+    assert caches.rows_of(node, "b") == 0
+    # LFU: a table read by two jobs gets more room than one read by one.
     other = topo.names[1]
     caches.start(other, ("a", "b"))
     caches.start(other, ("a",))
-    assert caches.held[other]["a"] > 1.5 * caches.held[other]["b"]
-    assert sum(caches.held[other].values()) <= caches.capacity
-    # A job ends: the table it read loses a reader, the other grows back into the room.
-    b_rows = caches.held[other]["b"]
-    moved = caches.stop(other, ("a",))
-    assert moved["b"] == b_rows and caches.held[other]["b"] > b_rows
+    assert caches.cap[other]["a"] > 1.5 * caches.cap[other]["b"]
+    caches.read(other, {"a": 1e12, "b": 1e12})  # read long enough to fill the room
+    assert caches.rows_of(other, "b") == pytest.approx(caches.cap[other]["b"], rel=1e-3)
+    # A job ends: the table it read loses a reader, the other keeps its rows and may grow.
+    b_rows = caches.rows_of(other, "b")
+    caches.stop(other, ("a",))
+    assert caches.rows_of(other, "b") == pytest.approx(b_rows)
+    assert caches.cap[other]["b"] > b_rows
     caches.stop(other, ("a", "b"))  # nobody reads them: they stay as leftovers
-    assert caches.active[other] == {} and caches.held[other]["a"] > 0
+    assert caches.active[other] == {} and caches.rows_of(other, "a") > 0
+    # A new table in use fills and evicts the leftovers as it grows, longest idle first.
+    caches.start(other, ("c",))
+    assert caches.rows_of(other, "a") > 0
+    caches.read(other, {"c": 1e13})
+    assert caches.rows_of(other, "c") == pytest.approx(caches.capacity, rel=1e-3)
+    assert caches.rows_of(other, "a") < 1 and caches.rows_of(other, "b") < 1
 
 
 def test_store_shards_split_every_jobs_misses():
@@ -171,6 +183,7 @@ def test_the_scheduler_scores_the_room_the_replay_caches_give():
     node = topo.names[0]
     caches.start(node, ("a", "b"))
     caches.start(node, ("a", "d"))
+    caches.read(node, dict.fromkeys(("a", "b", "d"), 1e9))  # rows held: bytes per row known
     ix = LocalityIndex()
     ix.observe_node(node, caches.annotation(node, 0.0), topo.labels(node))
     # c was never published: its size comes from the job's declaration (hotRows).
@@ -179,8 +192,8 @@ def test_the_scheduler_scores_the_room_the_replay_caches_give():
     rooms, _ = ix.room(spec, ix.slots_of([node]))
     caches.start(node, ("b", "c"))
     for t in rows:
-        assert rooms[t][0] == pytest.approx(caches.held[node][t], rel=1e-3, abs=2), t
-    assert caches.held[node]["d"] == rows["d"]  # fits whole: its spare room went to the rest
+        assert rooms[t][0] == pytest.approx(caches.cap[node][t], rel=1e-3, abs=2), t
+    assert caches.cap[node]["d"] == rows["d"]  # fits whole: its spare room went to the rest
     assert rooms["b"][0] > rooms["c"][0]  # b has two readers now
 
 
