@@ -79,6 +79,7 @@ from bench.sim.queueing import (
     band_rank,
     banded_queue,
     critical_mask,
+    path_margin,
     placement_policy,
     retry_pending,
 )
@@ -277,7 +278,8 @@ def run_recmix(
     queue = RankedQueue(rank)  # by rank (band), then by when it joined: FIFO within a band
     pending, wait = queue.jobs, queue.wait
     critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
-                             n_gpus, queue, PATH_MARGINS[queue_order],
+                             n_gpus, queue,
+                             path_margin(queue_order, classes, jobs["family"].to_numpy()),
                              queue_order in OBSERVED_RATE,
                              critical_mask(predicted_durations(jobs), DurationBands.log_spaced(
                                  *duration_range(), queue_bands))

@@ -256,3 +256,30 @@ def test_every_promotion_and_share_order_queues_sparse_shortest_first_and_stock_
         assert order in HOLD_ORDERS
         assert banded_queue(order, "sparse") == "shortest-first"
         assert banded_queue(order, "kube-shared") is None
+
+
+def test_error_bound_path_promotes_each_job_by_its_own_margin():
+    from bench.sim.queueing import CriticalPath
+
+    queue = RankedQueue(np.zeros(3, dtype=np.int64))
+    for j in range(3):
+        queue.wait(j)
+    predicted = np.array([600.0, 600.0, 100.0])
+    nan = np.full(3, np.nan)
+    # 1,300 GPU-s on 1 GPU: 1,300 s to drain. Same prediction, different families: only the
+    # job whose family's step time is under-estimated up to x3 may outlast the drain
+    path = CriticalPath(predicted, np.ones(3), 1, queue, np.array([1.0, 3.0, 3.0]))
+    assert path.promote(0.0, nan, nan) == 1 and queue.jobs == [1, 0, 2]
+
+
+def test_error_bound_path_takes_the_shipped_bound_of_the_family_then_the_class():
+    from bench.sim.queueing import PATH_MARGINS, path_margin
+    from predictor.step_bounds import load
+
+    bounds = load()
+    assert "error-bound-path" in PATH_MARGINS
+    got = path_margin("error-bound-path", ["transformer", "recommendation", "no-such-class"],
+                      ["bert", "no-such-family", "no-such-family"])
+    assert got.tolist() == [bounds.margin("bert"), bounds.margin(job_class="recommendation"),
+                            bounds.pooled]
+    assert path_margin("critical-path", ["cnn"]) == 2.0
