@@ -12,6 +12,7 @@ predicted duration x its family's bound reaches the drain time
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from predictor import dataset, features
 from predictor.estimate import MODELS_DIR
 
 BOUNDS_FILE = "step-error-bounds.json"
+BOUNDS_DIR_ENV = "SPARSE_STEP_BOUNDS_DIR"  # another quantile's bounds, e.g. for a replay
 DEFAULT_QUANTILE = 0.9  # a job under-estimated beyond its family's bound: 1 in 10
 
 
@@ -69,8 +71,10 @@ def write(out_dir: Path = MODELS_DIR, quantile: float = DEFAULT_QUANTILE,
     return path
 
 
-def load(models_dir: Path = MODELS_DIR) -> StepErrorBounds:
-    """The shipped bounds; a clear error when the file is missing or malformed."""
+def load(models_dir: Path | None = None) -> StepErrorBounds:
+    """The bounds in ``models_dir`` (default: ``$SPARSE_STEP_BOUNDS_DIR``, else the shipped
+    ones); a clear error when the file is missing or malformed."""
+    models_dir = models_dir or Path(os.environ.get(BOUNDS_DIR_ENV) or MODELS_DIR)
     path = Path(models_dir) / BOUNDS_FILE
     try:
         data = json.loads(path.read_text())

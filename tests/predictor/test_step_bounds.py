@@ -48,3 +48,12 @@ def test_a_missing_bounds_file_says_how_to_make_it(tmp_path):
 
     with pytest.raises(RuntimeError, match="step-bounds"):
         load(tmp_path)
+
+
+def test_bounds_of_another_quantile_are_read_from_the_folder_the_environment_names(
+        tmp_path, monkeypatch):
+    from predictor import step_bounds
+
+    (tmp_path / step_bounds.BOUNDS_FILE).write_text(json.dumps(DATA))
+    monkeypatch.setenv(step_bounds.BOUNDS_DIR_ENV, str(tmp_path))
+    assert step_bounds.load().margin("dlrm") == 3.0
