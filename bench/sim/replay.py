@@ -83,6 +83,7 @@ from bench.sim.queueing import (
     banded_queue,
     co_location_slowdown,
     critical_mask,
+    drain_scale,
     path_margin,
     placement_policy,
     retry_pending,
@@ -227,7 +228,8 @@ def run_replay(
                              queue_order in OBSERVED_RATE,
                              critical_mask(pred, DurationBands.log_spaced(
                                  MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands))
-                             if queue_order in BANDS_ONLY else None)
+                             if queue_order in BANDS_ONLY else None,
+                             drain_scale=drain_scale(queue_order, classes))
                 if path else None)
     share = None
     if queue_order.startswith("critical-share") and policy == "sparse":

@@ -283,3 +283,21 @@ def test_error_bound_path_takes_the_shipped_bound_of_the_family_then_the_class()
     assert got.tolist() == [bounds.margin("bert"), bounds.margin(job_class="recommendation"),
                             bounds.pooled]
     assert path_margin("critical-path", ["cnn"]) == 2.0
+
+
+def test_error_bound_drain_counts_each_jobs_work_at_its_median_error():
+    from bench.sim.queueing import CriticalPath, drain_scale
+
+    queue = RankedQueue(np.zeros(2, dtype=np.int64))
+    for j in range(2):
+        queue.wait(j)
+    predicted = np.array([500.0, 1_000.0])
+    nan = np.full(2, np.nan)
+    # raw: 1,500 GPU-s on 1 GPU, and job 0 at x2 (1,000 s) is short of the drain; counted at
+    # its median x2 the drain is 3,000 s, so neither job's latest start has come
+    path = CriticalPath(predicted, np.ones(2), 1, queue, 2.0, drain_scale=np.array([2.0, 2.0]))
+    assert path.backlog(0.0, nan, nan) == 3_000.0 and path.promote(0.0, nan, nan) == 0
+    assert CriticalPath(predicted, np.ones(2), 1, queue, 2.0).promote(0.0, nan, nan) == 1
+    assert drain_scale("error-bound-path", ["cnn"]) == 1.0
+    med = drain_scale("error-bound-drain", ["transformer", "cnn"], ["bert", "yolo"])
+    assert 0.5 < med[0] < 1.0 < med[1]  # the step estimate over-estimates BERT, under YOLO
