@@ -167,6 +167,12 @@ def test_critical_path_holds_nodes_for_gangs_and_leaves_the_stock_schedulers_fif
     off = run_replay(path, "sparse", 4, queue_order="critical-path", holds=False, **kw)
     assert "node_holds" not in off.explain
     json.dumps(r.to_json())
+    # the per-family bounds: every job still ends, and the stock schedulers stay FIFO
+    for order in ("error-bound-path", "error-bound-drain"):
+        b = run_replay(path, "sparse", 4, queue_order=order, **kw)
+        assert np.isfinite(b.jct).all() and b.explain["promoted"] >= 1
+        same = run_replay(path, "kube-shared", 4, queue_order=order, **kw)
+        assert (stock.makespan, stock.jct) == (same.makespan, same.jct)
 
 
 def test_drain_path_promotes_only_jobs_that_would_end_after_the_rest():

@@ -57,3 +57,16 @@ def test_bounds_of_another_quantile_are_read_from_the_folder_the_environment_nam
     (tmp_path / step_bounds.BOUNDS_FILE).write_text(json.dumps(DATA))
     monkeypatch.setenv(step_bounds.BOUNDS_DIR_ENV, str(tmp_path))
     assert step_bounds.load().margin("dlrm") == 3.0
+
+
+def test_the_command_writes_the_bounds_it_prints(tmp_path):
+    from click.testing import CliRunner
+
+    from predictor import step_bounds
+    from predictor.cli import main
+
+    out = CliRunner().invoke(main, ["step-bounds", "--quantile", "0.5", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    written = json.loads((tmp_path / step_bounds.BOUNDS_FILE).read_text())
+    assert written["quantile"] == 0.5 and written == step_bounds.compute(0.5)
+    assert step_bounds.load(tmp_path).margin("bert") == written["families"]["bert"]
