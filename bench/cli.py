@@ -236,7 +236,8 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               type=click.Choice(["product", "fifo", "bands", "bands-shortest-first",
                                  "bands-critical-first", "longest-first", "shortest-first-hold",
                                  "critical-path", "drain-path", "drain-rate", "critical-share",
-                                 "critical-share-sf", "critical-path-bands"]),
+                                 "critical-share-sf", "critical-path-bands",
+                                 "error-bound-path", "error-bound-drain"]),
               help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "
@@ -248,7 +249,10 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               "schedulers FIFO; critical-path: that, and a job whose latest start has come "
               "goes first (drain-path: on the point estimate; drain-rate: the drain time at "
               "the observed retire rate; critical-path-bands: only jobs of the critical "
-              "bands); critical-share: the critical bands get GPUs in "
+              "bands; error-bound-path: the margin is the job family's measured bound "
+              "of the step-time under-estimate; error-bound-drain: that, with the drain "
+              "time from each job's prediction x its family's median error); "
+              "critical-share: the critical bands get GPUs in "
               "proportion to their predicted work, longest first inside (-sf: shortest "
               "first), the rest shortest first")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),

@@ -185,6 +185,49 @@ def latest_start_come(predicted_s: float, backlog_gpu_s: float, gpus: float,
     return predicted_s * margin >= max(backlog_gpu_s, 0.0) / gpus
 
 
+@dataclass(frozen=True)
+class StepErrorBounds:
+    """How far the predictor's step time may under-estimate, per model family and per job
+    class: an upper quantile of measured / predicted step time over the predictor's
+    GPU-measured evaluation rows (written by ``sparse-predictor step-bounds``, shipped in
+    ``predictor/models/step-error-bounds.json``). ``margin`` is the bound of the job's family
+    when the rows have it, else of its job class, else the pooled bound of all rows: a job
+    may really run up to ``predicted x margin`` (with the quantile's confidence)."""
+
+    pooled: float
+    families: tuple[tuple[str, float], ...] = ()
+    classes: tuple[tuple[str, float], ...] = ()
+    quantile: float = 0.9
+
+    def __post_init__(self) -> None:
+        _finite_positive(self.pooled, "pooled step-error bound")
+        for name, v in (*self.families, *self.classes):
+            _finite_positive(v, f"step-error bound of {name!r}")
+        if not 0 < self.quantile < 1:
+            raise ValueError(f"bound quantile must be in (0, 1), got {self.quantile!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StepErrorBounds:
+        """The JSON form ``{"quantile", "pooled", "families": {..}, "classes": {..}}``."""
+        try:
+            return cls(float(data["pooled"]),
+                       tuple(sorted((str(k), float(v)) for k, v in data["families"].items())),
+                       tuple(sorted((str(k), float(v)) for k, v in data["classes"].items())),
+                       float(data["quantile"]))
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"step-error bounds need quantile, pooled, families, classes: "
+                             f"{e}") from None
+
+    def margin(self, family: str | None = None, job_class: str | None = None) -> float:
+        """The bound for a job of ``family`` / ``job_class`` (either may be unknown)."""
+        for key, table in ((family, self.families), (job_class, self.classes)):
+            if key is not None:
+                hit = next((v for k, v in table if k == key), None)
+                if hit is not None:
+                    return hit
+        return self.pooled
+
+
 def predicted_duration(steps: object, step_s: float | None) -> float | None:
     """Declared training steps x predicted seconds per step; None when either is unknown.
     A declared value that is not a positive whole number raises ValueError naming it."""

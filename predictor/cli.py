@@ -160,6 +160,27 @@ def evaluate(data: Path, gpu_data: Path | None, out: Path, skip_compute: bool) -
         click.echo(f"plot: {p}")
 
 
+@main.command("step-bounds")
+@GPU_DATA
+@click.option("--quantile", default=0.9, show_default=True, type=click.FloatRange(0, 1,
+              min_open=True, max_open=True),
+              help="Upper quantile of measured / predicted step time per family.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=dataset.RESULTS_DIR / "models", show_default=True,
+              help="Folder for step-error-bounds.json; 'predictor/models' ships it.")
+def step_bounds(gpu_data: Path | None, quantile: float, out: Path) -> None:
+    """Per-family bounds of the step-time estimate's under-estimate, from the GPU rows (the
+    job controller promotes a job by its family's bound)."""
+    from predictor import step_bounds as bounds
+
+    if gpu_data is None:
+        raise click.ClickException("step-bounds needs the GPU-measured rows (--gpu-data)")
+    out.mkdir(parents=True, exist_ok=True)
+    path = bounds.write(out, quantile, gpu_data)
+    click.echo(path.read_text().rstrip())
+    click.echo(f"written to {path}", err=True)
+
+
 @main.command()
 @click.argument("target", metavar="MODULE:FACTORY")
 @click.option("--family", default=None, help="Override the family guessed from the layers.")

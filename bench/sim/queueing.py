@@ -20,22 +20,58 @@ MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
                 "longest-first", "shortest-first-hold", "critical-path", "drain-path",
                 "drain-rate", "critical-share", "critical-share-sf",
-                "critical-path-bands")
+                "critical-path-bands", "error-bound-path", "error-bound-drain")
 # sparse's queue shortest-first (the gang rule included; its banded queue comes with the
 # extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
 # (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
 HOLD_ORDERS = ("shortest-first-hold", "critical-path", "drain-path",
-               "drain-rate", "critical-share", "critical-share-sf", "critical-path-bands")
+               "drain-rate", "critical-share", "critical-share-sf", "critical-path-bands",
+               "error-bound-path", "error-bound-drain")
 # the orders with latest-start promotion and their margin on the predicted duration:
 # ``critical-path`` the predictor's x2, ``drain-path`` the point estimate (a job is promoted
 # only once it would otherwise end after everything else)
 PATH_MARGINS = {"critical-path": PREDICTION_MARGIN, "drain-path": 1.0, "drain-rate": 1.0,
-                "critical-path-bands": PREDICTION_MARGIN}
+                "critical-path-bands": PREDICTION_MARGIN, "error-bound-path": None,
+                "error-bound-drain": None}
+# ``error-bound-path``: each job's margin is its family's (else job class's, else all rows')
+# measured bound of the step-time under-estimate (predictor/step_bounds.py), not a global x2;
+# ``error-bound-drain``: that, and the drain time from each job's predicted work x its
+# family's median error (an unbiased drain, where the others sum the raw predictions)
+MEDIAN_DRAIN = ("error-bound-drain",)
 # ``critical-path-bands``: only jobs of the critical bands are promoted
 BANDS_ONLY = ("critical-path-bands",)
 # ``drain-rate``: the drain time at the rate the cluster has really retired predicted work
 OBSERVED_RATE = ("drain-rate",)
 PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
+
+
+def path_margin(queue_order: str, classes: Sequence[object],
+                families: Sequence[object] | None = None) -> float | np.ndarray:
+    """The promotion margin of ``queue_order`` (one of ``PATH_MARGINS``): a number, or per
+    job the shipped step-error bound of its family / job class (``error-bound-path``)."""
+    margin = PATH_MARGINS[queue_order]
+    if margin is not None:
+        return margin
+    from predictor.step_bounds import load
+
+    bounds = load()
+    fams = [None] * len(classes) if families is None else [str(f) for f in families]
+    return np.array([bounds.margin(f, str(c)) for f, c in zip(fams, classes, strict=True)])
+
+
+def drain_scale(queue_order: str, classes: Sequence[object],
+                families: Sequence[object] | None = None) -> float | np.ndarray:
+    """Per job, what its predicted work is multiplied by in the drain time: 1, or with
+    ``error-bound-drain`` its family's median measured / predicted step time (the same
+    rows and rule as the bounds, at the median)."""
+    if queue_order not in MEDIAN_DRAIN:
+        return 1.0
+    from extender.queueorder import StepErrorBounds
+    from predictor.step_bounds import compute
+
+    median = StepErrorBounds.from_dict(compute(0.5))
+    fams = [None] * len(classes) if families is None else [str(f) for f in families]
+    return np.array([median.margin(f, str(c)) for f, c in zip(fams, classes, strict=True)])
 
 
 def base_mode(mode: str) -> str:
@@ -97,14 +133,18 @@ class CriticalPath:
     over the queue, every waiting job whose predicted duration x the margin reaches the time
     the cluster needs to drain the predicted work left goes ahead of the whole queue, longest
     predicted first. ``predicted``: per job (NaN: unknown, never promoted); ``gpus``: the
-    GPUs it books (a share's fraction)."""
+    GPUs it books (a share's fraction); ``margin``: one for all, or per job."""
 
     def __init__(self, predicted: np.ndarray, gpus: np.ndarray, n_gpus: int,
-                 queue: RankedQueue, margin: float = PREDICTION_MARGIN,
-                 observed_rate: bool = False, eligible: np.ndarray | None = None) -> None:
-        self.margin = float(margin)
+                 queue: RankedQueue, margin: float | np.ndarray = PREDICTION_MARGIN,
+                 observed_rate: bool = False, eligible: np.ndarray | None = None,
+                 drain_scale: float | np.ndarray = 1.0) -> None:
         self.observed_rate = observed_rate
         self.predicted = np.asarray(predicted, dtype=np.float64)
+        # each job's expected work in the drain time: its prediction x this
+        self.expected = self.predicted * np.asarray(drain_scale, dtype=np.float64)
+        self.margin = np.broadcast_to(np.asarray(margin, dtype=np.float64),
+                                      self.predicted.shape)
         self.gpus = np.asarray(gpus, dtype=np.float64)
         self.n_gpus = float(n_gpus)
         self.queue = queue
@@ -115,11 +155,11 @@ class CriticalPath:
         self.promoted = np.zeros(len(self.predicted), dtype=bool)
 
     def backlog(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
-        """Predicted GPU-seconds left: the waiting jobs' whole predicted work and the running
-        jobs' predicted remainder (none once past their predicted end)."""
+        """Predicted GPU-seconds left: the waiting jobs' whole expected work and the running
+        jobs' expected remainder (none once past their expected end)."""
         running = np.isfinite(started) & ~np.isfinite(done)
-        left = np.where(running, np.maximum(self.predicted - (now - started), 0.0),
-                        self.predicted)
+        left = np.where(running, np.maximum(self.expected - (now - started), 0.0),
+                        self.expected)
         waiting = ~np.isfinite(started)
         use = self.known & (running | waiting)
         return float((left[use] * self.gpus[use]).sum())
@@ -147,7 +187,8 @@ class CriticalPath:
         backlog = self.backlog(now, started, done)
         rate = self.drain_rate(now, started, done)
         new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
-               and latest_start_come(float(self.predicted[j]), backlog, rate, self.margin)]
+               and latest_start_come(float(self.predicted[j]), backlog, rate,
+                                    float(self.margin[j]))]
         for j in new:
             self.promoted[j] = True
             q.rank[j] = self.floor - int(self.predicted[j])

@@ -79,6 +79,8 @@ from bench.sim.queueing import (
     band_rank,
     banded_queue,
     critical_mask,
+    drain_scale,
+    path_margin,
     placement_policy,
     retry_pending,
 )
@@ -276,12 +278,15 @@ def run_recmix(
         heapq.heappush(events, (float(arrive[j]), 1, j, 0))
     queue = RankedQueue(rank)  # by rank (band), then by when it joined: FIFO within a band
     pending, wait = queue.jobs, queue.wait
+    family = jobs["family"].to_numpy()
     critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
-                             n_gpus, queue, PATH_MARGINS[queue_order],
+                             n_gpus, queue,
+                             path_margin(queue_order, classes, family),
                              queue_order in OBSERVED_RATE,
                              critical_mask(predicted_durations(jobs), DurationBands.log_spaced(
                                  *duration_range(), queue_bands))
-                             if queue_order in BANDS_ONLY else None)
+                             if queue_order in BANDS_ONLY else None,
+                             drain_scale=drain_scale(queue_order, classes, family))
                 if queue_order in PATH_MARGINS and base == "sparse" else None)
     share = None
     if queue_order.startswith("critical-share") and base == "sparse":

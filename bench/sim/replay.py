@@ -83,6 +83,8 @@ from bench.sim.queueing import (
     banded_queue,
     co_location_slowdown,
     critical_mask,
+    drain_scale,
+    path_margin,
     placement_policy,
     retry_pending,
 )
@@ -221,11 +223,13 @@ def run_replay(
     queue = RankedQueue(rank)
     pending = queue.jobs
     booked_gpus = np.where(whole > 0, whole, request)
-    critical = (CriticalPath(pred, booked_gpus, n_gpus, queue, PATH_MARGINS[queue_order],
+    critical = (CriticalPath(pred, booked_gpus, n_gpus, queue,
+                             path_margin(queue_order, classes),
                              queue_order in OBSERVED_RATE,
                              critical_mask(pred, DurationBands.log_spaced(
                                  MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands))
-                             if queue_order in BANDS_ONLY else None)
+                             if queue_order in BANDS_ONLY else None,
+                             drain_scale=drain_scale(queue_order, classes))
                 if path else None)
     share = None
     if queue_order.startswith("critical-share") and policy == "sparse":

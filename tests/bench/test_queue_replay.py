@@ -167,6 +167,12 @@ def test_critical_path_holds_nodes_for_gangs_and_leaves_the_stock_schedulers_fif
     off = run_replay(path, "sparse", 4, queue_order="critical-path", holds=False, **kw)
     assert "node_holds" not in off.explain
     json.dumps(r.to_json())
+    # the per-family bounds: every job still ends, and the stock schedulers stay FIFO
+    for order in ("error-bound-path", "error-bound-drain"):
+        b = run_replay(path, "sparse", 4, queue_order=order, **kw)
+        assert np.isfinite(b.jct).all() and b.explain["promoted"] >= 1
+        same = run_replay(path, "kube-shared", 4, queue_order=order, **kw)
+        assert (stock.makespan, stock.jct) == (same.makespan, same.jct)
 
 
 def test_drain_path_promotes_only_jobs_that_would_end_after_the_rest():
@@ -256,3 +262,48 @@ def test_every_promotion_and_share_order_queues_sparse_shortest_first_and_stock_
         assert order in HOLD_ORDERS
         assert banded_queue(order, "sparse") == "shortest-first"
         assert banded_queue(order, "kube-shared") is None
+
+
+def test_error_bound_path_promotes_each_job_by_its_own_margin():
+    from bench.sim.queueing import CriticalPath
+
+    queue = RankedQueue(np.zeros(3, dtype=np.int64))
+    for j in range(3):
+        queue.wait(j)
+    predicted = np.array([600.0, 600.0, 100.0])
+    nan = np.full(3, np.nan)
+    # 1,300 GPU-s on 1 GPU: 1,300 s to drain. Same prediction, different families: only the
+    # job whose family's step time is under-estimated up to x3 may outlast the drain
+    path = CriticalPath(predicted, np.ones(3), 1, queue, np.array([1.0, 3.0, 3.0]))
+    assert path.promote(0.0, nan, nan) == 1 and queue.jobs == [1, 0, 2]
+
+
+def test_error_bound_path_takes_the_shipped_bound_of_the_family_then_the_class():
+    from bench.sim.queueing import PATH_MARGINS, path_margin
+    from predictor.step_bounds import load
+
+    bounds = load()
+    assert "error-bound-path" in PATH_MARGINS
+    got = path_margin("error-bound-path", ["transformer", "recommendation", "no-such-class"],
+                      ["bert", "no-such-family", "no-such-family"])
+    assert got.tolist() == [bounds.margin("bert"), bounds.margin(job_class="recommendation"),
+                            bounds.pooled]
+    assert path_margin("critical-path", ["cnn"]) == 2.0
+
+
+def test_error_bound_drain_counts_each_jobs_work_at_its_median_error():
+    from bench.sim.queueing import CriticalPath, drain_scale
+
+    queue = RankedQueue(np.zeros(2, dtype=np.int64))
+    for j in range(2):
+        queue.wait(j)
+    predicted = np.array([500.0, 1_000.0])
+    nan = np.full(2, np.nan)
+    # raw: 1,500 GPU-s on 1 GPU, and job 0 at x2 (1,000 s) is short of the drain; counted at
+    # its median x2 the drain is 3,000 s, so neither job's latest start has come
+    path = CriticalPath(predicted, np.ones(2), 1, queue, 2.0, drain_scale=np.array([2.0, 2.0]))
+    assert path.backlog(0.0, nan, nan) == 3_000.0 and path.promote(0.0, nan, nan) == 0
+    assert CriticalPath(predicted, np.ones(2), 1, queue, 2.0).promote(0.0, nan, nan) == 1
+    assert drain_scale("error-bound-path", ["cnn"]) == 1.0
+    med = drain_scale("error-bound-drain", ["transformer", "cnn"], ["bert", "yolo"])
+    assert 0.5 < med[0] < 1.0 < med[1]  # the step estimate over-estimates BERT, under YOLO
