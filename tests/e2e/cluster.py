@@ -42,6 +42,7 @@ from control_plane import Proc as Proc
 from control_plane import default_bin_dir as default_bin_dir
 from control_plane import free_ports as free_ports
 from control_plane import missing_binaries as missing_binaries
+from control_plane import render_scheduler_config as render_scheduler_config
 
 SCHEDULER_NAME = "sparse-scheduler"
 INVENTORY_ANNOTATION = "sparse.io/gpu-inventory"
