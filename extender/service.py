@@ -1,33 +1,35 @@
 """The scheduler seam: the state the four verbs share, and the verbs themselves.
 
 Stateful and async (it awaits the ledger, the demand source and the binder); every decision is
-made by ``extender.placement`` on a ClusterState kept in step with the ledger's version. Each
-verb lives in its own module under ``extender.verbs``.
+made by ``extender.placement`` on a ClusterState kept in step with the ledger's version
+(``extender.ledger.view``). Each verb lives in its own module under ``extender.verbs``; a
+booking's life after bind (confirm, release, adopt, expire) in ``extender.ledger.bookings``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from extender import stages
 from extender.annotations import ANN_SOLO_PROFILE, PREDICTED_ANNOTATIONS
 from extender.binder import Binder, LedgerOnlyBinder
 from extender.demand import PodDemand, pod_demand
 from extender.demandsource import DemandSource, NoPredictions
-from extender.errors import LedgerUnavailable, ReservationConflict
+from extender.errors import LedgerUnavailable
 from extender.hostbook import HostBook
 from extender.interference import InterferenceMatrix
 from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook, parse_profile
 from extender.inventory import Inventory
-from extender.ledger.health import LedgerHealth, raise_if_cancelling
-from extender.ledger.rules import STATE_BOUND, GpuCapacity, Reservation
+from extender.ledger import bookings
+from extender.ledger.health import LedgerHealth
+from extender.ledger.rules import STATE_BOUND, Reservation
 from extender.ledger.store import LedgerStore
 from extender.ledger.upkeep import BindUpkeep
+from extender.ledger.view import LedgerView
 from extender.livepairs import LivePairs
 from extender.nodeannotations import NodeAnnotations, NodeMeta
 from extender.outcome import Outcome
@@ -120,7 +122,7 @@ class Scheduler:
         self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self.cost_cache = CostCache()
         self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node
-        self._state = ClusterState.build(inventory, matrix)
+        self.views = LedgerView(self, ClusterState.build(inventory, matrix))
         self.pending = PendingPods()  # filter-time pods and demands, for bind
         self.holds = HoldBook()  # a node held for a waiting gang (verbs/holdfilter.py)
         self.node_annotations = NodeAnnotations()  # what each node's annotation said
@@ -129,11 +131,8 @@ class Scheduler:
         self.bind_timeout_s = bind_timeout_s
         self.health = LedgerHealth()  # /readyz: 503 while the ledger's store is unreachable
         self.upkeep = BindUpkeep()  # bookings of failed binds to drop, bound ones to confirm
-        self._disruptions = 0  # the store's count when the view was last rebuilt
-        self._rebuilding = asyncio.Lock()
-        # Called after the view was rebuilt because the store was disrupted (restart,
-        # failover): e.g. re-adopt bound pods from the API server, the source of truth.
-        self.resync_hooks: list[Callable[[], Awaitable[None]]] = []
+        # Run after a store disruption rebuilt the view (LedgerView): e.g. re-adopt bound pods.
+        self.resync_hooks = self.views.resync_hooks
         # Pair estimates learned from running jobs (Redis, pair worker); by default read
         # from the predictions' Redis when there is one.
         client = getattr(self.demand_source, "client", None)
@@ -142,7 +141,7 @@ class Scheduler:
         # Solo profiles of pods that carry one (annotation): the learned pair model scores them.
         pair_model = default_pair_model()
         self.profiles = ProfileBook(pair_model) if pair_model is not None else None
-        self._state.profiles = self.profiles
+        self.views.state.profiles = self.profiles
         # Each node's CPU and memory left (allocatable minus bound pods' requests), fed by
         # the watches, full Nodes in requests and our own binds; attached to every view.
         self.hosts = HostBook()
@@ -189,73 +188,19 @@ class Scheduler:
 
     @property
     def inventory(self) -> Inventory:
-        return self._state.inventory
+        return self.views.state.inventory
 
     @property
     def state(self) -> ClusterState:
         """The last view (possibly a little stale; ``view()`` refreshes it)."""
-        return self._state
+        return self.views.state
 
     async def view(self, fresh: bool = False) -> ClusterState:
-        """The state matching the ledger's current version: when it moved, the changes since
-        the cached version are applied (the ledger's change log); a full snapshot is read only
-        when they are no longer all kept (or at start). Where a background task follows the
-        log (``ledger.follower``), what it has read is applied without a round trip, unless
-        ``fresh`` (a bind re-planning after a conflict)."""
-        live = self.live_pairs
-        if live is not None:  # polled in the background when the app runs: no round trip
-            matrix = live.take() if live.polling else await live.refresh()
-            if matrix is not None:
-                self.matrix = self._state.matrix = matrix
-        disruptions = getattr(self.ledger, "disruptions", 0)
-        if disruptions != self._disruptions:
-            return await self._rebuild(disruptions)
-        state = self._state
-        # One read: the version and whatever changed since ours (nothing when it stands).
-        follower = None if fresh else getattr(self.ledger, "follower", None)
-        delta = (follower.changes(state.version) if follower is not None else None)
-        if delta is None and state.version >= 0:
-            delta = await self.ledger.changes(state.version)
-        if delta is None:
-            version, reservations = await self.ledger.snapshot()
-            self._state = ClusterState.build(
-                state.inventory, self.matrix, reservations.values(), version
-            )
-        elif delta[0] != state.version:
-            version, changes = delta
-            for uid, reservation in changes:
-                if reservation is None:
-                    state.unapply(uid)
-                else:
-                    state.apply(reservation)  # replaces an earlier booking of the pod
-            state.version = version
-        self._state.profiles = self.profiles
-        self.hosts.attach(self._state)
-        return self._state
-
-    async def _rebuild(self, disruptions: int) -> ClusterState:
-        """The store was restarted, failed over or unreachable: what this replica cached may
-        not be what it holds now. Read everything, then let the hooks repair the store."""
-        async with self._rebuilding:
-            if self._disruptions == disruptions:
-                return self._state  # a concurrent caller rebuilt it meanwhile
-            version, reservations = await self.ledger.snapshot()
-            self._state = ClusterState.build(self.inventory, self.matrix,
-                                             reservations.values(), version)
-            log.warning("ledger view rebuilt after a store disruption: %d reservations",
-                        len(reservations))
-            for hook in self.resync_hooks:
-                try:
-                    await hook()
-                except LedgerUnavailable:
-                    raise
-                except Exception:  # must never break scheduling; the next disruption retries
-                    log.exception("resync after a store disruption failed")
-            self._disruptions = disruptions
-        return await self.view()
+        """The state matching the ledger's current version (``LedgerView.current``)."""
+        return await self.views.current(fresh)
 
     def set_inventory(self, inventory: Inventory) -> None:
-        self._state = self._state.with_inventory(inventory)
+        self.views.state = self.views.state.with_inventory(inventory)
 
     def update_node(self, name: str, annotations: dict[str, str] | None,
                     labels: dict[str, str] | None = None) -> bool:
@@ -290,17 +235,8 @@ class Scheduler:
             self.set_inventory(self.inventory.without_node(name))
 
     def after_change(self, version: int, add: Reservation | None = None,
-                      drop: str | None = None) -> None:
-        """Apply our own change at once when it is exactly the next one (``version`` is the
-        number the store gave that very change, 0 when it changed nothing); otherwise the
-        next ``view()`` replays every change since the cached version, ours included."""
-        state = self._state
-        if version > 0 and state.version >= 0 and version == state.version + 1:
-            if drop is not None:
-                state.unapply(drop)
-            if add is not None:
-                state.apply(add)
-            state.version = version
+                     drop: str | None = None) -> None:
+        self.views.after_change(version, add, drop)
 
     def notify(self, outcome: Outcome) -> None:
         for observer in self.observers:
@@ -348,65 +284,18 @@ class Scheduler:
     def forget_pending(self, uid: str) -> None:
         self.pending.forget(uid)
 
-    # --- lifecycle ------------------------------------------------------------------------
+    # --- lifecycle (extender.ledger.bookings) --------------------------------------------
 
     async def confirm(self, pod_uid: str, booked: Reservation | None = None
                       ) -> Reservation | None:
-        """The pod is bound: its reservation no longer expires (``booked``: what this replica
-        booked for it, if known)."""
-        version, confirmed = await (self.ledger.confirm_change(pod_uid) if booked is None
-                                    else self.ledger.confirm_change(pod_uid, booked))
-        if confirmed is not None:
-            self.after_change(version, add=confirmed)
-        return confirmed
+        return await bookings.confirm(self, pod_uid, booked)
 
     async def release(self, pod_uid: str, keep_pending: bool = False,
                       only_if: Reservation | None = None) -> Reservation | None:
-        """The pod is gone or finished (or its binding failed): give its GPUs back. With
-        ``only_if``, only while the booking is still exactly that one."""
-        version, dropped = await self.ledger.release_change(pod_uid, only_if)
-        if dropped is not None:
-            self.after_change(version, drop=pod_uid)
-        if only_if is None or dropped is not None:
-            self.hosts.release(pod_uid)
-        if not keep_pending:
-            self.holds.finished(pod_uid)
-            self.pending.forget(pod_uid)
-            if self.profiles is not None:
-                self.profiles.remove(pod_uid)
-        return dropped
+        return await bookings.release(self, pod_uid, keep_pending, only_if)
 
     async def adopt(self, reservation: Reservation) -> bool:
-        """Record a booking found on an API object (start-up rebuild, or another replica's
-        pod seen by the watch). Already present: nothing to do."""
-        state = self._state
-        # A GPU that left the inventory still holds what the pod holds: record the fact.
-        capacities = {g: (state.capacities([g])[g] if g in state.gpu_index
-                          else GpuCapacity(mem_mib=2**40, milli=2**40))
-                      for g in reservation.gpus}
-        try:
-            version, _ = await self.ledger.reserve_change(reservation, capacities)
-        except ReservationConflict as exc:
-            log.error("cannot adopt reservation of %s/%s: %s", reservation.namespace,
-                      reservation.name, exc)
-            return False
-        self.after_change(version, add=reservation)
-        return True
+        return await bookings.adopt(self, reservation)
 
     async def expire(self) -> list[Reservation]:
-        """Periodic upkeep: first finish what failed binds left (confirm bound pods, drop the
-        bookings of binds that answered an error), then expire unbound bookings."""
-        await self.upkeep.run(self)
-        raise_if_cancelling()
-        try:
-            dropped = await self.ledger.expire(self.clock())
-        except LedgerUnavailable as exc:  # the next round tries again; readiness says why
-            self.health.failed(exc)
-            return []
-        raise_if_cancelling()
-        if dropped:  # the next view() replays the drops from the ledger's change log
-            self.upkeep.expired += len(dropped)
-            for r in dropped:
-                log.warning("reservation of %s/%s on %s expired unbound", r.namespace, r.name,
-                            r.node)
-        return dropped
+        return await bookings.expire(self)
