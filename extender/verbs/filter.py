@@ -83,7 +83,8 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         before, failed = len(passed), dict(failed)  # (a cached verdict's dict stays as is)
         passed = holdfilter.held_off(s, state, demand, passed, failed)
         if len(passed) < before:
-            fitting = np.array([i for i in fitting.tolist() if names[i] in passed],
+            kept = set(passed)
+            fitting = np.array([i for i in fitting.tolist() if names[i] in kept],
                                dtype=np.int64)
     if not passed:
         holdfilter.hold_for(s, state, demand, list(args.node_names))
