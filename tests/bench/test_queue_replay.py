@@ -16,6 +16,30 @@ from bench.sim.replay import queue_rank
 ERRORS = {"": np.log([0.5, 2.0]), "cnn": np.log([0.25])}
 
 
+def _small_trace(tmp_path, seed: int, node_gpus: list[int], gpu_counts: list[int],
+                 share_milli: list[int]) -> tuple[str, dict]:
+    """An openb-shaped trace of 80 pods on ``node_gpus`` nodes (sizes drawn from
+    ``gpu_counts``, one-GPU pods a share from ``share_milli``): its pod path and replay args."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(len(node_gpus))], "cpu_milli": 96000,
+                          "memory_mib": 262144, "gpu": node_gpus, "model": "G2"})
+    n = 80
+    num = rng.choice(gpu_counts, n)
+    pods = pd.DataFrame({
+        "name": [f"p{i}" for i in range(n)], "cpu_milli": 4000, "memory_mib": 8192,
+        "num_gpu": num, "gpu_milli": np.where(num == 1, rng.choice(share_milli, n), 1000),
+        "gpu_spec": "", "qos": "LS", "pod_phase": "Running",
+        "creation_time": np.sort(rng.integers(0, 3000, n)),
+        "deletion_time": np.sort(rng.integers(0, 3000, n)) + rng.integers(60, 9000, n),
+        "scheduled_time": 0})
+    nodes.to_csv(tmp_path / "n.csv", index=False)
+    pods.to_csv(tmp_path / "p.csv", index=False)
+    return str(tmp_path / "p.csv"), {"nodes_path": str(tmp_path / "n.csv"), "n_jobs": 60,
+                                     "overload": 2.0}
+
+
 def test_predicted_duration_carries_a_measured_error_per_class_seeded():
     work = np.full(400, 1000.0)
     classes = np.array(["cnn"] * 200 + ["rl"] * 200)  # rl: no measured rows, all rows' pool
@@ -84,26 +108,9 @@ def test_the_gate_stops_the_jobs_behind_a_job_passed_over_too_long():
 
 
 def test_the_stock_schedulers_run_as_before_and_every_job_completes(tmp_path):
-    import pandas as pd
-
     from bench.sim.replay import run_replay
 
-    rng = np.random.default_rng(3)
-    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(6)], "cpu_milli": 96000,
-                          "memory_mib": 262144, "gpu": [8, 8, 4, 2, 8, 4], "model": "G2"})
-    n = 80
-    num = rng.choice([1, 1, 1, 2, 8], n)
-    pods = pd.DataFrame({
-        "name": [f"p{i}" for i in range(n)], "cpu_milli": 4000, "memory_mib": 8192,
-        "num_gpu": num, "gpu_milli": np.where(num == 1, rng.choice([250, 500, 1000], n), 1000),
-        "gpu_spec": "", "qos": "LS", "pod_phase": "Running",
-        "creation_time": np.sort(rng.integers(0, 3000, n)),
-        "deletion_time": np.sort(rng.integers(0, 3000, n)) + rng.integers(60, 9000, n),
-        "scheduled_time": 0})
-    nodes.to_csv(tmp_path / "n.csv", index=False)
-    pods.to_csv(tmp_path / "p.csv", index=False)
-    kw = {"nodes_path": str(tmp_path / "n.csv"), "n_jobs": 60, "overload": 2.0}
-    path = str(tmp_path / "p.csv")
+    path, kw = _small_trace(tmp_path, 3, [8, 8, 4, 2, 8, 4], [1, 1, 1, 2, 8], [250, 500, 1000])
     shipped = run_replay(path, "kube-shared", 4, **kw)
     fifo = run_replay(path, "kube-shared", 4, queue_order="fifo", **kw)
     assert (shipped.makespan, shipped.jct) == (fifo.makespan, fifo.jct)
@@ -135,26 +142,9 @@ def test_a_long_job_whose_latest_start_has_come_goes_ahead_of_the_queue():
 
 
 def test_critical_path_holds_nodes_for_gangs_and_leaves_the_stock_schedulers_fifo(tmp_path):
-    import pandas as pd
-
     from bench.sim.replay import run_replay
 
-    rng = np.random.default_rng(5)
-    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(4)], "cpu_milli": 96000,
-                          "memory_mib": 262144, "gpu": [8, 8, 4, 4], "model": "G2"})
-    n = 80
-    num = rng.choice([1, 1, 1, 1, 8], n)
-    pods = pd.DataFrame({
-        "name": [f"p{i}" for i in range(n)], "cpu_milli": 4000, "memory_mib": 8192,
-        "num_gpu": num, "gpu_milli": np.where(num == 1, rng.choice([500, 1000], n), 1000),
-        "gpu_spec": "", "qos": "LS", "pod_phase": "Running",
-        "creation_time": np.sort(rng.integers(0, 3000, n)),
-        "deletion_time": np.sort(rng.integers(0, 3000, n)) + rng.integers(60, 9000, n),
-        "scheduled_time": 0})
-    nodes.to_csv(tmp_path / "n.csv", index=False)
-    pods.to_csv(tmp_path / "p.csv", index=False)
-    kw = {"nodes_path": str(tmp_path / "n.csv"), "n_jobs": 60, "overload": 2.0}
-    path = str(tmp_path / "p.csv")
+    path, kw = _small_trace(tmp_path, 5, [8, 8, 4, 4], [1, 1, 1, 1, 8], [500, 1000])
     stock = run_replay(path, "kube-shared", 4, **kw)
     same = run_replay(path, "kube-shared", 4, queue_order="critical-path", **kw)
     assert (stock.makespan, stock.jct) == (same.makespan, same.jct)
