@@ -159,7 +159,9 @@ async def test_gpu_model_constraint(cluster, core, extender):
     assert (await wait_all_bound(core, ["v100-only"]))["v100-only"].startswith("v100-")
 
 
-async def test_prioritize_avoids_bad_co_runner(cluster, core, extender):
+async def assert_recommendation_pods_avoid_resnet50(cluster, core, extender) -> None:
+    """Two one-GPU nodes, ResNet-50 on one and ResNet-18 on the other: three recommendation
+    pods in turn all join the ResNet-18 GPU (the co-runner that slows them least)."""
     nodes = make_nodes(cluster, "pair-", 2, gpus=1, memory_mib=32768, model="V100M32")
     await wait_nodes(extender, nodes)
     for name, node, cls in (("resnet50", "pair-0", "cnn"), ("resnet18", "pair-1", "cnn-small")):
@@ -177,6 +179,10 @@ async def test_prioritize_avoids_bad_co_runner(cluster, core, extender):
         # Keep both GPUs equally free for the next: wait until the extender has released it.
         await e2e_cluster.delete_pod(core, name)
         await wait_released(extender, f"default/{name}")
+
+
+async def test_prioritize_avoids_bad_co_runner(cluster, core, extender):
+    await assert_recommendation_pods_avoid_resnet50(cluster, core, extender)
 
 
 async def test_unplaceable_pod_stays_pending_with_reason(cluster, core, extender):
@@ -292,23 +298,7 @@ async def test_filter_only_config_still_avoids_the_bad_co_runner(cluster, core, 
         del e["prioritizeVerb"]
     cluster.start_scheduler(ext.url, overrides={"extenders": extenders})
     try:
-        nodes = make_nodes(cluster, "pair-", 2, gpus=1, memory_mib=32768, model="V100M32")
-        await wait_nodes(ext, nodes)
-        for name, node, cls in (("resnet50", "pair-0", "cnn"),
-                                ("resnet18", "pair-1", "cnn-small")):
-            manifest = e2e_cluster.gpu_pod_manifest(
-                name, milli=400, mem_mib=8000, annotations={"sparse.io/job-class": cls})
-            manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-            await core.create_namespaced_pod("default", manifest)
-        await wait_all_bound(core, ["resnet50", "resnet18"])
-        for i in range(3):
-            name = f"rec-{i}"
-            await e2e_cluster.create_pod(core, name, milli=100, mem_mib=2000,
-                                         annotations={"sparse.io/job-class": "recommendation"})
-            placed = await wait_all_bound(core, [name])
-            assert placed[name] == "pair-1", "recommendation pod joined the ResNet-50 GPU"
-            await e2e_cluster.delete_pod(core, name)
-            await wait_released(ext, f"default/{name}")
+        await assert_recommendation_pods_avoid_resnet50(cluster, core, ext)
         cfg = cluster.scheduler_config_path.read_text()
         assert "prioritizeVerb" not in cfg and "filterVerb" in cfg
     finally:
