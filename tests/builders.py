@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from bench.redis_server import free_port as free_port  # where every test takes it from
+from extender import protocol
 from extender.inventory import Gpu, Inventory, NodeGpus, annotation_value
+
+if TYPE_CHECKING:
+    from extender.service import Scheduler
 
 _uid = itertools.count(1)
 
@@ -112,3 +118,23 @@ def node_object(node: NodeGpus, with_inventory: bool = True) -> dict[str, Any]:
             ],
         },
     }
+
+
+def mixed_inventory() -> Inventory:
+    """Five nodes a, b, c, d, e of different GPU counts, models and memory."""
+    return inventory(gpu_node("a", 4), gpu_node("b", 2, model="A100-80GB", memory_mib=81920),
+                     gpu_node("c", 8, memory_mib=16384), gpu_node("d", 1), gpu_node("e", 4))
+
+
+def filter_args(p: dict[str, Any], names: Iterable[str]) -> protocol.ExtenderArgs:
+    """kube-scheduler's filter (or prioritize) request for pod ``p`` over node ``names``."""
+    return protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": list(names)})
+                                         .encode())
+
+
+async def bind_pod(s: Scheduler, p: dict[str, Any], node: str) -> None:
+    """Bind pod ``p`` (namespace ml) to ``node`` through the scheduler's bind verb."""
+    args = protocol.decode_binding_args(json.dumps({
+        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
+        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
+    assert (await s.bind(args)).Error == ""

@@ -3,13 +3,11 @@ score, exactly those the two-call path scores best, and never a node that does n
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
-from builders import gpu_node, inventory, pod
+from builders import bind_pod, filter_args, mixed_inventory, pod
 
-from extender import protocol
 from extender.config import Settings
 from extender.http.app import build_scheduler
 from extender.interference import default_matrix
@@ -26,22 +24,8 @@ SHAPES = [dict(mem=4000, milli=200, job_class="cnn"), dict(mem=12000, milli=500)
 
 
 def cluster(policy: str = "sparse") -> Scheduler:
-    inv = inventory(gpu_node("a", 4), gpu_node("b", 2, model="A100-80GB", memory_mib=81920),
-                    gpu_node("c", 8, memory_mib=16384), gpu_node("d", 1), gpu_node("e", 4))
-    return Scheduler(inventory=inv, ledger=MemoryLedger(), matrix=default_matrix(),
-                     policy=make_policy(policy))
-
-
-def filter_args(p: dict, names: tuple[str, ...] = NODES) -> protocol.ExtenderArgs:
-    return protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": list(names)})
-                                         .encode())
-
-
-async def bind(s: Scheduler, p: dict, node: str) -> None:
-    args = protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
-    assert (await s.bind(args)).Error == ""
+    return Scheduler(inventory=mixed_inventory(), ledger=MemoryLedger(),
+                     matrix=default_matrix(), policy=make_policy(policy))
 
 
 def best_only(within: float = 0.0, policy: str = "sparse") -> Scheduler:
@@ -78,8 +62,8 @@ async def test_answers_the_best_scored_nodes_of_the_two_call_path_over_random_st
         narrowed += len(answer) < len(passed)
         if answer and rng.random() < 0.6:
             node = rng.choice(answer)  # kube-scheduler's pick among the best: same on both
-            await bind(best, p, node)
-            await bind(both, p, node)
+            await bind_pod(best, p, node)
+            await bind_pod(both, p, node)
             bound.append(p)
         if bound and rng.random() < 0.25:
             gone = bound.pop(rng.randrange(len(bound)))
@@ -100,7 +84,7 @@ async def test_a_tolerance_keeps_every_node_within_it_and_ten_keeps_all_that_fit
 
 async def test_nothing_fits_and_one_fits_answer_as_before() -> None:
     s = best_only()
-    huge = await s.filter(filter_args(pod(gpus=16)))
+    huge = await s.filter(filter_args(pod(gpus=16), NODES))
     assert huge.NodeNames == [] and len(huge.FailedNodes) + len(
         huge.FailedAndUnresolvableNodes) == len(NODES)
     assert (await s.filter(filter_args(pod(gpus=8), NODES))).NodeNames == ["c"]

@@ -3,10 +3,9 @@ and are recomputed exactly where a node changed: a booking, a release, a new inv
 
 from __future__ import annotations
 
-import json
 import random
 
-from builders import gpu_node, inventory, pod
+from builders import bind_pod, filter_args, gpu_node, mixed_inventory, pod
 
 from extender import protocol
 from extender.interference import default_matrix
@@ -19,27 +18,13 @@ NODES = ("a", "b", "c", "d", "e")
 
 
 def cluster() -> Scheduler:
-    inv = inventory(gpu_node("a", 4), gpu_node("b", 2, model="A100-80GB", memory_mib=81920),
-                    gpu_node("c", 8, memory_mib=16384), gpu_node("d", 1), gpu_node("e", 4))
-    return Scheduler(inventory=inv, ledger=MemoryLedger(), matrix=default_matrix(),
-                     policy=make_policy("sparse"))
+    return Scheduler(inventory=mixed_inventory(), ledger=MemoryLedger(),
+                     matrix=default_matrix(), policy=make_policy("sparse"))
 
 
 def uncached(s: Scheduler) -> Scheduler:
     s.node_verdicts.fits = lambda *a, **k: None  # fit and node_costs on every call
     return s
-
-
-def filter_args(p: dict, names: tuple[str, ...] = NODES) -> protocol.ExtenderArgs:
-    return protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": list(names)})
-                                         .encode())
-
-
-async def bind(s: Scheduler, p: dict, node: str) -> None:
-    args = protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
-    assert (await s.bind(args)).Error == ""
 
 
 def cycle_costs(s: Scheduler, uid: str) -> list[float] | None:
@@ -68,8 +53,8 @@ async def test_same_answers_and_costs_as_without_the_cache_over_bookings_and_rel
             plain, p["metadata"]["uid"]), step
         if a.NodeNames and rng.random() < 0.6:
             node = rng.choice(a.NodeNames)
-            await bind(cached, p, node)
-            await bind(plain, p, node)
+            await bind_pod(cached, p, node)
+            await bind_pod(plain, p, node)
             bound.append(p)
         if bound and rng.random() < 0.25:
             gone = bound.pop(rng.randrange(len(bound)))
@@ -81,11 +66,11 @@ async def test_same_answers_and_costs_as_without_the_cache_over_bookings_and_rel
 async def test_only_the_booked_node_is_computed_again() -> None:
     s = cluster()
     first = pod(mem=4000, milli=200, job_class="cnn")
-    assert len((await s.filter(filter_args(first))).NodeNames) == len(NODES)
-    await bind(s, first, "a")
+    assert len((await s.filter(filter_args(first, NODES))).NodeNames) == len(NODES)
+    await bind_pod(s, first, "a")
     before = s.node_verdicts.computed
     again = pod(mem=4000, milli=200, job_class="cnn")
-    assert len((await s.filter(filter_args(again))).NodeNames) == len(NODES)
+    assert len((await s.filter(filter_args(again, NODES))).NodeNames) == len(NODES)
     assert s.node_verdicts.computed - before == 2  # node a: its fit, then its cost
 
 
@@ -93,7 +78,7 @@ async def test_a_full_node_stops_passing_and_passes_again_once_released() -> Non
     s = cluster()
     whole = pod(gpus=1)
     assert "d" in (await s.filter(filter_args(whole, ("d", "e")))).NodeNames
-    await bind(s, whole, "d")  # d has one GPU: now full for this shape
+    await bind_pod(s, whole, "d")  # d has one GPU: now full for this shape
     second = pod(gpus=1)
     answer = await s.filter(filter_args(second, ("d", "e")))
     assert answer.NodeNames == ["e"]
