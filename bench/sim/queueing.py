@@ -6,6 +6,7 @@ already known not to fit, and the run record's JSON form."""
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -250,6 +251,19 @@ class CriticalShare:
             self.queue.rank[j] = floor + pos
         if jobs is self.queue.jobs:
             jobs.sort(key=lambda k: (self.queue.rank[k], self.queue.seq[k]))
+
+
+def arriving_now(events: list[tuple], t: float, first: int, share: CriticalShare | None,
+                 started: np.ndarray, done: np.ndarray) -> list[int]:
+    """Every job arriving at ``t`` (``first`` already popped): the arrival events (kind 1) at
+    the top of the replay's event heap, popped; ranked by ``share`` when the critical bands
+    have a capacity share."""
+    batch = [first]
+    while events and events[0][0] == t and events[0][1] == 1:
+        batch.append(heapq.heappop(events)[2])
+    if share is not None:
+        share.reorder(batch, t, started, done)
+    return batch
 
 
 def critical_mask(predicted: np.ndarray, bands: DurationBands) -> np.ndarray:

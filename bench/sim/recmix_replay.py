@@ -76,6 +76,7 @@ from bench.sim.queueing import (
     PolicyRun,
     RankedQueue,
     arrival_times,
+    arriving_now,
     band_rank,
     banded_queue,
     critical_mask,
@@ -384,11 +385,7 @@ def run_recmix(
         trace.advance(dt, gpu_jobs, bool(pending), sim)
         t_prev = now = t
         if kind == 1:  # every job arriving now, tried in queue order
-            batch = [j]
-            while events and events[0][0] == t and events[0][1] == 1:
-                batch.append(heapq.heappop(events)[2])
-            if share is not None:
-                share.reorder(batch, now, started, done)
+            batch = arriving_now(events, t, j, share, started, done)
             for k in queue.arrival_order(batch):
                 if not try_start(k):
                     wait(k)

@@ -79,6 +79,7 @@ from bench.sim.queueing import (
     PolicyRun,
     RankedQueue,
     arrival_times,
+    arriving_now,
     band_rank,
     banded_queue,
     co_location_slowdown,
@@ -313,11 +314,7 @@ def run_replay(
         waiting.advance(t - t_prev, pending, shapes)
         t_prev = now = t
         if kind == 1:  # every job arriving now, tried in queue order
-            batch = [j]
-            while events and events[0][0] == t and events[0][1] == 1:
-                batch.append(heapq.heappop(events)[2])
-            if share is not None:
-                share.reorder(batch, now, started, done)
+            batch = arriving_now(events, t, j, share, started, done)
             for k in queue.arrival_order(batch):
                 if gate is not None and not gate.admits(k, queue, now):
                     queue.wait(k)
