@@ -138,3 +138,11 @@ async def bind_pod(s: Scheduler, p: dict[str, Any], node: str) -> None:
         "PodName": p["metadata"]["name"], "PodNamespace": "ml",
         "PodUID": p["metadata"]["uid"], "Node": node}).encode())
     assert (await s.bind(args)).Error == ""
+
+
+async def post_verb(client: Any, verb: str, payload: dict[str, Any]) -> Any:
+    """POST ``payload`` to the test client's ``/scheduler/<verb>``; the answer must be a 200."""
+    resp = await client.post(f"/scheduler/{verb}", data=json.dumps(payload).encode(),
+                             headers={"Content-Type": "application/json"})
+    assert resp.status == 200, await resp.text()
+    return await resp.json()

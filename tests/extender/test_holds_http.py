@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from builders import gpu_node, inventory, pod
+from builders import gpu_node, inventory, pod, post_verb
 
 from extender.annotations import ANN_PREDICTED_SECONDS
 from extender.config import Settings
@@ -31,13 +29,6 @@ async def client():
         yield c
 
 
-async def post(client, verb, payload):
-    resp = await client.post(f"/scheduler/{verb}", data=json.dumps(payload).encode(),
-                             headers={"Content-Type": "application/json"})
-    assert resp.status == 200, await resp.text()
-    return await resp.json()
-
-
 def gpu_pod(name: str, gpus: int, seconds: float | None) -> dict:
     p = pod(name, gpus=gpus)
     if seconds is not None:
@@ -47,9 +38,9 @@ def gpu_pod(name: str, gpus: int, seconds: float | None) -> dict:
 
 async def run(client, name: str, gpus: int, seconds: float | None, node: str) -> None:
     p = gpu_pod(name, gpus, seconds)
-    out = await post(client, "filter", {"Pod": p, "NodeNames": [node]})
+    out = await post_verb(client, "filter", {"Pod": p, "NodeNames": [node]})
     assert out["NodeNames"] == [node]
-    out = await post(client, "bind", {"PodName": name, "PodNamespace": "ml",
+    out = await post_verb(client, "bind", {"PodName": name, "PodNamespace": "ml",
                                       "PodUID": p["metadata"]["uid"], "Node": node})
     assert out == {"Error": ""}
 
@@ -60,22 +51,23 @@ async def test_a_held_node_takes_only_pods_predicted_to_end_before_the_gang_star
         await run(client, f"a{i}", 1, 100, "a")
         await run(client, f"b{i}", 1, 10_000, "b")
     gang = gpu_pod("gang", 4, 3600)
-    out = await post(client, "filter", {"Pod": gang, "NodeNames": ["a", "b"]})
+    out = await post_verb(client, "filter", {"Pod": gang, "NodeNames": ["a", "b"]})
     assert out["NodeNames"] == []
     hold = client.sched.holds.hold
     assert hold.owner == gang["metadata"]["uid"] and hold.start_s == 1100.0
-    late = await post(client, "filter", {"Pod": gpu_pod("late", 1, 1000), "NodeNames": ["a", "b"]})
+    late = await post_verb(client, "filter",
+                           {"Pod": gpu_pod("late", 1, 1000), "NodeNames": ["a", "b"]})
     assert late["NodeNames"] == ["b"]
     assert "held for a waiting gang" in late["FailedNodes"]["a"]
-    unknown = await post(client, "filter", {"Pod": gpu_pod("unknown", 1, None),
+    unknown = await post_verb(client, "filter", {"Pod": gpu_pod("unknown", 1, None),
                                             "NodeNames": ["a", "b"]})
     assert unknown["NodeNames"] == ["b"]
-    early = await post(client, "filter", {"Pod": gpu_pod("early", 1, 40),
+    early = await post_verb(client, "filter", {"Pod": gpu_pod("early", 1, 40),
                                           "NodeNames": ["a", "b"]})  # x2 = 80 s < 100 s
     assert sorted(early["NodeNames"]) == ["a", "b"]
     # the owner not asked about again for the hold's lifetime: the hold lapses
     NOW[0] += HOLD_TTL_S + 1
-    late = await post(client, "filter", {"Pod": gpu_pod("late2", 1, 1000),
+    late = await post_verb(client, "filter", {"Pod": gpu_pod("late2", 1, 1000),
                                          "NodeNames": ["a", "b"]})
     assert sorted(late["NodeNames"]) == ["a", "b"] and client.sched.holds.hold is None
 
@@ -91,13 +83,13 @@ async def test_the_controllers_gangs_hold_and_respect_holds_too(client):
     for i in range(3):  # node a drains in 100 s, node b in 10,000 s
         await run(client, f"a{i}", 1, 100, "a")
         await run(client, f"b{i}", 1, 10_000, "b")
-    out = await post(client, "gangs/reserve", gang_request("big", 4, 3600))
+    out = await post_verb(client, "gangs/reserve", gang_request("big", 4, 3600))
     assert out["admitted"] is False
     hold = client.sched.holds.hold
     assert hold.owner == "gang/big/0/0" and hold.start_s == 5100.0
-    out = await post(client, "gangs/reserve", gang_request("long", 1, 5000))
+    out = await post_verb(client, "gangs/reserve", gang_request("long", 1, 5000))
     assert out["admitted"] and out["slots"][0]["node"] == "b"  # not the held node
-    out = await post(client, "gangs/reserve", gang_request("long2", 1, 5000))
+    out = await post_verb(client, "gangs/reserve", gang_request("long2", 1, 5000))
     assert out["admitted"] is False and "held for a waiting gang" in out["reason"]
-    out = await post(client, "gangs/reserve", gang_request("short", 1, 10))
+    out = await post_verb(client, "gangs/reserve", gang_request("short", 1, 10))
     assert out["admitted"] and out["slots"][0]["node"] == "a"  # ends before the hold

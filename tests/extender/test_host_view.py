@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
-from builders import gpu_node, inventory, node_object, pod
+from builders import gpu_node, inventory, node_object, pod, post_verb
 
 from extender.config import Settings
 from extender.demand import host_requests, pod_demand
@@ -31,13 +31,6 @@ def node_with(name: str, cpu: str, memory: str = "792Gi", gpus: int = 4) -> dict
     obj["status"]["allocatable"] = {**obj["status"]["allocatable"], "cpu": cpu,
                                     "memory": memory}
     return obj
-
-
-async def post(client, verb, payload):
-    resp = await client.post(f"/scheduler/{verb}", data=json.dumps(payload).encode(),
-                             headers={"Content-Type": "application/json"})
-    assert resp.status == 200, await resp.text()
-    return await resp.json()
 
 
 def test_pod_requests_follow_kube_scheduler_rules():
@@ -86,19 +79,19 @@ async def test_full_nodes_cpu_left_rules_out_a_node_and_binds_count_on_it():
     async with TestClient(TestServer(app)) as c:
         nodes = {"items": [node_with("gpu-a", "3"), node_with("gpu-b", "96")]}
         first = pod("first", mem=1000, milli=200)  # asks 2 CPUs (builders' default)
-        out = await post(c, "filter", {"Pod": first, "Nodes": nodes})
+        out = await post_verb(c, "filter", {"Pod": first, "Nodes": nodes})
         assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["gpu-a", "gpu-b"]
         bind = {"PodName": "first", "PodNamespace": "ml", "PodUID": first["metadata"]["uid"],
                 "Node": "gpu-a"}
-        assert await post(c, "bind", bind) == {"Error": ""}
+        assert await post_verb(c, "bind", bind) == {"Error": ""}
         # gpu-a has 1 CPU left now; the next request names nodes only (nodeCacheCapable)
         second = pod("second", mem=1000, milli=200)
         args = {"Pod": second, "NodeNames": ["gpu-a", "gpu-b"]}
-        out = await post(c, "filter", args)
+        out = await post_verb(c, "filter", args)
         assert out["NodeNames"] == ["gpu-b"]
         assert out["FailedNodes"]["gpu-a"] == (
             "node CPU: needs 2000m, 1000m left beside the pods bound there")
-        scores = {h["Host"]: h["Score"] for h in await post(c, "prioritize", args)}
+        scores = {h["Host"]: h["Score"] for h in await post_verb(c, "prioritize", args)}
         assert scores["gpu-a"] == 0 and scores["gpu-b"] > 0
 
 
@@ -108,7 +101,7 @@ async def test_memory_left_counts_like_cpu():
     async with TestClient(TestServer(app)) as c:
         nodes = {"items": [node_with("gpu-a", "96", "4Gi"), node_with("gpu-b", "96")]}
         p = pod("p", mem=1000, milli=200)  # asks 8 GiB of host memory
-        out = await post(c, "filter", {"Pod": p, "Nodes": nodes})
+        out = await post_verb(c, "filter", {"Pod": p, "Nodes": nodes})
         assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["gpu-b"]
         assert out["FailedNodes"]["gpu-a"].startswith("node memory: needs 8192 MiB")
 
