@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from extender.demand import PodDemand
+from extender.placement.fit import model_mask
 from extender.placement.holds import MIN_GANG
 from extender.placement.state import ClusterState
 
@@ -61,9 +62,9 @@ def hold_for(s: Scheduler, state: ClusterState, demand: PodDemand,
             eligible[i] = True
     sizes = state.node_stop - state.node_start
     eligible &= sizes >= demand.whole_gpus
-    if demand.allowed_models is not None:
-        ok = np.array([m in demand.allowed_models for m in state.models], dtype=bool)
+    if demand.allowed_models is not None:  # nodes with a GPU of a model the pod may use
+        ok = model_mask(state, demand, np.arange(len(state.gpu_model)))
         has = np.zeros(len(state.node_names), dtype=bool)
-        has[state.gpu_node[ok[state.gpu_model]]] = True
+        has[state.gpu_node[ok]] = True
         eligible &= has
     book.place(state, demand.uid, demand.whole_gpus, now, eligible)
