@@ -26,7 +26,7 @@ from typing import Any
 from embed import layout
 from embed.store import EmbeddingStore
 from extender.annotations import ANN_EMBEDDING_CACHE
-from extender.placement.locality import InvalidEmbedding, encode_cache, parse_embedding
+from extender.placement.embedding_annotations import InvalidEmbedding, encode_cache, parse_embedding
 
 log = logging.getLogger("sparse.embed.publisher")
 MERGE = "application/merge-patch+json"

@@ -46,44 +46,30 @@ content instead of labels.
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from extender.annotations import (
-    ANN_EMBEDDING,
-    ANN_EMBEDDING_CACHE,
-    DEFAULT_RACK_LABEL,
-    LABEL_ZONE,
-)
+from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
 from extender.demand import MILLI_PER_GPU, PodDemand
-from extender.errors import InvalidDemand
 from extender.placement.cache_model import (  # noqa: F401 (served_share, zipf_norm re-exported)
     served_share,
     zipf_norm,
 )
 from extender.placement.cache_room import CacheRoomModel, gather
+from extender.placement.embedding_annotations import (  # noqa: F401 (the codec, re-exported)
+    CACHE_FORMAT,
+    MAX_TABLES,
+    CacheContent,
+    EmbeddingSpec,
+    InvalidEmbedding,
+    decode_cache,
+    encode_cache,
+    parse_embedding,
+)
 from extender.placement.state import ClusterState
-
-CACHE_FORMAT = 1
-MAX_TABLES = 256
-
-
-class InvalidEmbedding(InvalidDemand):
-    """A ``sparse.io/embedding`` annotation that cannot be understood."""
-
-
-@dataclass(frozen=True)
-class EmbeddingSpec:
-    store: str
-    tables: tuple[str, ...]
-    hot_rows: Mapping[str, int] | None = None  # per table; None = table size stands in
-    required: bool = False
-    ids_per_step: Mapping[str, int] | None = None  # per table: ids one step looks up
-    steps: int | None = None  # steps the job will run (its cache's warm-up is spread over them)
 
 
 @dataclass(frozen=True)
@@ -99,119 +85,6 @@ class LocalityWeights:
     @property
     def enabled(self) -> bool:
         return bool(self.cache or self.rack or self.zone or self.avoid)
-
-
-def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | None:
-    """The pod's embedding declaration; None when it has none; InvalidEmbedding when bad."""
-    raw = (annotations or {}).get(ANN_EMBEDDING)
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidEmbedding(f"{ANN_EMBEDDING} is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING} must be a JSON object")
-    store, tables = doc.get("store"), doc.get("tables")
-    if not isinstance(store, str) or not store:
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'store' must be a non-empty string")
-    if (not isinstance(tables, list) or not tables or len(tables) > MAX_TABLES
-            or not all(isinstance(t, str) and t for t in tables)):
-        raise InvalidEmbedding(
-            f"{ANN_EMBEDDING}: 'tables' must be a list of 1..{MAX_TABLES} table names")
-    hot_rows = _per_table(doc, "hotRows", tables)
-    ids_per_step = _per_table(doc, "idsPerStep", tables)
-    required = doc.get("required", False)
-    if not isinstance(required, bool):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'required' must be true or false")
-    steps = doc.get("steps")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
-                              or steps < 1):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'steps' must be a positive integer")
-    return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required,
-                         ids_per_step or None, steps)
-
-
-def _per_table(doc: dict, key: str, tables: list[str]) -> dict[str, int] | None:
-    """A positive count for every table, or a map table -> count (``hotRows``,
-    ``idsPerStep``)."""
-    value = doc.get(key)
-    out: dict[str, int] | None = None
-    if isinstance(value, bool):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: '{key}' must be a count or a map")
-    if isinstance(value, int):
-        out = dict.fromkeys(tables, value)
-    elif isinstance(value, dict):
-        out = {t: value.get(t) for t in tables if t in value}
-    elif value is not None:
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: '{key}' must be a count or a map")
-    if out is not None and not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in out.values()):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: '{key}' values must be positive integers")
-    return out
-
-
-@dataclass(frozen=True)
-class CacheContent:
-    """What one node's cache holds: rows (and table size, when known) per table, and, when the
-    publisher knows them, how many running pods on the node read each table."""
-
-    rows: Mapping[str, int]
-    totals: Mapping[str, int]
-    used_bytes: int = 0
-    capacity_bytes: int = 0
-    readers: Mapping[str, int] | None = None  # None = not published
-    ids: Mapping[str, int] | None = None  # per table: its readers' ids per step, summed
-
-    @property
-    def fill(self) -> float:
-        """0..1: how much of the cache is in use (1 when it holds rows but states no size)."""
-        if self.capacity_bytes > 0:
-            return min(1.0, self.used_bytes / self.capacity_bytes)
-        return 1.0 if any(self.rows.values()) else 0.0
-
-
-def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes: int,
-                 capacity_bytes: int, at: float, readers: Mapping[str, int] | None = None,
-                 ids: Mapping[str, int] | None = None) -> str:
-    """The node annotation's value (the cache's publisher writes it, the scheduler reads it).
-    ``readers``: running pods on the node per table they declare (tables read but not yet
-    cached are listed with 0 rows); with it the scheduler tells tables in use from leftovers.
-    ``ids``: per table, the ``idsPerStep`` those readers declare, summed (how often the
-    table's rows are read, which sets its LFU room)."""
-    rows = dict(rows)
-    if readers is not None:
-        for t in readers:
-            rows.setdefault(t, 0)
-    tables = {t: {"rows": int(n), **({"total": int(totals[t])} if t in totals else {}),
-                  **({"readers": int(readers.get(t, 0))} if readers is not None else {}),
-                  **({"ids": int(ids[t])} if ids and ids.get(t) else {})}
-              for t, n in sorted(rows.items())}
-    return json.dumps({"v": CACHE_FORMAT, "tables": tables, "bytes": int(used_bytes),
-                       "capacityBytes": int(capacity_bytes), "at": round(at, 3)},
-                      separators=(",", ":"), sort_keys=True)
-
-
-def decode_cache(raw: str | None) -> CacheContent | None:
-    """None for a missing or unusable annotation (the node then scores as holding nothing)."""
-    if not raw:
-        return None
-    try:
-        doc = json.loads(raw)
-        rows, totals, readers, ids = {}, {}, {}, {}
-        for table, entry in dict(doc.get("tables") or {}).items():
-            rows[str(table)] = max(0, int(entry.get("rows", 0)))
-            if entry.get("total") is not None:
-                totals[str(table)] = max(0, int(entry["total"]))
-            if entry.get("readers") is not None:
-                readers[str(table)] = max(0, int(entry["readers"]))
-            if entry.get("ids") is not None:
-                ids[str(table)] = max(0, int(entry["ids"]))
-        return CacheContent(rows, totals, max(0, int(doc.get("bytes", 0))),
-                            max(0, int(doc.get("capacityBytes", 0))), readers or None,
-                            ids or None)
-    except (ValueError, TypeError, AttributeError):
-        return None
 
 
 def gpu_amount(demand: PodDemand) -> float:
@@ -328,19 +201,16 @@ class LocalityIndex:
             return
         self.fill[i] = content.fill
         self.cap_bytes[i] = content.capacity_bytes
-        held = sum(content.rows.values())
-        if held and content.used_bytes:
-            self.row_bytes[i] = content.used_bytes / held
-        readers, ids = content.readers or {}, content.ids or {}
-        tables = list(dict.fromkeys([*content.rows, *readers, *ids]))
-        if len(tables) > self.ent_col.shape[1]:
-            self._grow_entries(self.ent_col.shape[0], len(tables))
-        for e, table in enumerate(tables):
+        self.row_bytes[i] = content.row_bytes
+        self.active[i] = content.tables_in_use
+        entries = content.entries()
+        if len(entries) > self.ent_col.shape[1]:
+            self._grow_entries(self.ent_col.shape[0], len(entries))
+        for e, (table, held, readers, ids) in enumerate(entries):
             self.ent_col[i, e] = self._col(table)
-            self.ent_held[i, e] = content.rows.get(table, 0)
-            self.ent_readers[i, e] = readers.get(table, 0)
-            self.ent_ids[i, e] = ids.get(table, 0)
-        self.active[i] = sum(1 for n in readers.values() if n > 0)
+            self.ent_held[i, e] = held
+            self.ent_readers[i, e] = readers
+            self.ent_ids[i, e] = ids
         for table, total in content.totals.items():
             c = self._col(table)
             self.total[c] = max(self.total[c], total)

@@ -18,7 +18,7 @@ from embed.layout import TableMeta
 from embed.publisher import CachePublisher, Snapshot, count_rows
 from embed.store import EmbeddingStore, connect
 from extender.annotations import ANN_EMBEDDING, ANN_EMBEDDING_CACHE
-from extender.placement.locality import decode_cache
+from extender.placement.embedding_annotations import decode_cache
 
 pytestmark = pytest.mark.redis
 
