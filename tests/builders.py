@@ -132,12 +132,20 @@ def filter_args(p: dict[str, Any], names: Iterable[str]) -> protocol.ExtenderArg
                                          .encode())
 
 
+def bind_request(p: dict[str, Any], node: str) -> dict[str, str]:
+    """kube-scheduler's bind request body for pod ``p`` (namespace ml) on ``node``."""
+    return {"PodName": p["metadata"]["name"], "PodNamespace": "ml",
+            "PodUID": p["metadata"]["uid"], "Node": node}
+
+
+def bind_args(p: dict[str, Any], node: str) -> protocol.BindingArgs:
+    """:func:`bind_request`, decoded as the bind verb receives it."""
+    return protocol.decode_binding_args(json.dumps(bind_request(p, node)).encode())
+
+
 async def bind_pod(s: Scheduler, p: dict[str, Any], node: str) -> None:
     """Bind pod ``p`` (namespace ml) to ``node`` through the scheduler's bind verb."""
-    args = protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
-    assert (await s.bind(args)).Error == ""
+    assert (await s.bind(bind_args(p, node))).Error == ""
 
 
 async def post_verb(client: Any, verb: str, payload: dict[str, Any]) -> Any:

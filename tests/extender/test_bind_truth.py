@@ -4,11 +4,10 @@ while its Binding is in flight; a bind that answers an error leaves no booking b
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 
-from builders import gpu_node, inventory, pod
+from builders import bind_args, filter_args, gpu_node, inventory, pod
 
 from extender import protocol
 from extender.binder import BindError
@@ -59,11 +58,8 @@ def scheduler(ledger, binder, clock, ttl: float = 5.0, bind_timeout: float = 30.
 
 async def filtered(s: Scheduler, **kw) -> protocol.BindingArgs:  # noqa: ANN003
     p = pod(**kw)
-    args = protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": ["n"]}).encode())
-    assert (await s.filter(args)).NodeNames == ["n"]
-    return protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": "n"}).encode())
+    assert (await s.filter(filter_args(p, ["n"]))).NodeNames == ["n"]
+    return bind_args(p, "n")
 
 
 async def test_booking_outlives_its_ttl_while_the_binding_is_in_flight() -> None:

@@ -5,13 +5,11 @@ not live send the view back to the store; binds never book a GPU twice on a stal
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 
 import numpy as np
-from builders import gpu_node, inventory, pod
+from builders import bind_args, bind_pod, filter_args, gpu_node, inventory, pod
 
-from extender import protocol
 from extender.interference import default_matrix
 from extender.ledger.redis import RedisLedger
 from extender.placement import ClusterState, make_policy
@@ -26,12 +24,8 @@ def replica(redis_url: str, inv) -> Scheduler:  # noqa: ANN001
 
 
 async def place(s: Scheduler, p: dict, node: str = "n") -> str:
-    args = protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": [node]}).encode())
-    assert (await s.filter(args)).NodeNames == [node]
-    binding = protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": node}).encode())
-    assert (await s.bind(binding)).Error == ""
+    assert (await s.filter(filter_args(p, [node]))).NodeNames == [node]
+    await bind_pod(s, p, node)
     return p["metadata"]["uid"]
 
 
@@ -145,13 +139,10 @@ async def test_bind_on_a_stale_view_never_books_a_gpu_twice(redis_url) -> None:
     async with replicas(redis_url, inv) as (a, b):
         held = await place(a, pod(mem=12000, milli=500))  # b's reader has not read it
         late = pod(mem=8000, milli=300)
-        args = protocol.decode_extender_args(json.dumps({"Pod": late, "NodeNames": ["n"]})
-                                             .encode())
-        assert (await b.filter(args)).NodeNames == ["n"]  # on the stale view it fits
-        binding = protocol.decode_binding_args(json.dumps({
-            "PodName": late["metadata"]["name"], "PodNamespace": "ml",
-            "PodUID": late["metadata"]["uid"], "Node": "n"}).encode())
-        assert "no longer fits" in (await b.bind(binding)).Error  # re-planned on the store
+        filtered = await b.filter(filter_args(late, ["n"]))
+        assert filtered.NodeNames == ["n"]  # on the stale view it fits
+        bound = await b.bind(bind_args(late, "n"))
+        assert "no longer fits" in bound.Error  # re-planned on the store
         state = await store_state(a, inv)
         assert set(state.reservations) == {held}
         assert int(state.mem_used.max()) <= 16000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from builders import gpu_node, inventory, pod, post_verb
+from builders import bind_request, gpu_node, inventory, pod, post_verb
 
 from extender.annotations import ANN_PREDICTED_SECONDS
 from extender.config import Settings
@@ -40,9 +40,7 @@ async def run(client, name: str, gpus: int, seconds: float | None, node: str) ->
     p = gpu_pod(name, gpus, seconds)
     out = await post_verb(client, "filter", {"Pod": p, "NodeNames": [node]})
     assert out["NodeNames"] == [node]
-    out = await post_verb(client, "bind", {"PodName": name, "PodNamespace": "ml",
-                                      "PodUID": p["metadata"]["uid"], "Node": node})
-    assert out == {"Error": ""}
+    assert await post_verb(client, "bind", bind_request(p, node)) == {"Error": ""}
 
 
 async def test_a_held_node_takes_only_pods_predicted_to_end_before_the_gang_starts(client):

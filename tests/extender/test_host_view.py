@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
-from builders import gpu_node, inventory, node_object, pod, post_verb
+from builders import bind_request, gpu_node, inventory, node_object, pod, post_verb
 
 from extender.config import Settings
 from extender.demand import host_requests, pod_demand
@@ -81,9 +81,7 @@ async def test_full_nodes_cpu_left_rules_out_a_node_and_binds_count_on_it():
         first = pod("first", mem=1000, milli=200)  # asks 2 CPUs (builders' default)
         out = await post_verb(c, "filter", {"Pod": first, "Nodes": nodes})
         assert [n["metadata"]["name"] for n in out["Nodes"]["items"]] == ["gpu-a", "gpu-b"]
-        bind = {"PodName": "first", "PodNamespace": "ml", "PodUID": first["metadata"]["uid"],
-                "Node": "gpu-a"}
-        assert await post_verb(c, "bind", bind) == {"Error": ""}
+        assert await post_verb(c, "bind", bind_request(first, "gpu-a")) == {"Error": ""}
         # gpu-a has 1 CPU left now; the next request names nodes only (nodeCacheCapable)
         second = pod("second", mem=1000, milli=200)
         args = {"Pod": second, "NodeNames": ["gpu-a", "gpu-b"]}

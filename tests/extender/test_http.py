@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from builders import gpu_node, inventory, node_object, pod
+from builders import bind_request, gpu_node, inventory, node_object, pod
 
 from extender.config import Settings
 from extender.http.app import make_app
@@ -87,16 +87,11 @@ async def test_bind_rechecks_and_answers_error(client):
     await post(client, "filter", {"Pod": big, "NodeNames": ["gpu-b"]})
     other = pod("other", mem=16000, milli=900)
     await post(client, "filter", {"Pod": other, "NodeNames": ["gpu-b"]})
-    bind = {"PodName": "big", "PodNamespace": "ml", "PodUID": big["metadata"]["uid"],
-            "Node": "gpu-b"}
-    assert await post(client, "bind", bind) == {"Error": ""}
-    bind2 = {"PodName": "other", "PodNamespace": "ml", "PodUID": other["metadata"]["uid"],
-             "Node": "gpu-b"}
-    assert await post(client, "bind", bind2) == {"Error": ""}
+    assert await post(client, "bind", bind_request(big, "gpu-b")) == {"Error": ""}
+    assert await post(client, "bind", bind_request(other, "gpu-b")) == {"Error": ""}
     third = pod("third", mem=16000, milli=900)
     await post(client, "filter", {"Pod": third, "NodeNames": ["gpu-b"]})
-    out = await post(client, "bind", {"PodName": "third", "PodNamespace": "ml",
-                                       "PodUID": third["metadata"]["uid"], "Node": "gpu-b"})
+    out = await post(client, "bind", bind_request(third, "gpu-b"))
     assert "no longer fits" in out["Error"]
     assert len(await ledger_of(client)) == 2
 
@@ -142,10 +137,8 @@ async def test_preempt_keeps_nodes_where_victims_free_enough(client):
     for other in ("o1",):
         o = pod(other, mem=16000, milli=500)
         await post(client, "filter", {"Pod": o, "NodeNames": ["gpu-b"]})
-        await post(client, "bind", {"PodName": other, "PodNamespace": "ml",
-                                    "PodUID": o["metadata"]["uid"], "Node": "gpu-b"})
-    await post(client, "bind", {"PodName": "victim", "PodNamespace": "ml", "PodUID": uid,
-                                "Node": "gpu-b"})
+        await post(client, "bind", bind_request(o, "gpu-b"))
+    await post(client, "bind", bind_request(victim, "gpu-b"))
     preemptor = pod("pre", mem=16000, milli=500)
     out = await post(client, "preempt", {"Pod": preemptor, "NodeNameToMetaVictims": {
         "gpu-b": {"Pods": [{"UID": uid}], "NumPDBViolations": 0},
@@ -163,8 +156,7 @@ async def test_health_ready_metrics_inspect(client):
     assert (await client.get("/readyz")).status == 200
     p = pod("m", mem=1024, milli=100, job_class="cnn")
     await post(client, "filter", {"Pod": p, "NodeNames": ["gpu-a"]})
-    await post(client, "bind", {"PodName": "m", "PodNamespace": "ml",
-                                "PodUID": p["metadata"]["uid"], "Node": "gpu-a"})
+    await post(client, "bind", bind_request(p, "gpu-a"))
     text = await (await client.get("/metrics")).text()
     assert 'sparse_extender_requests_total{code="200",verb="filter"} 1.0' in text
     assert "sparse_extender_request_duration_seconds_bucket" in text

@@ -3,12 +3,9 @@ without re-reading every reservation."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
-from builders import gpu_node, inventory, pod
+from builders import bind_pod, filter_args, gpu_node, inventory, pod
 
-from extender import protocol
 from extender.interference import default_matrix
 from extender.ledger.redis import RedisLedger
 from extender.placement import ClusterState, make_policy
@@ -21,12 +18,8 @@ def replica(redis_url: str, inv) -> Scheduler:  # noqa: ANN001
 
 
 async def place(s: Scheduler, p: dict) -> str:
-    args = protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": ["n"]}).encode())
-    assert (await s.filter(args)).NodeNames == ["n"]
-    binding = protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": "n"}).encode())
-    assert (await s.bind(binding)).Error == ""
+    assert (await s.filter(filter_args(p, ["n"]))).NodeNames == ["n"]
+    await bind_pod(s, p, "n")
     return p["metadata"]["uid"]
 
 

@@ -5,17 +5,15 @@ at quiescence every replica's view == what Redis holds == the bookings the opera
 from __future__ import annotations
 
 import asyncio
-import json
 
 import numpy as np
 import pytest
-from builders import gpu_node, inventory, pod
+from builders import bind_args, filter_args, gpu_node, inventory, pod
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from bench.redis_server import RedisServer
-from extender import protocol
 from extender.errors import ReservationConflict
 from extender.interference import default_matrix
 from extender.ledger.redis import RedisLedger
@@ -79,14 +77,9 @@ class ReplicaViews(RuleBasedStateMachine):
     async def _reserve(self, s: Scheduler, node: str, mem: int, milli: int) -> None:
         self.pods += 1
         p = pod(f"p{self.pods}", mem=mem, milli=milli)
-        args = protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": [node]})
-                                             .encode())
-        await s.demand_of(args.pod)
-        binding = protocol.decode_binding_args(json.dumps({
-            "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-            "PodUID": p["metadata"]["uid"], "Node": node}).encode())
+        await s.demand_of(filter_args(p, [node]).pod)
         try:
-            reservation, _ = await bind_verb.reserve(s, binding)
+            reservation, _ = await bind_verb.reserve(s, bind_args(p, node))
         except ReservationConflict:
             return
         self.model[reservation.pod_uid] = reservation

@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
-from builders import free_port, pod
+from builders import bind_request, free_port, pod
 
 from bench.latency.servers import wait_ready
 from extender.ledger.rules import from_json
@@ -56,10 +56,7 @@ async def test_200_concurrent_binds_from_two_replicas(tmp_path, redis_url):
                                  {"Pod": p, "NodeNames": ["shared-node"]})
                 assert out["NodeNames"] == ["shared-node"]
             binds = await asyncio.gather(*(
-                call(ports[i % 2], "bind", {"PodName": p["metadata"]["name"],
-                                            "PodNamespace": "ml",
-                                            "PodUID": p["metadata"]["uid"],
-                                            "Node": "shared-node"})
+                call(ports[i % 2], "bind", bind_request(p, "shared-node"))
                 for i, p in enumerate(pods)
             ))
     finally:

@@ -5,15 +5,13 @@ replication cannot lead to an over-commit."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 
 import pytest
-from builders import gpu_node, inventory, pod
+from builders import bind_args, filter_args, gpu_node, inventory, pod
 
 from bench.redis_server import SentinelGroup
-from extender import protocol
 from extender.config import Settings
 from extender.interference import default_matrix
 from extender.ledger.connect import parse_sentinel_url
@@ -49,10 +47,7 @@ def scheduler(ledger: RedisLedger) -> Scheduler:
 async def place(s: Scheduler, **kw) -> tuple[str, str]:  # noqa: ANN003
     """Filter and bind, retrying while the store fails over (the scheduler would)."""
     p = pod(**kw)
-    args = protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": ["n"]}).encode())
-    binding = protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": "n"}).encode())
+    args, binding = filter_args(p, ["n"]), bind_args(p, "n")
     for _ in range(100):
         filtered = await s.filter(args)
         if filtered.Error:

@@ -14,7 +14,7 @@ import time
 
 import aiohttp
 import pytest
-from builders import free_port, pod
+from builders import bind_request, free_port, pod
 
 from bench.latency.servers import wait_ready
 from bench.redis_server import RedisServer
@@ -68,9 +68,7 @@ async def test_stopped_and_frozen_redis_answer_the_protocol(tmp_path, outage_red
 
             async def place(p: dict) -> tuple[dict, dict]:
                 filtered = await post("filter", {"Pod": p, "NodeNames": ["n1"]})
-                bound = await post("bind", {"PodName": p["metadata"]["name"],
-                                            "PodNamespace": "ml",
-                                            "PodUID": p["metadata"]["uid"], "Node": "n1"})
+                bound = await post("bind", bind_request(p, "n1"))
                 return filtered, bound
 
             _, bound = await place(pod(mem=1000, milli=100))

@@ -7,12 +7,9 @@ its own change: the other replica's booking would be missing from its view for g
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from builders import gpu_node, inventory, pod
+from builders import bind_pod, filter_args, gpu_node, inventory, pod
 
-from extender import protocol
 from extender.interference import default_matrix
 from extender.ledger.redis import RedisLedger
 from extender.placement import make_policy
@@ -28,12 +25,8 @@ def replica(url: str) -> Scheduler:
 
 async def book(s: Scheduler, milli: int) -> str:
     p = pod(mem=1000, milli=milli)
-    args = protocol.decode_extender_args(json.dumps({"Pod": p, "NodeNames": ["n"]}).encode())
-    assert (await s.filter(args)).NodeNames == ["n"]
-    binding = protocol.decode_binding_args(json.dumps({
-        "PodName": p["metadata"]["name"], "PodNamespace": "ml",
-        "PodUID": p["metadata"]["uid"], "Node": "n"}).encode())
-    assert (await s.bind(binding)).Error == ""
+    assert (await s.filter(filter_args(p, ["n"]))).NodeNames == ["n"]
+    await bind_pod(s, p, "n")
     return p["metadata"]["uid"]
 
 
