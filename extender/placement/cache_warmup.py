@@ -182,6 +182,7 @@ class WarmCurve:
 
     # --- the same lookups for one table on one node, in plain floats (the replay's caches
     # ask one at a time; numpy's per-call overhead would dominate) ---------------------------
+    # Each twin is held equal to its vectorised lookup, edges included, by test_cache_warmup.
 
     @cached_property
     def _flat(self) -> tuple[list[float], list[float], list[float], list[float], float, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -110,5 +111,19 @@ def test_one_table_lookups_are_the_vectorised_ones():
         steps = float(rng.integers(0, 10**6))
         assert curve.held_at(base, exposure, room) == pytest.approx(
             float(curve.held(base, exposure, room)), rel=1e-9)
+        assert curve.mean_hit_at(base, exposure, room, rate, steps) == pytest.approx(
+            float(curve.mean_hit(base, exposure, room, rate, steps)), rel=1e-6, abs=1e-9)
+
+
+def test_one_table_lookups_are_the_vectorised_ones_at_the_edges():
+    """Below one row, beyond the table, base above room, no exposure yet, past the grid's top
+    exposure, and a job that reads nothing (no steps or no ids): each branch of both paths."""
+    curve = warm_curve(3e8, 1.05, 120_000.0)
+    top = float(curve.e[-1])
+    for base, room, exposure, rate, steps in itertools.product(
+            [0.0, 0.5, 3.7, 2e7, 5e8], [0.0, 0.5, 10.0, 2e7, 9e8], [0.0, 0.3, 5e3, top, 2 * top],
+            [0.0, 1e5], [0.0, 1e6]):
+        assert curve.held_at(base, exposure, room) == pytest.approx(
+            float(curve.held(base, exposure, room)), rel=1e-9, abs=1e-9)
         assert curve.mean_hit_at(base, exposure, room, rate, steps) == pytest.approx(
             float(curve.mean_hit(base, exposure, room, rate, steps)), rel=1e-6, abs=1e-9)
