@@ -98,14 +98,24 @@ def idle_nodes(state: ClusterState, names: list[str]) -> np.ndarray:
     used = state.mem_used + state.milli_used
     cs = np.concatenate([[0], np.cumsum(used)])
     idle = (cs[state.node_stop] - cs[state.node_start]) == 0
+    at = positions(state.node_index, names)
+    known = at >= 0
+    if known.all():
+        return idle[at]
+    out = np.zeros(len(names), dtype=bool)
+    out[known] = idle[at[known]]
+    return out
+
+
+def positions(index: Mapping[str, int], names: list[str]) -> np.ndarray:
+    """Per name: its position in ``index``, -1 when it has none."""
     if not names:
-        return np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=np.int64)
     try:  # every name known: one C-level lookup
-        found = operator.itemgetter(*names)(state.node_index)
-        return idle[np.array(found if len(names) != 1 else [found], dtype=np.int64)]
+        found = operator.itemgetter(*names)(index)
     except KeyError:
-        index = state.node_index
-        return np.array([n in index and bool(idle[index[n]]) for n in names], dtype=bool)
+        return np.array([index.get(n, -1) for n in names], dtype=np.int64)
+    return np.array(found if len(names) != 1 else [found], dtype=np.int64)
 
 
 def combine(costs: np.ndarray, term: np.ndarray) -> np.ndarray:
@@ -248,13 +258,7 @@ class LocalityIndex:
 
     def slots_of(self, names: list[str]) -> np.ndarray:
         """Slot per name, -1 for nodes never seen."""
-        if not names:
-            return np.zeros(0, dtype=np.int64)
-        try:
-            found = operator.itemgetter(*names)(self.slot)
-            return np.array(found if len(names) != 1 else [found], dtype=np.int64)
-        except KeyError:
-            return np.array([self.slot.get(n, -1) for n in names], dtype=np.int64)
+        return positions(self.slot, names)
 
     _gather = staticmethod(gather)
 
