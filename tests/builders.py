@@ -148,6 +148,13 @@ async def bind_pod(s: Scheduler, p: dict[str, Any], node: str) -> None:
     assert (await s.bind(bind_args(p, node))).Error == ""
 
 
+async def place_pod(s: Scheduler, p: dict[str, Any], node: str) -> str:
+    """Filter pod ``p`` onto ``node`` (it must fit there) and bind it; returns its UID."""
+    assert (await s.filter(filter_args(p, [node]))).NodeNames == [node]
+    await bind_pod(s, p, node)
+    return p["metadata"]["uid"]
+
+
 async def post_verb(client: Any, verb: str, payload: dict[str, Any]) -> Any:
     """POST ``payload`` to the test client's ``/scheduler/<verb>``; the answer must be a 200."""
     resp = await client.post(f"/scheduler/{verb}", data=json.dumps(payload).encode(),

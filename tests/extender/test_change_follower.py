@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import numpy as np
-from builders import bind_args, bind_pod, filter_args, gpu_node, inventory, pod
+from builders import bind_args, filter_args, gpu_node, inventory, place_pod, pod
 
 from extender.interference import default_matrix
 from extender.ledger.redis import RedisLedger
@@ -21,12 +21,6 @@ KEYS = ("res", "mem", "milli", "exp", "ver", "log")
 def replica(redis_url: str, inv) -> Scheduler:  # noqa: ANN001
     return Scheduler(inventory=inv, ledger=RedisLedger.from_url(redis_url, prefix="fol:"),
                      matrix=default_matrix(), policy=make_policy("sparse"))
-
-
-async def place(s: Scheduler, p: dict, node: str = "n") -> str:
-    assert (await s.filter(filter_args(p, [node]))).NodeNames == [node]
-    await bind_pod(s, p, node)
-    return p["metadata"]["uid"]
 
 
 def counting_round_trips(s: Scheduler) -> list[int]:
@@ -62,7 +56,7 @@ async def replicas(redis_url: str, inv, started: bool = True  # noqa: ANN001
     try:
         await a.ledger._r.delete(*(f"fol:{k}" for k in KEYS))
         if started:
-            await a.release(await place(a, pod(mem=100, milli=10)))  # the numbering starts
+            await a.release(await place_pod(a, pod(mem=100, milli=10), "n"))  # the numbering starts
             await b.view()
             await b.ledger.follower.read_once(block=False)
         yield a, b
@@ -74,7 +68,8 @@ async def replicas(redis_url: str, inv, started: bool = True  # noqa: ANN001
 async def test_view_applies_what_the_reader_read_without_a_round_trip(redis_url) -> None:
     inv = inventory(gpu_node("n", 4))
     async with replicas(redis_url, inv) as (a, b):
-        uids = [await place(a, pod(mem=8000, milli=300, job_class="cnn")) for _ in range(3)]
+        uids = [await place_pod(a, pod(mem=8000, milli=300, job_class="cnn"), "n")
+                for _ in range(3)]
         await a.release(uids[1])
         await a.confirm(uids[0])
         await b.ledger.follower.read_once(block=False)
@@ -90,7 +85,7 @@ async def test_a_change_the_reader_has_not_read_yet_is_not_seen_until_it_reads(r
     inv = inventory(gpu_node("n", 4))
     async with replicas(redis_url, inv) as (a, b):
         before = (await b.view()).version
-        uid = await place(a, pod(mem=8000, milli=300))
+        uid = await place_pod(a, pod(mem=8000, milli=300), "n")
         assert uid not in (await b.view()).reservations  # the follower's, a moment behind
         assert uid in (await b.view(fresh=True)).reservations  # the store's
         await b.ledger.follower.read_once(block=False)
@@ -100,10 +95,10 @@ async def test_a_change_the_reader_has_not_read_yet_is_not_seen_until_it_reads(r
 async def test_a_hole_in_the_log_sends_the_view_to_the_store(redis_url) -> None:
     inv = inventory(gpu_node("n", 4))
     async with replicas(redis_url, inv) as (a, b):
-        first = await place(a, pod(mem=8000, milli=300))
+        first = await place_pod(a, pod(mem=8000, milli=300), "n")
         version = int(await a.ledger._r.get("fol:ver"))
         await a.ledger._r.xdel("fol:log", f"{version}-0")  # its log write was lost
-        second = await place(a, pod(mem=4000, milli=100))
+        second = await place_pod(a, pod(mem=4000, milli=100), "n")
         await b.ledger.follower.read_once(block=False)
         reads = counting_round_trips(b)
         state = await b.view()
@@ -115,7 +110,7 @@ async def test_a_hole_in_the_log_sends_the_view_to_the_store(redis_url) -> None:
 async def test_a_wiped_store_counts_a_disruption_and_the_view_is_rebuilt(redis_url) -> None:
     inv = inventory(gpu_node("n", 4))
     async with replicas(redis_url, inv) as (a, b):
-        await place(a, pod(mem=8000, milli=300))
+        await place_pod(a, pod(mem=8000, milli=300), "n")
         await b.ledger.follower.read_once(block=False)
         assert (await b.view()).reservations
         disruptions = b.ledger.disruptions
@@ -129,7 +124,7 @@ async def test_a_reader_that_never_read_leaves_the_view_to_the_store(redis_url) 
     inv = inventory(gpu_node("n", 4))
     async with replicas(redis_url, inv, started=False) as (a, b):
         await b.view()
-        uid = await place(a, pod(mem=8000, milli=300))
+        uid = await place_pod(a, pod(mem=8000, milli=300), "n")
         assert not b.ledger.follower.live
         assert uid in (await b.view()).reservations
 
@@ -137,7 +132,7 @@ async def test_a_reader_that_never_read_leaves_the_view_to_the_store(redis_url) 
 async def test_bind_on_a_stale_view_never_books_a_gpu_twice(redis_url) -> None:
     inv = inventory(gpu_node("n", 1, memory_mib=16000))
     async with replicas(redis_url, inv) as (a, b):
-        held = await place(a, pod(mem=12000, milli=500))  # b's reader has not read it
+        held = await place_pod(a, pod(mem=12000, milli=500), "n")  # b's reader has not read it
         late = pod(mem=8000, milli=300)
         filtered = await b.filter(filter_args(late, ["n"]))
         assert filtered.NodeNames == ["n"]  # on the stale view it fits

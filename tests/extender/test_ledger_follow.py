@@ -4,7 +4,7 @@ without re-reading every reservation."""
 from __future__ import annotations
 
 import numpy as np
-from builders import bind_pod, filter_args, gpu_node, inventory, pod
+from builders import gpu_node, inventory, place_pod, pod
 
 from extender.interference import default_matrix
 from extender.ledger.redis import RedisLedger
@@ -15,12 +15,6 @@ from extender.service import Scheduler
 def replica(redis_url: str, inv) -> Scheduler:  # noqa: ANN001
     return Scheduler(inventory=inv, ledger=RedisLedger.from_url(redis_url, prefix="follow:"),
                      matrix=default_matrix(), policy=make_policy("sparse"))
-
-
-async def place(s: Scheduler, p: dict) -> str:
-    assert (await s.filter(filter_args(p, ["n"]))).NodeNames == ["n"]
-    await bind_pod(s, p, "n")
-    return p["metadata"]["uid"]
 
 
 def same_bookings(a: ClusterState, b: ClusterState) -> bool:
@@ -37,7 +31,7 @@ async def test_replica_follows_the_other_through_the_change_log(redis_url) -> No
     try:
         await a.ledger._r.delete(*(f"follow:{k}" for k in
                                    ("res", "mem", "milli", "exp", "ver", "log")))
-        await a.release(await place(a, pod(mem=100, milli=10)))  # numbering starts
+        await a.release(await place_pod(a, pod(mem=100, milli=10), "n"))  # numbering starts
         await b.view()
         reads = []
         original = b.ledger.snapshot
@@ -47,8 +41,10 @@ async def test_replica_follows_the_other_through_the_change_log(redis_url) -> No
             return await original()
 
         b.ledger.snapshot = counting
-        uids = [await place(a, pod(mem=8000, milli=300, job_class="cnn")) for _ in range(3)]
-        await place(b, pod(mem=4000, milli=100, job_class="recommendation"))  # b's own change
+        uids = [await place_pod(a, pod(mem=8000, milli=300, job_class="cnn"), "n")
+                for _ in range(3)]
+        own = pod(mem=4000, milli=100, job_class="recommendation")
+        await place_pod(b, own, "n")  # b's own change
         await a.release(uids[1])
         await a.confirm(uids[0])
 

@@ -8,7 +8,7 @@ its own change: the other replica's booking would be missing from its view for g
 from __future__ import annotations
 
 import pytest
-from builders import bind_pod, filter_args, gpu_node, inventory, pod
+from builders import gpu_node, inventory, place_pod, pod
 
 from extender.interference import default_matrix
 from extender.ledger.redis import RedisLedger
@@ -23,13 +23,6 @@ def replica(url: str) -> Scheduler:
                      matrix=default_matrix(), policy=make_policy("sparse"))
 
 
-async def book(s: Scheduler, milli: int) -> str:
-    p = pod(mem=1000, milli=milli)
-    assert (await s.filter(filter_args(p, ["n"]))).NodeNames == ["n"]
-    await bind_pod(s, p, "n")
-    return p["metadata"]["uid"]
-
-
 @pytest.fixture
 async def pair(redis_url):
     a, b = replica(redis_url), replica(redis_url)
@@ -41,8 +34,8 @@ async def pair(redis_url):
 @pytest.mark.parametrize("no_op", ["confirm a bound pod", "adopt a booked pod"])
 async def test_a_no_op_never_takes_another_replicas_change_as_its_own(pair, no_op) -> None:
     a, b = pair
-    mine = await book(a, 100)
-    theirs = await book(b, 200)
+    mine = await place_pod(a, pod(mem=1000, milli=100), "n")
+    theirs = await place_pod(b, pod(mem=1000, milli=200), "n")
     await a.view()
     await b.release(theirs)  # one change past a's cached view
     if no_op == "confirm a bound pod":
