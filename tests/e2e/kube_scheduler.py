@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import tooling
 import yaml
 from child_process import Proc, free_ports, http_get
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEDULER_CONFIG_TEMPLATE = REPO_ROOT / "manifests" / "scheduler-config.yaml"
+SCHEDULER_CONFIG_TEMPLATE = tooling.ROOT / "manifests" / "scheduler-config.yaml"
 EXTENDER_URL_PLACEHOLDER = "${SPARSE_EXTENDER_URL}"
 
 # Wait until a process answers a probe (raises if it exits or times out first).
