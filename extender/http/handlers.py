@@ -195,5 +195,8 @@ async def inspect(request: web.Request) -> web.Response:
                     })
     orphans = [{"pod": f"{r.namespace}/{r.name}", "uid": r.pod_uid, "node": r.node}
                for r in state.orphans.values()]
+    h = scheduler.holds.hold  # the node held for a waiting gang (placement/holds.py)
+    hold = None if h is None else {"owner": h.owner, "node": h.name, "gpus": h.gpus,
+                                   "start_s": h.start_s}
     return _json({"version": state.version, "policy": scheduler.policy.name, "nodes": nodes,
-                  "orphans": orphans})
+                  "orphans": orphans, "hold": hold})

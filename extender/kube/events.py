@@ -37,6 +37,13 @@ class EventRecorder:
             reason = "FailedGPUPlacement" if outcome.verb == "filter" else "FailedGPUBinding"
             self._post(outcome, "Warning", reason, outcome.message)
 
+    def note(self, pod: dict, reason: str, message: str) -> None:
+        """A Normal event on ``pod`` (a watched object), rate-limited as the others."""
+        meta = pod.get("metadata") or {}
+        outcome = Outcome("note", meta.get("namespace", ""), meta.get("name", ""),
+                          meta.get("uid", ""), True, message)
+        self._post(outcome, "Normal", reason, message)
+
     def _post(self, outcome: Outcome, kind: str, reason: str, message: str) -> None:
         key = (outcome.uid, reason + message)
         now = time.monotonic()

@@ -19,6 +19,7 @@ from extender.kube.assignment import pod_is_finished, reservation_from_pod
 from extender.kube.binder import KubeBinder
 from extender.kube.client import make_api_client
 from extender.kube.events import EventRecorder
+from extender.kube.pendinggangs import PendingGangs
 from extender.kube.stores import StoreShards
 from extender.kube.watching import Watcher
 from extender.ledger.rules import STATE_BOUND, STATE_RESERVED
@@ -36,6 +37,7 @@ class KubeIntegration:
         self._tasks: list[asyncio.Task[None]] = []
         self.api: client.ApiClient | None = None
         self.events: EventRecorder | None = None
+        self.gangs = PendingGangs(scheduler)  # waiting gangs kube-scheduler refused itself
 
     async def start(self) -> None:
         self.api = await make_api_client(self.settings.kubeconfig, self.settings.in_cluster)
@@ -43,6 +45,9 @@ class KubeIntegration:
         self.scheduler.binder = KubeBinder(self.api)
         self.events = EventRecorder(self.api, success_events=self.settings.success_events)
         self.scheduler.observers.append(self.events.observe)
+        events = self.events
+        self.gangs = PendingGangs(self.scheduler,
+                                  lambda pod, message: events.note(pod, "NodeHeld", message))
 
         nodes = Watcher("nodes", core.list_node, self._resync_nodes, self._on_node)
         selector = {"field_selector": self.settings.pod_selector} if self.settings.pod_selector \
@@ -58,7 +63,8 @@ class KubeIntegration:
         store_rv = await stores.relist()
         self._tasks = [asyncio.create_task(nodes.run(node_rv)),
                        asyncio.create_task(pods.run(pod_rv)),
-                       asyncio.create_task(stores.run(store_rv))]
+                       asyncio.create_task(stores.run(store_rv)),
+                       asyncio.create_task(self.gangs.run())]
 
         async def reconcile() -> None:
             # After a Redis restart or failover the store may have lost bookings it had
@@ -118,6 +124,7 @@ class KubeIntegration:
             self._count_host(pod)
             await self._adopt(pod)
         self.scheduler.hosts.retain_pods(live)
+        await self.gangs.resync(items)
         _, reservations = await self.scheduler.ledger.snapshot()
         for uid, r in reservations.items():
             # Reserved-but-unbound ones belong to binds in flight (maybe on another replica):
@@ -156,6 +163,7 @@ class KubeIntegration:
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
+        await self.gangs.seen(kind, pod)
         if kind == "DELETED" or pod_is_finished(pod):
             self.scheduler.hosts.release(uid)
             if await self.scheduler.release(uid) is not None:

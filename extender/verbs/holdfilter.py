@@ -6,6 +6,11 @@ the hold's start (the job controller's ``sparse.io/predicted-seconds`` annotatio
 predictor's margin; none: never ends) are kept off that node unless it has GPUs to spare.
 The hold lives in this replica's memory: another replica does not see it (a soft rule, never
 a booking), and it lapses ``HOLD_TTL_S`` after its owner was last refused.
+
+kube-scheduler counts ``nvidia.com/gpu`` itself (the device plugin's resource), so a pod asking
+more whole GPUs than any node has free is refused before filter is asked. The pod watch hands
+such pods to ``hold_unscheduled`` (extender/kube/pendinggangs.py), which holds a node for them
+the same way.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from extender.demand import PodDemand
-from extender.placement.fit import model_mask
-from extender.placement.holds import MIN_GANG
+from extender.placement.fit import fit, model_mask
+from extender.placement.holds import MIN_GANG, Hold
 from extender.placement.state import ClusterState
+from extender.protocol import Pod
 
 if TYPE_CHECKING:
     from extender.service import Scheduler
@@ -68,3 +74,25 @@ def hold_for(s: Scheduler, state: ClusterState, demand: PodDemand,
         has[state.gpu_node[ok]] = True
         eligible &= has
     book.place(state, demand.uid, demand.whole_gpus, now, eligible)
+
+
+async def hold_unscheduled(s: Scheduler, pod: Pod, selector: dict[str, str]) -> Hold | None:
+    """kube-scheduler refused ``pod`` without asking filter: when it needs several whole
+    GPUs and no GPU node its ``selector`` (the pod's nodeSelector) allows can take it now,
+    hold (or renew) the one where it starts soonest. The pod's hold, or None."""
+    book = s.holds
+    book.lapse(s.clock(), HOLD_TTL_S)
+    uid = pod.metadata.uid
+    if book.hold is not None and book.hold.owner != uid:
+        return None
+    demand = await s.demand_of(pod)
+    if demand.whole_gpus < MIN_GANG:
+        return None
+    state = s.own_excluded(await s.view(), uid)
+    nodes = s.inventory.nodes
+    candidates = [n for n in state.node_names if n in nodes
+                  and all(nodes[n].labels.get(k) == v for k, v in selector.items())]
+    if not candidates or fit(state, demand, candidates, explain=False).fits.any():
+        return None  # refused for something other than its GPUs: filter will be asked
+    hold_for(s, state, demand, candidates)
+    return book.hold if book.hold is not None and book.hold.owner == uid else None

@@ -53,6 +53,8 @@ async def test_a_held_node_takes_only_pods_predicted_to_end_before_the_gang_star
     assert out["NodeNames"] == []
     hold = client.sched.holds.hold
     assert hold.owner == gang["metadata"]["uid"] and hold.start_s == 1100.0
+    seen = await (await client.get("/scheduler/inspect")).json()  # where an operator looks
+    assert seen["hold"] == {"owner": hold.owner, "node": "a", "gpus": 4, "start_s": 1100.0}
     late = await post_verb(client, "filter",
                            {"Pod": gpu_pod("late", 1, 1000), "NodeNames": ["a", "b"]})
     assert late["NodeNames"] == ["b"]

@@ -1,0 +1,89 @@
+"""The hold for a waiting gang (EASY backfill) under the real kube-scheduler.
+
+Fake GPU nodes; pods carry the job controller's ``sparse.io/predicted-seconds``, which bind
+records as each pod's predicted end. kube-scheduler counts ``nvidia.com/gpu`` itself, so the
+gang is refused without filter being asked: the extender's pod watch sets its hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cluster as e2e_cluster
+import pytest
+from extender_proc import Extender
+from test_scheduling import make_nodes, wait_all_bound, wait_nodes
+
+pytestmark = pytest.mark.e2e
+
+PREDICTED = "sparse.io/predicted-seconds"
+HOLD_REASON = "held for a waiting gang of 4 GPUs"
+
+
+async def create(core: Any, name: str, gpus: int, seconds: int, node: str | None = None
+                 ) -> str:
+    """A pod of ``gpus`` whole GPUs predicted to run ``seconds``; ``node``: pinned there."""
+    manifest = e2e_cluster.gpu_pod_manifest(name, gpus=gpus,
+                                            annotations={PREDICTED: str(seconds)})
+    if node is not None:
+        manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return (await core.create_namespaced_pod("default", manifest)).metadata.uid
+
+
+async def wait_hold(ext: Extender, match: Callable[[dict | None], bool],
+                    timeout: float = 60) -> dict | None:
+    """Until the extender's hold (``/inspect``) satisfies ``match``; returns it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        hold = await asyncio.to_thread(lambda: ext.inspect()["hold"])
+        if match(hold):
+            return hold
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the extender's hold is still {hold}")
+        await asyncio.sleep(0.25)
+
+
+async def test_a_waiting_gang_holds_the_node_that_drains_first_until_it_binds_there(
+        cluster, core, extender):
+    soon, late = make_nodes(cluster, "hold-", 2, gpus=4, memory_mib=32768, model="V100M32")
+    await wait_nodes(extender, [soon, late])
+    # 1. Three of four GPUs taken on each node: on hold-0 for 50 min, on hold-1 for 28 h.
+    running = {f"soon-{i}": (soon, 3000) for i in range(3)}
+    running.update({f"long-{i}": (late, 100_000) for i in range(3)})
+    for name, (node, seconds) in running.items():
+        await create(core, name, 1, seconds, node)
+    await wait_all_bound(core, list(running))
+    gang = await create(core, "gang", 4, 3600)  # four GPUs on one node: none has them free
+    refused = await e2e_cluster.wait_for_pod_event(
+        core, "gang", lambda e: e["reason"] == "FailedScheduling")
+    assert "nvidia.com/gpu" in refused["message"], refused  # kube-scheduler's own count
+    hold = await wait_hold(extender, lambda h: h is not None and h["owner"] == gang)
+    assert (hold["node"], hold["gpus"]) == (soon, 4)
+    told = await e2e_cluster.wait_for_pod_event(core, "gang", lambda e: e["reason"] == "NodeHeld")
+    assert f"node {soon} is held for this pod's 4 GPUs" in told["message"], told
+
+    # 2. A pod predicted to run past the hold's start (2000 s x2 > 3000 s) is kept off it:
+    # it takes the other node's last GPU, and the next one waits with the hold's reason.
+    await create(core, "past-hold", 1, 2000)
+    assert (await wait_all_bound(core, ["past-hold"]))["past-hold"] == late
+    await create(core, "past-hold-2", 1, 2000)
+    waiting = await e2e_cluster.wait_for_pod_event(
+        core, "past-hold-2",
+        lambda e: e["reason"] == "FailedScheduling" and HOLD_REASON in e["message"])
+    assert waiting["source"] != "sparse-extender", waiting  # kube-scheduler's, where users look
+    assert not (await core.read_namespaced_pod("past-hold-2", "default")).spec.node_name
+    # A pod predicted to end before it (60 s x2) is let in.
+    await create(core, "before-hold", 1, 60)
+    assert (await wait_all_bound(core, ["before-hold"]))["before-hold"] == soon
+
+    # 3. The pods on the held node end: the gang binds there (not the pod that waited
+    # longer for one GPU of it), and the hold ends.
+    for name in [n for n, (node, _) in running.items() if node == soon] + ["before-hold"]:
+        await e2e_cluster.delete_pod(core, name)
+    assert (await wait_all_bound(core, ["gang"], timeout=120))["gang"] == soon
+    await wait_hold(extender, lambda h: h is None)
+    pod = await core.read_namespaced_pod("past-hold-2", "default")
+    assert not pod.spec.node_name, "the gang's node went to a pod that would have delayed it"
