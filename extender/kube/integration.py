@@ -19,7 +19,7 @@ from extender.kube.assignment import pod_is_finished, reservation_from_pod
 from extender.kube.binder import KubeBinder
 from extender.kube.client import make_api_client
 from extender.kube.events import EventRecorder
-from extender.kube.pendinggangs import PendingGangs
+from extender.kube.pendinggangs import PendingGangs, record_predicted_end
 from extender.kube.stores import StoreShards
 from extender.kube.watching import Watcher
 from extender.ledger.rules import STATE_BOUND, STATE_RESERVED
@@ -123,6 +123,8 @@ class KubeIntegration:
             live.add(uid)
             self._count_host(pod)
             await self._adopt(pod)
+            if (pod.get("spec") or {}).get("nodeName"):
+                record_predicted_end(self.scheduler, pod)  # ends known before a restart
         self.scheduler.hosts.retain_pods(live)
         await self.gangs.resync(items)
         _, reservations = await self.scheduler.ledger.snapshot()
@@ -158,6 +160,7 @@ class KubeIntegration:
         existing = await self.scheduler.ledger.get(reservation.pod_uid)
         if existing is None:
             await self.scheduler.adopt(reservation)
+            record_predicted_end(self.scheduler, pod)  # bound by another replica
         elif existing.state == STATE_RESERVED:
             await self.scheduler.confirm(reservation.pod_uid)
 

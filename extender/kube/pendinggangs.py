@@ -9,17 +9,24 @@ kube-scheduler's queue order (priority, then age); the first of them that no GPU
 now holds the node where it starts soonest, renewed every ``RENEW_S`` while it waits (filter is
 not asked, so nothing else renews it). The hold ends when its owner is bound (by any replica)
 or deleted.
+
+A hold starts when the pods on a node are predicted to end: bind records that for the pods this
+replica binds; ``record_predicted_end`` does it for the others (found at start-up, or bound by
+another replica) from their ``sparse.io/predicted-seconds`` and the time they were bound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from extender.annotations import ANN_PREDICTED_SECONDS
+from extender.demand import predicted_seconds
 from extender.errors import InvalidDemand
 from extender.placement.holds import MIN_GANG, Hold
 from extender.protocol import Pod
@@ -64,6 +71,31 @@ def queue_key(pod: dict[str, Any]) -> tuple[int, str]:
     """kube-scheduler's queue order: higher priority first, then older."""
     return (-int((pod.get("spec") or {}).get("priority") or 0),
             (pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def bound_at(pod: dict[str, Any]) -> float | None:
+    """When the pod was bound (its ``PodScheduled`` condition turned true), in epoch s."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+            try:
+                return dt.datetime.fromisoformat(c.get("lastTransitionTime") or "").timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+def record_predicted_end(scheduler: Scheduler, pod: dict[str, Any]) -> None:
+    """A bound pod this replica did not bind: its predicted end, for holds (none recorded: it
+    never ends)."""
+    meta = pod.get("metadata") or {}
+    value = (meta.get("annotations") or {}).get(ANN_PREDICTED_SECONDS)
+    start = bound_at(pod) if value is not None else None
+    if start is None:
+        return
+    try:
+        scheduler.holds.started(meta.get("uid", ""), start, predicted_seconds(value))
+    except InvalidDemand:
+        return
 
 
 class PendingGangs:

@@ -46,13 +46,15 @@ async def wait_hold(ext: Extender, match: Callable[[dict | None], bool],
         await asyncio.sleep(0.25)
 
 
-async def test_a_waiting_gang_holds_the_node_that_drains_first_until_it_binds_there(
-        cluster, core, extender):
-    soon, late = make_nodes(cluster, "hold-", 2, gpus=4, memory_mib=32768, model="V100M32")
-    await wait_nodes(extender, [soon, late])
-    # 1. Three of four GPUs taken on each node: on hold-0 for 50 min, on hold-1 for 28 h.
-    running = {f"soon-{i}": (soon, 3000) for i in range(3)}
-    running.update({f"long-{i}": (late, 100_000) for i in range(3)})
+async def waiting_gang(cluster: Any, core: Any, ext: Extender, prefix: str
+                       ) -> tuple[str, str, dict[str, tuple[str, int]], str, dict]:
+    """Two 4-GPU nodes with three GPUs taken on each, on the first for 50 min, on the other
+    for 28 h; a pod asking four GPUs on one node is refused and holds the first node.
+    Returns the two nodes, the running pods (node, predicted s), the gang's UID, its hold."""
+    soon, late = make_nodes(cluster, prefix, 2, gpus=4, memory_mib=32768, model="V100M32")
+    await wait_nodes(ext, [soon, late])
+    running = {f"{prefix}soon-{i}": (soon, 3000) for i in range(3)}
+    running.update({f"{prefix}long-{i}": (late, 100_000) for i in range(3)})
     for name, (node, seconds) in running.items():
         await create(core, name, 1, seconds, node)
     await wait_all_bound(core, list(running))
@@ -60,8 +62,15 @@ async def test_a_waiting_gang_holds_the_node_that_drains_first_until_it_binds_th
     refused = await e2e_cluster.wait_for_pod_event(
         core, "gang", lambda e: e["reason"] == "FailedScheduling")
     assert "nvidia.com/gpu" in refused["message"], refused  # kube-scheduler's own count
-    hold = await wait_hold(extender, lambda h: h is not None and h["owner"] == gang)
+    hold = await wait_hold(ext, lambda h: h is not None and h["owner"] == gang)
     assert (hold["node"], hold["gpus"]) == (soon, 4)
+    return soon, late, running, gang, hold
+
+
+async def test_a_waiting_gang_holds_the_node_that_drains_first_until_it_binds_there(
+        cluster, core, extender):
+    # 1. The gang is refused and holds the node predicted to drain first; it is told so.
+    soon, late, running, _, _ = await waiting_gang(cluster, core, extender, "hold-")
     told = await e2e_cluster.wait_for_pod_event(core, "gang", lambda e: e["reason"] == "NodeHeld")
     assert f"node {soon} is held for this pod's 4 GPUs" in told["message"], told
 
@@ -87,3 +96,18 @@ async def test_a_waiting_gang_holds_the_node_that_drains_first_until_it_binds_th
     await wait_hold(extender, lambda h: h is None)
     pod = await core.read_namespaced_pod("past-hold-2", "default")
     assert not pod.spec.node_name, "the gang's node went to a pod that would have delayed it"
+
+
+async def test_a_restarted_extender_holds_the_same_node_for_the_waiting_gang(
+        cluster, core, extender):
+    """The hold and the predicted ends live in the extender's memory: after a restart they
+    come back from the API objects (the bound pods' annotations and bind times, the gang's
+    Unschedulable condition), and the hold is enforced again."""
+    soon, late, _, gang, hold = await waiting_gang(cluster, core, extender, "restart-hold-")
+    extender.kill9()
+    extender.start()
+    again = await wait_hold(extender, lambda h: h is not None and h["owner"] == gang)
+    assert again["node"] == soon
+    assert abs(again["start_s"] - hold["start_s"]) < 30  # bind time: the API's, to the second
+    await create(core, "past-hold", 1, 2000)
+    assert (await wait_all_bound(core, ["past-hold"]))["past-hold"] == late

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 import pytest
 from builders import filter_args, gpu_node, inventory, place_pod, pod
 
 from extender.annotations import ANN_PREDICTED_SECONDS
 from extender.interference import default_matrix
-from extender.kube.pendinggangs import PendingGangs, unschedulable_gang
+from extender.kube.pendinggangs import PendingGangs, record_predicted_end, unschedulable_gang
 from extender.ledger.memory import MemoryLedger
 from extender.placement import make_policy
+from extender.placement.holds import HoldBook
 from extender.service import Scheduler
 
 NOW = [1000.0]
@@ -108,3 +110,29 @@ async def test_no_hold_for_what_is_not_a_gang_refused_for_its_gpus(sched):
         await sched.release(uid)
     await gangs.seen("ADDED", fits)
     assert sched.holds.hold is None
+
+
+async def test_after_a_restart_the_predicted_ends_come_from_the_bound_pods(sched):
+    """A restarted replica (or one that did not bind them) takes each bound pod's predicted
+    end from its annotation and the time it was bound; without them no node would ever
+    drain and no hold could be set."""
+    bound = "2026-11-30T10:00:00Z"
+    t0 = dt.datetime.fromisoformat(bound).timestamp()
+    pods = {}
+    for node, seconds in (("a", 5000), ("b", 2000), ("c", None)):
+        for i in range(3):
+            p = gpu_pod(f"{node}{i}", 1, seconds)
+            await place_pod(sched, p, node)
+            p["spec"]["nodeName"] = node
+            p["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                          "lastTransitionTime": bound}]
+            pods[p["metadata"]["uid"]] = p
+    sched.holds = HoldBook()  # the restart: the bookings are adopted, the ends forgotten
+    NOW[0] = t0 + 600
+    gangs = PendingGangs(sched)
+    await gangs.seen("ADDED", gpu_pod("gang", 4, 3600, refused=True))
+    assert sched.holds.hold is None  # every pod "never ends"
+    for p in pods.values():
+        record_predicted_end(sched, p)
+    await gangs.hold()
+    assert (sched.holds.hold.name, sched.holds.hold.start_s) == ("b", t0 + 2000)
