@@ -99,6 +99,8 @@ def record_predicted_end(scheduler: Scheduler, pod: dict[str, Any]) -> None:
 
 
 class PendingGangs:
+    """The waiting gangs the pod watch saw, and the hold of the first (module doc)."""
+
     def __init__(self, scheduler: Scheduler, note: Note | None = None) -> None:
         self.scheduler = scheduler
         self._note = note
