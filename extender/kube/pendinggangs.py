@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from extender.annotations import ANN_PREDICTED_SECONDS
+from extender.annotations import ANN_GANG_SLOT, ANN_PREDICTED_SECONDS
 from extender.demand import predicted_seconds
 from extender.errors import InvalidDemand
 from extender.placement.holds import MIN_GANG, Hold
@@ -57,10 +57,11 @@ def whole_gpus(pod: dict[str, Any]) -> int:
 
 def unschedulable_gang(pod: dict[str, Any]) -> bool:
     """Pending, unbound, not being deleted, refused by kube-scheduler (``PodScheduled``
-    False, ``Unschedulable``) and asking at least ``MIN_GANG`` whole GPUs."""
+    False, ``Unschedulable``) and asking at least ``MIN_GANG`` whole GPUs. Not a job
+    controller's worker: its gang already holds a slot (or asked for a hold when it did not)."""
     meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
     if spec.get("nodeName") or meta.get("deletionTimestamp") or status.get("phase") not in (
-            None, "Pending"):
+            None, "Pending") or ANN_GANG_SLOT in (meta.get("annotations") or {}):
         return False
     refused = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
                   and c.get("reason") == "Unschedulable" for c in status.get("conditions") or [])

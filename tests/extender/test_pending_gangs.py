@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from builders import filter_args, gpu_node, inventory, place_pod, pod
 
-from extender.annotations import ANN_PREDICTED_SECONDS
+from extender.annotations import ANN_GANG_SLOT, ANN_PREDICTED_SECONDS
 from extender.interference import default_matrix
 from extender.kube.pendinggangs import PendingGangs, record_predicted_end, unschedulable_gang
 from extender.ledger.memory import MemoryLedger
@@ -102,6 +102,9 @@ async def test_no_hold_for_what_is_not_a_gang_refused_for_its_gpus(sched):
     one = gpu_pod("one", 1, 3600, refused=True)
     assert not unschedulable_gang(one)  # a single GPU: any GPU that frees fits it
     assert not unschedulable_gang(gpu_pod("asked", 4, 3600))  # not refused (yet)
+    worker = gpu_pod("worker", 4, 3600, refused=True)
+    worker["metadata"]["annotations"][ANN_GANG_SLOT] = "gang/j/0/0"
+    assert not unschedulable_gang(worker)  # its gang's request holds, not its pod
     await gangs.seen("ADDED", one)
     assert sched.holds.hold is None
     # refused for something else (CPU, a taint...): a node could take its GPUs now
