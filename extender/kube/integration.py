@@ -98,10 +98,12 @@ class KubeIntegration:
         for node, meta in zip(items, metas, strict=True):
             hosts.set_node(meta.get("name", ""), (node.get("status") or {}).get("allocatable"))
         hosts.retain_nodes({m.get("name", "") for m in metas})
+        self.gangs.nodes_resynced(items)
 
     async def _on_node(self, kind: str, node: dict[str, Any]) -> None:
         meta = node.get("metadata") or {}
         name = meta.get("name", "")
+        self.gangs.node_seen(kind, node)
         if kind == "DELETED":
             if name not in self._file_inventory.nodes:
                 self.scheduler.remove_node(name)

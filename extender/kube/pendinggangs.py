@@ -6,9 +6,10 @@ on one node than any node has free is marked ``Unschedulable`` without filter be
 hold for a waiting gang (verbs/holdfilter.py) would never be set for it, and the one-GPU pods
 behind it would keep taking every GPU that frees. The pod watch keeps such pods here, in
 kube-scheduler's queue order (priority, then age); the first of them that no GPU node can take
-now holds the node where it starts soonest, renewed every ``RENEW_S`` while it waits (filter is
-not asked, so nothing else renews it). The hold ends when its owner is bound (by any replica)
-or deleted.
+now holds the node where it starts soonest among those kube-scheduler would let it onto (its
+node selector, required node affinity, and tolerations of the taints the node watch reports:
+placement/nodeaffinity.py), renewed every ``RENEW_S`` while it waits (filter is not asked, so
+nothing else renews it). The hold ends when its owner is bound (by any replica) or deleted.
 
 A hold starts when the pods on a node are predicted to end: bind records that for the pods this
 replica binds; ``record_predicted_end`` does it for the others (found at start-up, or bound by
@@ -29,10 +30,11 @@ from extender.annotations import ANN_GANG_SLOT, ANN_PREDICTED_SECONDS
 from extender.demand import predicted_seconds
 from extender.errors import InvalidDemand
 from extender.placement.holds import MIN_GANG, Hold
+from extender.placement.nodeaffinity import node_taints, pod_allows_node
 from extender.protocol import Pod
 from extender.quantity import parse_int_quantity
 from extender.service import Scheduler
-from extender.verbs.holdfilter import HOLD_TTL_S, hold_unscheduled
+from extender.verbs.holdfilter import HOLD_TTL_S, Allows, hold_unscheduled
 
 log = logging.getLogger("sparse.kube.gangs")
 
@@ -106,6 +108,27 @@ class PendingGangs:
         self.scheduler = scheduler
         self._note = note
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> the pod as last seen
+        self._taints: dict[str, tuple[dict[str, Any], ...]] = {}  # node -> its filtering taints
+
+    def node_seen(self, kind: str, node: dict[str, Any]) -> None:
+        """A watch event about ``node``: its taints (and cordon) for the pods' tolerations."""
+        name = (node.get("metadata") or {}).get("name", "")
+        taints = node_taints(node)
+        if kind == "DELETED" or not taints:
+            self._taints.pop(name, None)
+        else:
+            self._taints[name] = taints
+
+    def nodes_resynced(self, nodes: list[dict[str, Any]]) -> None:
+        self._taints.clear()
+        for node in nodes:
+            self.node_seen("ADDED", node)
+
+    def _allows(self, spec: dict[str, Any]) -> Allows:
+        """Whether kube-scheduler would let the pod with ``spec`` onto a node (resources
+        aside); a node the watch has not seen (a file inventory's) has no taints."""
+        return lambda name, labels: pod_allows_node(spec, name, labels,
+                                                    self._taints.get(name, ()))
 
     async def resync(self, pods: list[dict[str, Any]]) -> None:
         live = {(p.get("metadata") or {}).get("uid", ""): p for p in pods
@@ -150,7 +173,7 @@ class PendingGangs:
             try:
                 hold = await hold_unscheduled(
                     self.scheduler, msgspec.convert(pod, Pod, strict=False),
-                    dict((pod.get("spec") or {}).get("nodeSelector") or {}))
+                    self._allows(pod.get("spec") or {}))
             except (msgspec.ValidationError, InvalidDemand) as exc:
                 log.debug("no hold for %s: %s", (pod.get("metadata") or {}).get("name"), exc)
                 continue

@@ -15,6 +15,7 @@ the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 # kube-scheduler retries an unschedulable pod at least every 5 minutes; twice that without
 # being asked about, the owner is gone or placed elsewhere
 HOLD_TTL_S = 600.0
+
+Allows = Callable[[str, Mapping[str, str]], bool]  # (node name, its labels): may the pod run there
 
 
 def held_off(s: Scheduler, state: ClusterState, demand: PodDemand, passed: list[str],
@@ -76,10 +79,11 @@ def hold_for(s: Scheduler, state: ClusterState, demand: PodDemand,
     book.place(state, demand.uid, demand.whole_gpus, now, eligible)
 
 
-async def hold_unscheduled(s: Scheduler, pod: Pod, selector: dict[str, str]) -> Hold | None:
+async def hold_unscheduled(s: Scheduler, pod: Pod, allows: Allows) -> Hold | None:
     """kube-scheduler refused ``pod`` without asking filter: when it needs several whole
-    GPUs and no GPU node its ``selector`` (the pod's nodeSelector) allows can take it now,
-    hold (or renew) the one where it starts soonest. The pod's hold, or None."""
+    GPUs and no GPU node ``allows`` (name, labels: the pod's node selector, required node
+    affinity and tolerations) can take it now, hold (or renew) the one where it starts
+    soonest. The pod's hold, or None."""
     book = s.holds
     book.lapse(s.clock(), HOLD_TTL_S)
     uid = pod.metadata.uid
@@ -90,8 +94,7 @@ async def hold_unscheduled(s: Scheduler, pod: Pod, selector: dict[str, str]) -> 
         return None
     state = s.own_excluded(await s.view(), uid)
     nodes = s.inventory.nodes
-    candidates = [n for n in state.node_names if n in nodes
-                  and all(nodes[n].labels.get(k) == v for k, v in selector.items())]
+    candidates = [n for n in state.node_names if n in nodes and allows(n, nodes[n].labels)]
     if not candidates or fit(state, demand, candidates, explain=False).fits.any():
         return None  # refused for something other than its GPUs: filter will be asked
     hold_for(s, state, demand, candidates)

@@ -139,3 +139,66 @@ async def test_after_a_restart_the_predicted_ends_come_from_the_bound_pods(sched
         record_predicted_end(sched, p)
     await gangs.hold()
     assert (sched.holds.hold.name, sched.holds.hold.start_s) == ("b", t0 + 2000)
+
+
+def node_term(**term) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}
+
+
+async def test_required_node_affinity_leaves_the_soonest_node_out(sched):
+    """c drains first, but the pod's required affinity excludes it: the next eligible node
+    (b, before a) is held, as kube-scheduler would only ever bind the pod to a or b."""
+    gangs = PendingGangs(sched)
+    await drain(sched, 5000, 2000, 50)
+    gang = gpu_pod("gang", 4, 3600, refused=True)
+    gang["spec"]["affinity"] = node_term(
+        matchFields=[{"key": "metadata.name", "operator": "NotIn", "values": ["c"]}])
+    await gangs.seen("MODIFIED", gang)
+    assert sched.holds.hold.name == "b"
+    gangs.gone(gang["metadata"]["uid"])
+    gang["spec"]["affinity"] = node_term(
+        matchExpressions=[{"key": "rack", "operator": "DoesNotExist"}])  # only c
+    await gangs.seen("MODIFIED", gang)
+    assert sched.holds.hold.name == "c"
+
+
+async def test_an_untolerated_taint_leaves_the_node_out(sched):
+    gangs = PendingGangs(sched)
+    await drain(sched, 5000, 2000, 50)
+    gangs.nodes_resynced([{"metadata": {"name": "c"}, "spec": {"taints": [
+        {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}}])
+    gang = gpu_pod("gang", 4, 3600, refused=True)
+    await gangs.seen("MODIFIED", gang)
+    assert sched.holds.hold.name == "b"
+    gangs.gone(gang["metadata"]["uid"])
+    gang["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "infer"}]
+    await gangs.seen("MODIFIED", gang)
+    assert sched.holds.hold.name == "c"  # tolerated: the soonest node again
+    gangs.gone(gang["metadata"]["uid"])
+    gangs.node_seen("MODIFIED", {"metadata": {"name": "c"}, "spec": {"unschedulable": True}})
+    await gangs.seen("MODIFIED", gang)
+    assert sched.holds.hold.name == "b"  # cordoned
+    gangs.gone(gang["metadata"]["uid"])
+    gangs.node_seen("MODIFIED", {"metadata": {"name": "c"}, "spec": {}})  # uncordoned
+    await gangs.seen("MODIFIED", gang)
+    assert sched.holds.hold.name == "c"
+
+
+async def test_a_gang_no_node_allows_holds_none_and_the_next_one_may(sched):
+    gangs = PendingGangs(sched)
+    await drain(sched, 5000, 2000, 50)
+    nowhere = gpu_pod("nowhere", 4, 3600, refused=True)
+    nowhere["spec"]["affinity"] = node_term(
+        matchExpressions=[{"key": "rack", "operator": "In", "values": ["r9"]}])
+    await gangs.seen("ADDED", nowhere)
+    assert sched.holds.hold is None
+    gangs.nodes_resynced([{"metadata": {"name": n}, "spec": {"taints": [
+        {"key": "gpu-maint", "effect": "NoExecute"}]}} for n in ("a", "b", "c")])
+    tainted = gpu_pod("tainted", 4, 3600, refused=True)
+    tainted["metadata"]["creationTimestamp"] = "2026-11-30T10:00:05Z"  # behind it
+    await gangs.seen("ADDED", tainted)
+    assert sched.holds.hold is None  # every node tainted, no toleration
+    gangs.nodes_resynced([])  # the maintenance is over
+    await gangs.hold()
+    assert sched.holds.hold.owner == tainted["metadata"]["uid"]  # the first that can use one
