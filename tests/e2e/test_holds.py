@@ -23,13 +23,15 @@ PREDICTED = "sparse.io/predicted-seconds"
 HOLD_REASON = "held for a waiting gang of 4 GPUs"
 
 
-async def create(core: Any, name: str, gpus: int, seconds: int, node: str | None = None
-                 ) -> str:
-    """A pod of ``gpus`` whole GPUs predicted to run ``seconds``; ``node``: pinned there."""
+async def create(core: Any, name: str, gpus: int, seconds: int, node: str | None = None,
+                 **spec: Any) -> str:
+    """A pod of ``gpus`` whole GPUs predicted to run ``seconds``; ``node``: pinned there;
+    ``spec``: more of its spec (affinity, tolerations)."""
     manifest = e2e_cluster.gpu_pod_manifest(name, gpus=gpus,
                                             annotations={PREDICTED: str(seconds)})
     if node is not None:
         manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    manifest["spec"].update(spec)
     return (await core.create_namespaced_pod("default", manifest)).metadata.uid
 
 
@@ -111,3 +113,31 @@ async def test_a_restarted_extender_holds_the_same_node_for_the_waiting_gang(
     assert abs(again["start_s"] - hold["start_s"]) < 30  # bind time: the API's, to the second
     await create(core, "past-hold", 1, 2000)
     assert (await wait_all_bound(core, ["past-hold"]))["past-hold"] == late
+
+
+async def test_a_waiting_gang_holds_only_a_node_kube_scheduler_would_let_it_onto(
+        cluster, core, extender):
+    """The node that drains first is tainted: a gang without the toleration holds the other
+    one, a tolerating gang holds it, and one whose required node affinity excludes it holds
+    the other one again (the taints come from the extender's node watch)."""
+    taint = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
+    tolerate = [{"key": "dedicated", "operator": "Equal", "value": "infer",
+                 "effect": "NoSchedule"}]
+    soon, late = "aff-hold-soon", "aff-hold-late"
+    cluster.create_gpu_node(soon, gpus=4, memory_mib=32768, model="V100M32", taints=[taint])
+    cluster.create_gpu_node(late, gpus=4, memory_mib=32768, model="V100M32")
+    await wait_nodes(extender, [soon, late])
+    for i in range(3):
+        await create(core, f"aff-soon-{i}", 1, 3000, soon, tolerations=tolerate)
+        await create(core, f"aff-long-{i}", 1, 100_000, late)
+    await wait_all_bound(core, [f"aff-{k}-{i}" for k in ("soon", "long") for i in range(3)])
+    not_soon = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": [soon]}]}]}}}
+    for name, spec, node in (("plain", {}, late), ("tolerant", {"tolerations": tolerate}, soon),
+                             ("picky", {"tolerations": tolerate, "affinity": not_soon}, late)):
+        gang = await create(core, name, 4, 3600, **spec)
+        hold = await wait_hold(extender, lambda h, g=gang: h is not None and h["owner"] == g)
+        assert hold["node"] == node, (name, hold)
+        await e2e_cluster.delete_pod(core, name)
+        await wait_hold(extender, lambda h: h is None)
