@@ -34,6 +34,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 ORDERS = ("longest-first", "shortest-first", "critical-first")
 DEFAULT_BANDS = 4
 DEFAULT_RANGE_S = (60.0, 14_400.0)  # 1 min .. 4 h: bands < 4 min, < 15 min, < 1 h, longer
@@ -174,15 +176,45 @@ def critical_bands(edges_s: tuple[float, ...], margin: float = PREDICTION_MARGIN
 
 
 def latest_start_come(predicted_s: float, backlog_gpu_s: float, gpus: float,
-                      margin: float = PREDICTION_MARGIN) -> bool:
+                      margin: float = PREDICTION_MARGIN, arriving: float = 0.0) -> bool:
     """Whether a waiting job predicted to run ``predicted_s`` is on the critical path: the
-    cluster (``gpus`` GPUs) needs ``backlog_gpu_s / gpus`` to drain the predicted work left of
-    every running and waiting job, and a job that may really run ``predicted_s x margin``
-    must start now or end after the rest (its latest start has come). Such a job goes ahead
-    of every band, whatever the band order (shortest-first keeps mean JCT low until then)."""
+    cluster (``gpus`` GPUs) needs ``drain_time`` to drain the predicted work left of every
+    running and waiting job (while work keeps ``arriving``, GPU-seconds per second), and a
+    job that may really run ``predicted_s x margin`` must start now or end after the rest
+    (its latest start has come). Such a job goes ahead of every band, whatever the band
+    order (shortest-first keeps mean JCT low until then)."""
     if not predicted_s > 0 or not gpus > 0:
         return False
-    return predicted_s * margin >= max(backlog_gpu_s, 0.0) / gpus
+    return predicted_s * margin >= drain_time(backlog_gpu_s, gpus, arriving)
+
+
+def drain_time(backlog_gpu_s: float, gpus: float, arriving: float = 0.0) -> float:
+    """Seconds until ``backlog_gpu_s`` of work is gone on ``gpus`` GPUs while work keeps
+    arriving at ``arriving`` GPU-seconds per second: the backlog shrinks only at the
+    difference, and never (inf) while arrivals keep up with the service; then no job is
+    the last one yet, and the end of the run is set by arrivals, not by the backlog."""
+    backlog = max(float(backlog_gpu_s), 0.0)
+    net = float(gpus) - max(float(arriving), 0.0)
+    if backlog == 0.0:
+        return 0.0
+    return backlog / net if net > 0 else math.inf
+
+
+def arrival_rate(arrive_s: np.ndarray, work_gpu_s: np.ndarray, now: float,
+                 horizon_s: float) -> float:
+    """GPU-seconds of work per second submitted over the last ``horizon_s`` (the drain
+    horizon: the arrivals seen over it are what the next one is expected to bring), counted
+    from the first submission on: the jobs present at that instant are a backlog, not a flow
+    (a batch submitted at once arrives at rate 0). ``arrive_s``: each job's submission time
+    (those after ``now`` not yet known, not counted); ``work_gpu_s``: its work."""
+    arrive = np.asarray(arrive_s, dtype=np.float64)
+    if arrive.size == 0:
+        return 0.0
+    window = min(float(horizon_s), float(now) - float(arrive.min()))
+    if not window > 0:
+        return 0.0
+    inside = (arrive > now - window) & (arrive <= now)
+    return float(np.asarray(work_gpu_s, dtype=np.float64)[inside].sum()) / window
 
 
 @dataclass(frozen=True)

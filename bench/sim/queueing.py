@@ -15,30 +15,42 @@ import numpy as np
 
 from controller.queue import Waiting, blocks
 from extender.placement.policies import REGISTRY
-from extender.queueorder import PREDICTION_MARGIN, DurationBands, latest_start_come
+from extender.queueorder import (
+    PREDICTION_MARGIN,
+    DurationBands,
+    arrival_rate,
+    latest_start_come,
+)
 
 MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
                 "longest-first", "shortest-first-hold", "critical-path", "drain-path",
                 "drain-rate", "critical-share", "critical-share-sf",
-                "critical-path-bands", "error-bound-path", "error-bound-drain")
+                "critical-path-bands", "error-bound-path", "error-bound-drain",
+                "arrival-drain", "arrival-slack")
 # sparse's queue shortest-first (the gang rule included; its banded queue comes with the
 # extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
 # (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
 HOLD_ORDERS = ("shortest-first-hold", "critical-path", "drain-path",
                "drain-rate", "critical-share", "critical-share-sf", "critical-path-bands",
-               "error-bound-path", "error-bound-drain")
+               "error-bound-path", "error-bound-drain", "arrival-drain", "arrival-slack")
 # the orders with latest-start promotion and their margin on the predicted duration:
 # ``critical-path`` the predictor's x2, ``drain-path`` the point estimate (a job is promoted
 # only once it would otherwise end after everything else)
 PATH_MARGINS = {"critical-path": PREDICTION_MARGIN, "drain-path": 1.0, "drain-rate": 1.0,
                 "critical-path-bands": PREDICTION_MARGIN, "error-bound-path": None,
-                "error-bound-drain": None}
+                "error-bound-drain": None, "arrival-drain": None, "arrival-slack": None}
 # ``error-bound-path``: each job's margin is its family's (else job class's, else all rows')
 # measured bound of the step-time under-estimate (predictor/step_bounds.py), not a global x2;
 # ``error-bound-drain``: that, and the drain time from each job's predicted work x its
 # family's median error (an unbiased drain, where the others sum the raw predictions)
-MEDIAN_DRAIN = ("error-bound-drain",)
+MEDIAN_DRAIN = ("error-bound-drain", "arrival-drain", "arrival-slack")
+# ``arrival-drain``: ``error-bound-drain`` with the drain time of the work submitted so far,
+# shrinking at the cluster's GPUs less the work arriving per second over the last drain
+# horizon (queueorder.drain_time); ``arrival-slack``: that, the promoted jobs least slack
+# (longest predicted x margin) first
+ARRIVAL_AWARE = ("arrival-drain", "arrival-slack")
+SLACK_ORDER = ("arrival-slack",)
 # ``critical-path-bands``: only jobs of the critical bands are promoted
 BANDS_ONLY = ("critical-path-bands",)
 # ``drain-rate``: the drain time at the rate the cluster has really retired predicted work
@@ -139,8 +151,13 @@ class CriticalPath:
     def __init__(self, predicted: np.ndarray, gpus: np.ndarray, n_gpus: int,
                  queue: RankedQueue, margin: float | np.ndarray = PREDICTION_MARGIN,
                  observed_rate: bool = False, eligible: np.ndarray | None = None,
-                 drain_scale: float | np.ndarray = 1.0) -> None:
+                 drain_scale: float | np.ndarray = 1.0, arrive: np.ndarray | None = None,
+                 slack_order: bool = False) -> None:
         self.observed_rate = observed_rate
+        # submission times: the drain counts only the work submitted by now, shrinking at
+        # the GPUs less the observed arrivals (None: every job's work, at the GPUs)
+        self.arrive = None if arrive is None else np.asarray(arrive, dtype=np.float64)
+        self.slack_order = slack_order
         self.predicted = np.asarray(predicted, dtype=np.float64)
         # each job's expected work in the drain time: its prediction x this
         self.expected = self.predicted * np.asarray(drain_scale, dtype=np.float64)
@@ -163,7 +180,18 @@ class CriticalPath:
                         self.expected)
         waiting = ~np.isfinite(started)
         use = self.known & (running | waiting)
+        if self.arrive is not None:
+            use &= self.arrive <= now
         return float((left[use] * self.gpus[use]).sum())
+
+    def arriving(self, now: float, backlog: float, rate: float) -> float:
+        """Expected work submitted per second (0 without submission times): over the last
+        drain horizon (``backlog / rate``), queueorder.arrival_rate."""
+        if self.arrive is None or not rate > 0:
+            return 0.0
+        k = self.known
+        return arrival_rate(self.arrive[k], (self.expected * self.gpus)[k], now,
+                            backlog / rate)
 
     def drain_rate(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
         """Predicted GPU-seconds the cluster retires per second: its GPUs (a booked GPU-second
@@ -187,12 +215,15 @@ class CriticalPath:
             return 0
         backlog = self.backlog(now, started, done)
         rate = self.drain_rate(now, started, done)
+        arriving = self.arriving(now, backlog, rate)
         new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
                and latest_start_come(float(self.predicted[j]), backlog, rate,
-                                    float(self.margin[j]))]
+                                    float(self.margin[j]), arriving)]
         for j in new:
             self.promoted[j] = True
-            q.rank[j] = self.floor - int(self.predicted[j])
+            # longest first; with slack_order the longest it may really run (least slack)
+            bound = self.margin[j] if self.slack_order else 1.0
+            q.rank[j] = self.floor - int(self.predicted[j] * bound)
         if new:
             q.jobs.sort(key=lambda k: (q.rank[k], q.seq[k]))
         return len(new)

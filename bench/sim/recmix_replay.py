@@ -67,10 +67,12 @@ from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import (
+    ARRIVAL_AWARE,
     BANDS_ONLY,
     OBSERVED_RATE,
     PATH_MARGINS,
     QUEUE_ORDERS,
+    SLACK_ORDER,
     CriticalPath,
     CriticalShare,
     PolicyRun,
@@ -287,7 +289,9 @@ def run_recmix(
                              critical_mask(predicted_durations(jobs), DurationBands.log_spaced(
                                  *duration_range(), queue_bands))
                              if queue_order in BANDS_ONLY else None,
-                             drain_scale=drain_scale(queue_order, classes, family))
+                             drain_scale=drain_scale(queue_order, classes, family),
+                             arrive=arrive if queue_order in ARRIVAL_AWARE else None,
+                             slack_order=queue_order in SLACK_ORDER)
                 if queue_order in PATH_MARGINS and base == "sparse" else None)
     share = None
     if queue_order.startswith("critical-share") and base == "sparse":

@@ -70,9 +70,11 @@ from bench.sim.cluster import SimCluster
 from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
+    ARRIVAL_AWARE,
     BANDS_ONLY,
     OBSERVED_RATE,
     PATH_MARGINS,
+    SLACK_ORDER,
     AdmissionGate,
     CriticalPath,
     CriticalShare,
@@ -230,7 +232,9 @@ def run_replay(
                              critical_mask(pred, DurationBands.log_spaced(
                                  MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands))
                              if queue_order in BANDS_ONLY else None,
-                             drain_scale=drain_scale(queue_order, classes))
+                             drain_scale=drain_scale(queue_order, classes),
+                             arrive=arrive if queue_order in ARRIVAL_AWARE else None,
+                             slack_order=queue_order in SLACK_ORDER)
                 if path else None)
     share = None
     if queue_order.startswith("critical-share") and policy == "sparse":
