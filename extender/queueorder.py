@@ -217,6 +217,43 @@ def arrival_rate(arrive_s: np.ndarray, work_gpu_s: np.ndarray, now: float,
     return float(np.asarray(work_gpu_s, dtype=np.float64)[inside].sum()) / window
 
 
+def latest_start_due(now: float, gpus: float, submitted: np.ndarray, predicted: np.ndarray,
+                     margin: np.ndarray | float, expected: np.ndarray, booked: np.ndarray,
+                     started: np.ndarray, finished: np.ndarray) -> np.ndarray:
+    """Per job: whether it waits and its latest start has come, from what a job controller
+    knows at ``now``: each job's submission time, predicted run time (NaN: unknown, never
+    due), error ``margin`` (it may really run ``predicted x margin``), ``expected`` run
+    time (the prediction x its median error), the GPUs it books (``booked``, a share's
+    fraction), and its start and end (NaN: not yet). The drain time is that of the expected
+    work submitted so far and not yet done, on ``gpus`` GPUs, less the work arriving per
+    second over the last drain horizon (``drain_time``, ``arrival_rate``): with everything
+    submitted at once, the backlog over the GPUs; while arrivals keep up, no job is due."""
+    predicted = np.asarray(predicted, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    submitted = np.asarray(submitted, dtype=np.float64)
+    started = np.asarray(started, dtype=np.float64)
+    booked = np.asarray(booked, dtype=np.float64)
+    known = np.isfinite(predicted) & (predicted > 0)
+    if not gpus > 0 or not known.any():
+        return np.zeros(len(predicted), dtype=bool)
+    here = submitted <= now
+    running = np.isfinite(started) & ~np.isfinite(np.asarray(finished, dtype=np.float64))
+    waiting = here & ~np.isfinite(started)
+    left = np.where(running, np.maximum(expected - (now - started), 0.0), expected)
+    use = known & (running | waiting)
+    backlog = float((left[use] * booked[use]).sum())
+    arriving = arrival_rate(submitted[known], (expected * booked)[known], now, backlog / gpus)
+    drain = drain_time(backlog, gpus, arriving)
+    bound = np.where(known, predicted, 0.0) * np.asarray(margin, dtype=np.float64)
+    return waiting & known & (bound >= drain)
+
+
+def slack_rank(predicted: float, margin: float) -> float:
+    """Among jobs whose latest start has come, the one with the least slack goes first: the
+    longest it may really run (``predicted x margin``); lower ranks go first."""
+    return -float(predicted) * float(margin)
+
+
 @dataclass(frozen=True)
 class StepErrorBounds:
     """How far the predictor's step time may under-estimate, per model family and per job

@@ -18,8 +18,9 @@ from extender.placement.policies import REGISTRY
 from extender.queueorder import (
     PREDICTION_MARGIN,
     DurationBands,
-    arrival_rate,
     latest_start_come,
+    latest_start_due,
+    slack_rank,
 )
 
 MODES = ("high-load", "continuous")
@@ -184,15 +185,6 @@ class CriticalPath:
             use &= self.arrive <= now
         return float((left[use] * self.gpus[use]).sum())
 
-    def arriving(self, now: float, backlog: float, rate: float) -> float:
-        """Expected work submitted per second (0 without submission times): over the last
-        drain horizon (``backlog / rate``), queueorder.arrival_rate."""
-        if self.arrive is None or not rate > 0:
-            return 0.0
-        k = self.known
-        return arrival_rate(self.arrive[k], (self.expected * self.gpus)[k], now,
-                            backlog / rate)
-
     def drain_rate(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
         """Predicted GPU-seconds the cluster retires per second: its GPUs (a booked GPU-second
         per GPU per second), or with ``observed_rate`` the predicted work of the jobs finished
@@ -213,17 +205,21 @@ class CriticalPath:
         q = self.queue
         if not q.jobs:
             return 0
-        backlog = self.backlog(now, started, done)
-        rate = self.drain_rate(now, started, done)
-        arriving = self.arriving(now, backlog, rate)
-        new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
-               and latest_start_come(float(self.predicted[j]), backlog, rate,
-                                    float(self.margin[j]), arriving)]
+        if self.arrive is not None:  # the controller's rule, from what it knows
+            due = latest_start_due(now, self.n_gpus, self.arrive, self.predicted, self.margin,
+                                   self.expected, self.gpus, started, done)
+            new = [j for j in q.jobs if due[j] and self.eligible[j] and not self.promoted[j]]
+        else:
+            backlog = self.backlog(now, started, done)
+            rate = self.drain_rate(now, started, done)
+            new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
+                   and latest_start_come(float(self.predicted[j]), backlog, rate,
+                                        float(self.margin[j]))]
         for j in new:
             self.promoted[j] = True
             # longest first; with slack_order the longest it may really run (least slack)
-            bound = self.margin[j] if self.slack_order else 1.0
-            q.rank[j] = self.floor - int(self.predicted[j] * bound)
+            bound = slack_rank(self.predicted[j], self.margin[j] if self.slack_order else 1.0)
+            q.rank[j] = self.floor + int(bound)
         if new:
             q.jobs.sort(key=lambda k: (q.rank[k], q.seq[k]))
         return len(new)

@@ -161,3 +161,26 @@ def test_arrival_rate_counts_the_work_submitted_over_the_horizon_not_the_first_b
     assert arrival_rate(arrive, work, 45.0, 10.0) == 10.0  # the last 10 s: the job at 40
     assert arrival_rate(arrive, work, 0.0, 1_000.0) == 0.0
     assert arrival_rate(np.array([]), np.array([]), 10.0, 5.0) == 0.0
+
+
+def test_a_job_is_due_when_it_may_outlast_the_drain_of_the_submitted_work():
+    import numpy as np
+
+    from extender.queueorder import latest_start_due, slack_rank
+
+    nan = np.full(3, np.nan)
+    predicted = np.array([400.0, 100.0, np.nan])
+    args = dict(margin=2.0, expected=predicted, booked=np.ones(3), finished=nan)
+    # 500 GPU-s known on 1 GPU (the unknown job is not counted): job 0 at x2 outlasts it
+    due = latest_start_due(0.0, 1.0, np.zeros(3), predicted, started=nan, **args)
+    assert due.tolist() == [True, False, False]
+    # job 1 runs; job 0 submitted later, not yet known at t = 0
+    started = np.array([np.nan, 0.0, np.nan])
+    assert not latest_start_due(0.0, 1.0, np.array([50.0, 0, 0]), predicted, started=started,
+                                **args).any()
+    # on 100 GPUs a flow of 400,000 GPU-s per second keeps the backlog from shrinking
+    flow = latest_start_due(1.0, 100.0, np.array([0.0, 0.5, 1.0]),
+                            np.array([1e6, 2e5, 2e5]), 1.0, np.array([1e6, 2e5, 2e5]),
+                            np.ones(3), nan, nan)
+    assert not flow.any()
+    assert slack_rank(600.0, 3.0) < slack_rank(1_000.0, 1.0)
