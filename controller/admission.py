@@ -32,7 +32,8 @@ def gang_request(ctx: PassContext, demand: Demand, attempt: int) -> dict[str, An
 
 async def admit(ctx: PassContext, demand: Demand, attempt: int) -> None:
     s = ctx.status
-    allowed, why = may_try(job_key(ctx.job), ctx.waiting(), ctx.now, ctx.config.max_pass_over_s)
+    allowed, why = may_try(job_key(ctx.job), ctx.waiting(), ctx.now, ctx.config.max_pass_over_s,
+                           ctx.due(ctx.now))
     if not allowed and s.get("phase") != st.ADMITTED:  # admitted: finish what was started
         not_admitted(ctx, "Queued", why)
         return

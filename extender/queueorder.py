@@ -15,7 +15,10 @@ estimate is within x2 of the measured step for 85 % of the dataset rows): band `
 upper edge x the margin exceeds the longest band's lower edge. With the default 4 bands
 that is the longest two (a band spans x3.9): priorities, bands 0..3, ``base + 1, base, base +
 2, base + 3``. ``critical`` sets the count instead. A job whose duration cannot be predicted
-goes to ``default_band``.
+goes to ``default_band``. ``latest-start``: the bands shortest first, and a waiting job whose
+latest start has come (``latest_start_due``: it may really run longer than the submitted work
+takes to drain, arrivals counted) goes ahead of them all, least slack first (``slack_rank``):
+the job controller's admission queue applies it (controller/queue.py ``due_slack``).
 
 Gangs: a job that needs several whole GPUs at once (``gang_gpus``: whole GPUs per worker x
 workers, 2 or more) cannot backfill into GPUs as they free one by one; behind a backlog of
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ORDERS = ("longest-first", "shortest-first", "critical-first")
+ORDERS = ("longest-first", "shortest-first", "critical-first", "latest-start")
 DEFAULT_BANDS = 4
 DEFAULT_RANGE_S = (60.0, 14_400.0)  # 1 min .. 4 h: bands < 4 min, < 15 min, < 1 h, longer
 DEFAULT_BASE = 1000
@@ -129,7 +132,7 @@ class DurationBands:
         last = self.count - 1
         if self.order == "longest-first":
             return band
-        if self.order == "shortest-first":
+        if self.order in ("shortest-first", "latest-start"):  # latest-start: promotion aside
             return last - band
         first = self.count - self.critical_count  # critical-first: bands first.. go first
         return band if band >= first else first - 1 - band
@@ -237,8 +240,9 @@ def latest_start_due(now: float, gpus: float, submitted: np.ndarray, predicted: 
     if not gpus > 0 or not known.any():
         return np.zeros(len(predicted), dtype=bool)
     here = submitted <= now
-    running = np.isfinite(started) & ~np.isfinite(np.asarray(finished, dtype=np.float64))
-    waiting = here & ~np.isfinite(started)
+    ended = np.isfinite(np.asarray(finished, dtype=np.float64))
+    running = np.isfinite(started) & ~ended
+    waiting = here & ~np.isfinite(started) & ~ended
     left = np.where(running, np.maximum(expected - (now - started), 0.0), expected)
     use = known & (running | waiting)
     backlog = float((left[use] * booked[use]).sum())

@@ -80,10 +80,9 @@ def drain_scale(queue_order: str, classes: Sequence[object],
     rows and rule as the bounds, at the median)."""
     if queue_order not in MEDIAN_DRAIN:
         return 1.0
-    from extender.queueorder import StepErrorBounds
-    from predictor.step_bounds import compute
+    from predictor.step_bounds import load_median
 
-    median = StepErrorBounds.from_dict(compute(0.5))
+    median = load_median()
     fams = [None] * len(classes) if families is None else [str(f) for f in families]
     return np.array([median.margin(f, str(c)) for f, c in zip(fams, classes, strict=True)])
 
