@@ -56,7 +56,16 @@ SLACK_ORDER = ("arrival-slack",)
 BANDS_ONLY = ("critical-path-bands",)
 # ``drain-rate``: the drain time at the rate the cluster has really retired predicted work
 OBSERVED_RATE = ("drain-rate",)
-PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
+PRODUCT_BAND_ORDER = "latest-start"  # sparse's band order as shipped (the chart's default)
+# what the job controller does with it, in the replay's terms: shortest-first bands with the
+# extender's holds, and the arrival-aware latest-start promotion, least slack first
+PRODUCT_RULE = "arrival-slack"
+
+
+def queue_rule(queue_order: str, policy: str) -> str:
+    """The order ``policy``'s queue follows under ``queue_order``: ``product`` is sparse's
+    shipped rule (``PRODUCT_RULE``) and the stock schedulers' FIFO; others are themselves."""
+    return PRODUCT_RULE if queue_order == "product" and policy == "sparse" else queue_order
 
 
 def path_margin(queue_order: str, classes: Sequence[object],

@@ -85,6 +85,7 @@ from bench.sim.queueing import (
     drain_scale,
     path_margin,
     placement_policy,
+    queue_rule,
     retry_pending,
 )
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs, duration_range
@@ -231,7 +232,8 @@ def run_recmix(
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
-    order = banded_queue(queue_order, base)
+    rule = queue_rule(queue_order, base)  # product: sparse's shipped rule
+    order = banded_queue(rule, base)
     rank = (queue_rank(jobs, queue_bands, order) if order
             else np.zeros(len(jobs), dtype=np.int64))
     if longest_first:
@@ -284,22 +286,22 @@ def run_recmix(
     family = jobs["family"].to_numpy()
     critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
                              n_gpus, queue,
-                             path_margin(queue_order, classes, family),
-                             queue_order in OBSERVED_RATE,
+                             path_margin(rule, classes, family),
+                             rule in OBSERVED_RATE,
                              critical_mask(predicted_durations(jobs), DurationBands.log_spaced(
                                  *duration_range(), queue_bands))
-                             if queue_order in BANDS_ONLY else None,
-                             drain_scale=drain_scale(queue_order, classes, family),
-                             arrive=arrive if queue_order in ARRIVAL_AWARE else None,
-                             slack_order=queue_order in SLACK_ORDER)
-                if queue_order in PATH_MARGINS and base == "sparse" else None)
+                             if rule in BANDS_ONLY else None,
+                             drain_scale=drain_scale(rule, classes, family),
+                             arrive=arrive if rule in ARRIVAL_AWARE else None,
+                             slack_order=rule in SLACK_ORDER)
+                if rule in PATH_MARGINS and base == "sparse" else None)
     share = None
-    if queue_order.startswith("critical-share") and base == "sparse":
+    if rule.startswith("critical-share") and base == "sparse":
         pred_s = predicted_durations(jobs)
         cf = DurationBands.log_spaced(*duration_range(), queue_bands, order="critical-first")
         share = CriticalShare(pred_s, np.where(milli > 0, milli / 1000.0, 1.0), n_gpus, queue,
                               critical_mask(pred_s, cf),
-                              None if queue_order.endswith("-sf") else band_rank(pred_s, cf))
+                              None if rule.endswith("-sf") else band_rank(pred_s, cf))
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0

@@ -89,6 +89,7 @@ from bench.sim.queueing import (
     drain_scale,
     path_margin,
     placement_policy,
+    queue_rule,
     retry_pending,
 )
 from bench.sim.replay_explain import WaitLog, summarize
@@ -183,7 +184,8 @@ def run_replay(
     work = jobs["duration"].to_numpy()
     whole = np.where(jobs["gpu_milli"].to_numpy() >= 1000, jobs["num_gpu"].to_numpy(), 0)
     cap = duration_cap(pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)])
-    rank = queue_rank(queue_order, policy, work, classes, seed, whole, queue_bands=queue_bands,
+    rule = queue_rule(queue_order, policy)  # product: sparse's shipped rule
+    rank = queue_rank(rule, policy, work, classes, seed, whole, queue_bands=queue_bands,
                       declared_share=declared_share, critical=queue_critical, cap_s=cap)
     gpu_seconds = float((work * np.ceil(request)).sum())
     nodes = sample_nodes(load_nodes(nodes_path or NODE_LIST),
@@ -193,8 +195,8 @@ def run_replay(
     # the extender's hold for the first gang its queue cannot place (placement/holds.py):
     # sparse's (the extender always holds; its predicted durations come with the controller's
     # banded queue), unless asked otherwise; the stock schedulers have none
-    banded = banded_queue(queue_order, policy) is not None
-    path = queue_order in PATH_MARGINS and policy == "sparse"
+    banded = banded_queue(rule, policy) is not None
+    path = rule in PATH_MARGINS and policy == "sparse"
     if holds is None:
         holds = banded and policy == "sparse"
     pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
@@ -227,24 +229,24 @@ def run_replay(
     pending = queue.jobs
     booked_gpus = np.where(whole > 0, whole, request)
     critical = (CriticalPath(pred, booked_gpus, n_gpus, queue,
-                             path_margin(queue_order, classes),
-                             queue_order in OBSERVED_RATE,
+                             path_margin(rule, classes),
+                             rule in OBSERVED_RATE,
                              critical_mask(pred, DurationBands.log_spaced(
                                  MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands))
-                             if queue_order in BANDS_ONLY else None,
-                             drain_scale=drain_scale(queue_order, classes),
-                             arrive=arrive if queue_order in ARRIVAL_AWARE else None,
-                             slack_order=queue_order in SLACK_ORDER)
+                             if rule in BANDS_ONLY else None,
+                             drain_scale=drain_scale(rule, classes),
+                             arrive=arrive if rule in ARRIVAL_AWARE else None,
+                             slack_order=rule in SLACK_ORDER)
                 if path else None)
     share = None
-    if queue_order.startswith("critical-share") and policy == "sparse":
+    if rule.startswith("critical-share") and policy == "sparse":
         cf = DurationBands.log_spaced(MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands,
                                       order="critical-first")
         share = CriticalShare(pred, booked_gpus, n_gpus, queue, critical_mask(pred, cf),
-                              None if queue_order.endswith("-sf") else band_rank(pred, cf, whole))
+                              None if rule.endswith("-sf") else band_rank(pred, cf, whole))
     # the job controller's admission queue goes with its bands; the stock schedulers have none
     gate = (AdmissionGate(fits_empty(nodes, shapes), pass_over_s)
-            if banded_queue(queue_order, policy) and math.isfinite(pass_over_s) else None)
+            if banded_queue(rule, policy) and math.isfinite(pass_over_s) else None)
     alloc_area = 0.0
     waiting = WaitLog(sim)
     t_prev = 0.0

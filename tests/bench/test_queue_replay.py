@@ -77,8 +77,10 @@ def test_sparse_queues_long_gangs_first_then_by_band_the_stock_schedulers_fifo(m
     assert not queue_rank("fifo", "sparse", work, classes, 1, whole).any()
     shortest = queue_rank("bands-shortest-first", "sparse", work, classes, 1, whole)
     assert list(np.argsort(shortest, kind="stable")) == [2, 1, 4, 3, 0]
-    critical = queue_rank("product", "sparse", work, classes, 1, whole)
+    critical = queue_rank("bands-critical-first", "sparse", work, classes, 1, whole)
     assert np.argmin(critical) == 2 and critical[0] < critical[1]  # long first, then short
+    # as shipped (latest-start): the bands shortest first (promotion comes on top of them)
+    assert (queue_rank("product", "sparse", work, classes, 1, whole) == shortest).all()
 
 
 def test_the_gate_stops_the_jobs_behind_a_job_passed_over_too_long():
