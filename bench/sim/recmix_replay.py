@@ -31,9 +31,10 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
 * Queue order (``queue_order``): ``product`` (default) is what each scheduler does:
   ``sparse`` queues by predicted-duration band (extender/queueorder.py, the function the job
   controller uses: declared steps = duration / solo step time, x the predictor's step time,
-  ``queue_bands`` log-spaced bands over the trace's duration range, critical-first: the
-  bands that can set the makespan longest first, then the others shortest first), FIFO
-  within a band; the stock schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
+  ``queue_bands`` log-spaced bands over the trace's duration range, shortest first, and a job
+  whose latest start has come ahead of them all: the chart's ``latest-start``, the
+  ``arrival-slack`` rule of bench/sim/queueing.py), FIFO within a band; the stock
+  schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
   (longest band first), ``bands-shortest-first`` and ``bands-critical-first`` force one
   order on any policy (reported as mode
   ``<mode>-<order>``); ``shortest-first-hold`` is shortest-first here (every job is one
