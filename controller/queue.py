@@ -47,14 +47,19 @@ class Load:
     gpus: float = 1.0
     started: float | None = None
     finished: bool = False
+    due: bool = False  # its latest start came before: it stays ahead until it starts
 
 
 def due_slack(loads: Iterable[Load], now: float, gpus: float) -> dict[str, float]:
-    """The waiting jobs whose latest start has come on a cluster of ``gpus`` GPUs, each with
-    its slack rank (lower goes first)."""
+    """The waiting jobs whose latest start has come on a cluster of ``gpus`` GPUs (now, or
+    before: ``Load.due``), each with its slack rank (lower goes first)."""
     rows = list(loads)
-    if not rows or not gpus > 0:
+    if not rows:
         return {}
+    before = {r.key: slack_rank(r.predicted_s, r.margin) for r in rows
+              if r.due and r.started is None and not r.finished and r.predicted_s}
+    if not gpus > 0:
+        return before
     nan = math.nan
     pred = np.array([nan if r.predicted_s is None else r.predicted_s for r in rows])
     margin = np.array([r.margin for r in rows])
@@ -63,7 +68,8 @@ def due_slack(loads: Iterable[Load], now: float, gpus: float) -> dict[str, float
         pred * np.array([r.median for r in rows]), np.array([r.gpus for r in rows]),
         np.array([nan if r.started is None else r.started for r in rows]),
         np.array([0.0 if r.finished else nan for r in rows]))
-    return {r.key: slack_rank(pred[i], margin[i]) for i, r in enumerate(rows) if due[i]}
+    return {**before,
+            **{r.key: slack_rank(pred[i], margin[i]) for i, r in enumerate(rows) if due[i]}}
 
 
 def queue_key(w: Waiting, due: Mapping[str, float]) -> tuple:

@@ -70,7 +70,8 @@ def load_entry(job: dict[str, Any]) -> Load | None:
                 gpus=per_worker * int(status.get("replicas") or 1) or 1.0,
                 started=(None if status.get("phase") in (None, st.PENDING)  # a restart waits
                          else st.parse_iso(status.get("admittedAt") or status.get("startTime"))),
-                finished=status.get("phase") in st.FINISHED)
+                finished=status.get("phase") in st.FINISHED,
+                due=bool(band.get("dueSince")))
 
 
 class Reconciler:

@@ -216,6 +216,12 @@ def test_latest_start_puts_due_jobs_ahead_of_every_band_least_slack_first():
     flow = [Load(f"ml/j{i}", created=float(i), predicted_s=4.0) for i in range(1, 101)]
     assert due_slack([*flow, Load("ml/long", created=0, predicted_s=10**4, margin=3.0)],
                      100.0, 4.0) == {}
+    # ... but a job whose latest start came before stays ahead until it starts
+    kept = due_slack([*flow, Load("ml/long", created=0, predicted_s=10**4, margin=3.0,
+                                  due=True)], 100.0, 4.0)
+    assert kept == {"ml/long": -3e4}
+    assert due_slack([Load("ml/long", created=0, predicted_s=10**4, due=True, started=5.0)],
+                     100.0, 4.0) == {}
 
 
 def test_node_gpu_count_reads_allocatable_gpus():

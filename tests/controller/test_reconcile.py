@@ -332,5 +332,8 @@ async def test_latest_start_records_the_margins_and_admits_a_due_job_first(world
     assert load.predicted_s == band["predictedSeconds"] and load.started is None
     assert load.margin == band["errorBound"] and load.gpus > 0
     world.r.due = lambda now: {"ml/long": -1.0}  # ... unless its latest start has come
-    assert (await world.reconcile("long"))["phase"] == "Admitted"
-    assert load_entry(world.kube.jobs["long"]).started is not None
+    s = await world.reconcile("long")
+    assert s["phase"] == "Admitted" and s["queueBand"]["dueSince"]
+    assert any(r == "LatestStart" for _, r, _ in world.kube.events)
+    load = load_entry(world.kube.jobs["long"])
+    assert load.started is not None and load.due
