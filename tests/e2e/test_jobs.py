@@ -392,7 +392,7 @@ def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any
     c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(classes))
     env.ctl.stop()
     env.ctl = Controller(tmp_path, c.kubeconfig, env.ext.url, slot_ttl=SLOT_TTL, name="bands",
-                         extra=("--queue-order", "longest-first")).start()
+                         extra=("--queue-order", "latest-start")).start()  # the chart's
     gpu_node(c)
     c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2,
                                                                 steps=10**8)))
@@ -402,7 +402,7 @@ def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any
     assert job["status"]["queueBand"]["name"] == "sparse-duration-3"
     pods = worker_pods(env)
     assert {(p["spec"]["priorityClassName"], p["spec"]["priority"]) for p in pods} == {
-        ("sparse-duration-3", 1003)}
+        ("sparse-duration-3", 1000)}  # latest-start: the longest band is taken last
     assert "QueueBand" in job_events(env, "dlrm")
     delete_job(env, "dlrm")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")
