@@ -237,7 +237,8 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
                                  "bands-critical-first", "longest-first", "shortest-first-hold",
                                  "critical-path", "drain-path", "drain-rate", "critical-share",
                                  "critical-share-sf", "critical-path-bands",
-                                 "error-bound-path", "error-bound-drain"]),
+                                 "error-bound-path", "error-bound-drain", "arrival-drain",
+                                 "arrival-slack"]),
               help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "

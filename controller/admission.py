@@ -32,7 +32,10 @@ def gang_request(ctx: PassContext, demand: Demand, attempt: int) -> dict[str, An
 
 async def admit(ctx: PassContext, demand: Demand, attempt: int) -> None:
     s = ctx.status
-    allowed, why = may_try(job_key(ctx.job), ctx.waiting(), ctx.now, ctx.config.max_pass_over_s)
+    due = ctx.due(ctx.now)
+    record_due(ctx, due)
+    allowed, why = may_try(job_key(ctx.job), ctx.waiting(), ctx.now, ctx.config.max_pass_over_s,
+                           due)
     if not allowed and s.get("phase") != st.ADMITTED:  # admitted: finish what was started
         not_admitted(ctx, "Queued", why)
         return
@@ -78,6 +81,19 @@ async def admit(ctx: PassContext, demand: Demand, attempt: int) -> None:
         ctx.events.append(("Normal", "Admitted", message))
     await ctx.write()  # the slots are on record before any pod exists
     await create_missing(ctx, demand, attempt, set())
+
+
+def record_due(ctx: PassContext, due: dict[str, float]) -> None:
+    """Once the job's latest start has come, say so (``queueBand.dueSince`` and an event):
+    it stays ahead of every band until admitted (controller/queue.py ``Load.due``)."""
+    band = ctx.status.get("queueBand") or {}
+    if job_key(ctx.job) not in due or not band or band.get("dueSince"):
+        return
+    ctx.status["queueBand"] = {**band, "dueSince": st.now_iso(ctx.now)}
+    bound = float(band.get("predictedSeconds") or 0) * float(band.get("errorBound") or 1.0)
+    ctx.events.append(("Normal", "LatestStart",
+                       f"latest start reached: the job may run {bound / 3600:.2f} h, longer "
+                       f"than the submitted work takes to drain; it goes ahead of every band"))
 
 
 def not_admitted(ctx: PassContext, reason: str, message: str) -> None:

@@ -38,10 +38,13 @@ def default_priority() -> int:
 @click.option("--max-pass-over", type=float, default=300.0, show_default=True,
               help="Seconds younger jobs may be admitted past a waiting one (backfill bound).")
 @click.option("--queue-order", default="off", show_default=True,
-              type=click.Choice(["off", "longest-first", "shortest-first", "critical-first"]),
+              type=click.Choice(["off", "longest-first", "shortest-first", "critical-first",
+                                 "latest-start"]),
               help="Queue jobs by predicted-duration band (spec.steps x predicted step time): "
               "workers get the band's PriorityClass, which must exist (the chart installs "
-              "them); critical-first: the longest band, then the others shortest first; off: "
+              "them); critical-first: the longest band, then the others shortest first; "
+              "latest-start: shortest first, and a job whose latest start has come (it may "
+              "run longer than the submitted work takes to drain) ahead of them all; off: "
               "FIFO, no class set.")
 @click.option("--queue-bands", type=int, default=4, show_default=True,
               help="Number of bands, log-spaced over --queue-band-range.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,8 +60,10 @@ class PassContext:
 
     def __init__(self, kube: KubeApi, gangs: GangApi, config: Config,
                  waiting: Callable[[], Iterable[Waiting]], job: dict[str, Any],
-                 now: float) -> None:
+                 now: float,
+                 due: Callable[[float], Mapping[str, float]] = lambda now: {}) -> None:
         self.kube, self.gangs, self.config, self.waiting = kube, gangs, config, waiting
+        self.due = due  # the waiting jobs whose latest start has come (queue.due_slack)
         self.job = job
         self.meta, self.spec = job["metadata"], job["spec"]
         self.ns = self.meta.get("namespace") or "default"

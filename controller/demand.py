@@ -60,6 +60,8 @@ def record_queue_band(ctx: PassContext, demand: Demand) -> None:
     entry: dict[str, Any] = {"name": name, "band": band, "priority": priority}
     if seconds is not None:
         entry["predictedSeconds"] = round(seconds)
+        if bands.order == "latest-start":  # how far it may really run, and its expected run
+            entry.update(error_margins(ctx.spec.get("family"), demand.job_class))
         why = (f"predicted {seconds / 3600:.2f} h = {steps} steps x"
                f" {demand.step_s:.3g} s per step")
         if bands.is_critical_gang(band, gang):
@@ -74,3 +76,13 @@ def record_queue_band(ctx: PassContext, demand: Demand) -> None:
     ctx.events.append(("Warning" if bad else "Normal", "QueueBand",
                        f"queue band {entry['name']} ({bands.describe(band)}, priority"
                        f" {entry['priority']}, {bands.order}): {why}"))
+
+
+def error_margins(family: str | None, job_class: str) -> dict[str, float]:
+    """The latest-start rule's margins of a job: its family's (else job class's, else all
+    rows') bound of the step-time under-estimate and median error (predictor/step_bounds.py,
+    shipped with the predictor's models)."""
+    from predictor import step_bounds
+
+    return {"errorBound": step_bounds.load().margin(family, job_class),
+            "medianError": step_bounds.load_median().margin(family, job_class)}

@@ -21,8 +21,8 @@ import kopf
 from controller.gangs import GangClient
 from controller.kube import Kube
 from controller.pods import GROUP, KIND, LABEL_JOB_UID, PLURAL, VERSION
-from controller.queue import Waiting
-from controller.reconcile import Config, Reconciler, waiting_entry
+from controller.queue import Load, Waiting, due_slack
+from controller.reconcile import Config, Reconciler, load_entry, waiting_entry
 
 log = logging.getLogger("sparse.controller")
 
@@ -49,11 +49,20 @@ class Holder:
         self.kube: Kube | None = None
         self.gangs: GangClient | None = None
         self.index: Any = None
+        self.loads: Any = None  # every job's Load (latest-start)
+        self.gpus: Any = None  # every node's allocatable GPUs (latest-start)
 
     def waiting(self) -> list[Waiting]:
         if self.index is None:
             return []
         return [w for store in self.index.values() for w in store]
+
+    def due(self, now: float) -> dict[str, float]:
+        """The waiting jobs whose latest start has come (queue order ``latest-start``)."""
+        if self.loads is None or self.gpus is None:
+            return {}
+        gpus = sum(g for store in self.gpus.values() for g in store)
+        return due_slack([x for store in self.loads.values() for x in store], now, gpus)
 
 
 def make_settings() -> kopf.OperatorSettings:
@@ -93,7 +102,7 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
                                              namespaces=options.namespaces)
         holder.gangs = GangClient(options.extender_url, ca_file=options.extender_ca)
         holder.reconciler = Reconciler(holder.kube, holder.gangs, options.config,
-                                       waiting=holder.waiting)
+                                       waiting=holder.waiting, due=holder.due)
         log.info("job controller started (extender %s)", options.extender_url)
 
     @kopf.on.cleanup(registry=registry)
@@ -108,27 +117,46 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
         entry = waiting_entry({"metadata": dict(body.metadata), "status": dict(body.status)})
         return None if entry is None else {entry.key: entry}
 
-    async def reconcile(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting]) -> None:
+    bands = options.config.bands
+    if bands is not None and bands.order == "latest-start":
+        # the latest-start rule's view: every job's load and the cluster's GPUs
+        @kopf.index(**res, id="queue_loads")
+        def queue_loads(body: kopf.Body, **_: Any) -> dict[str, Load] | None:
+            entry = load_entry({"metadata": dict(body.metadata), "status": dict(body.status)})
+            return None if entry is None else {entry.key: entry}
+
+        @kopf.index("", "v1", "nodes", registry=registry, id="node_gpus")
+        def node_gpus(body: kopf.Body, **_: Any) -> dict[str, float]:
+            return {body.metadata.name: node_gpu_count(dict(body.status))}
+
+    def keep(waiting_jobs: kopf.Index[str, Waiting], indexes: dict[str, Any]) -> None:
+        """The indexes kopf hands each handler, for the queue's next decisions."""
         holder.index = waiting_jobs
+        holder.loads = indexes.get("queue_loads", holder.loads)
+        holder.gpus = indexes.get("node_gpus", holder.gpus)
+
+    async def reconcile(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting],
+                        indexes: dict[str, Any]) -> None:
+        keep(waiting_jobs, indexes)
         assert holder.reconciler is not None
         await holder.reconciler.reconcile(_plain(body))
 
     @kopf.on.resume(**res, backoff=HANDLER_BACKOFF_S)
     @kopf.on.create(**res, backoff=HANDLER_BACKOFF_S)
-    async def on_job(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
-        await reconcile(body, waiting_jobs)
+    async def on_job(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **kw: Any) -> None:
+        await reconcile(body, waiting_jobs, kw)
 
     @kopf.timer(**res, interval=options.interval_s, initial_delay=options.interval_s)
-    async def tick(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
-        await reconcile(body, waiting_jobs)
+    async def tick(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **kw: Any) -> None:
+        await reconcile(body, waiting_jobs, kw)
 
     @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_UID: kopf.PRESENT}, registry=registry)
-    async def on_pod(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **_: Any) -> None:
+    async def on_pod(body: kopf.Body, waiting_jobs: kopf.Index[str, Waiting], **kw: Any) -> None:
         owner = next((o for o in body.metadata.get("ownerReferences") or []
                       if o.get("kind") == KIND), None)
         if owner is None or holder.reconciler is None:
             return
-        holder.index = waiting_jobs
+        keep(waiting_jobs, kw)
         # The reconciler reads the job itself (fresh, under its lock).
         await holder.reconciler.reconcile({"metadata": {
             "name": owner["name"], "namespace": body.metadata.namespace, "uid": owner["uid"]}})
@@ -139,6 +167,15 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
         await holder.reconciler.cleanup(_plain(body))
 
     return registry
+
+
+def node_gpu_count(status: dict[str, Any]) -> float:
+    """A node's allocatable ``nvidia.com/gpu`` (0 when it has none or the value is bad)."""
+    value = (status.get("allocatable") or {}).get("nvidia.com/gpu", 0)
+    try:
+        return max(float(value), 0.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

@@ -14,8 +14,13 @@ memory per worker) never blocks anyone; it waits for nodes to be added.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+import numpy as np
+
+from extender.queueorder import latest_start_due, slack_rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +32,60 @@ class Waiting:
     priority: int = 0  # the job's queue band priority: higher waits ahead
 
 
-def may_try(key: str, waiting: Iterable[Waiting], now: float, max_pass_over_s: float
-            ) -> tuple[bool, str]:
-    """(True, "") when ``key`` may ask for admission now, else (False, why)."""
-    for w in sorted(waiting, key=lambda w: (-w.priority, w.created, w.key)):
+@dataclass(frozen=True, slots=True)
+class Load:
+    """What the queue knows of one job for the latest-start rule (extender/queueorder.py
+    ``latest_start_due``): when it was submitted, its predicted run time (None: unknown),
+    its family's error ``margin`` and median error, the GPUs it books, when it started
+    (None: waiting) and whether it has finished."""
+
+    key: str
+    created: float
+    predicted_s: float | None
+    margin: float = 1.0
+    median: float = 1.0
+    gpus: float = 1.0
+    started: float | None = None
+    finished: bool = False
+    due: bool = False  # its latest start came before: it stays ahead until it starts
+
+
+def due_slack(loads: Iterable[Load], now: float, gpus: float) -> dict[str, float]:
+    """The waiting jobs whose latest start has come on a cluster of ``gpus`` GPUs (now, or
+    before: ``Load.due``), each with its slack rank (lower goes first)."""
+    rows = list(loads)
+    if not rows:
+        return {}
+    before = {r.key: slack_rank(r.predicted_s, r.margin) for r in rows
+              if r.due and r.started is None and not r.finished and r.predicted_s}
+    if not gpus > 0:
+        return before
+    nan = math.nan
+    pred = np.array([nan if r.predicted_s is None else r.predicted_s for r in rows])
+    margin = np.array([r.margin for r in rows])
+    due = latest_start_due(
+        now, gpus, np.array([r.created for r in rows]), pred, margin,
+        pred * np.array([r.median for r in rows]), np.array([r.gpus for r in rows]),
+        np.array([nan if r.started is None else r.started for r in rows]),
+        np.array([0.0 if r.finished else nan for r in rows]))
+    return {**before,
+            **{r.key: slack_rank(pred[i], margin[i]) for i, r in enumerate(rows) if due[i]}}
+
+
+def queue_key(w: Waiting, due: Mapping[str, float]) -> tuple:
+    """A waiting job's place: the due jobs first, least slack first; then by band, FIFO."""
+    slack = due.get(w.key)
+    if slack is not None:
+        return (0, slack, 0.0, w.created, w.key)
+    return (1, 0.0, -w.priority, w.created, w.key)
+
+
+def may_try(key: str, waiting: Iterable[Waiting], now: float, max_pass_over_s: float,
+            due: Mapping[str, float] | None = None) -> tuple[bool, str]:
+    """(True, "") when ``key`` may ask for admission now, else (False, why). ``due``: the
+    jobs whose latest start has come (``due_slack``), ahead of every band."""
+    due = due or {}
+    for w in sorted(waiting, key=lambda w: queue_key(w, due)):
         if w.key == key:
             return True, ""
         if blocks(w, now, max_pass_over_s):

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller import status as st
@@ -24,9 +24,9 @@ from controller.demand import record_demand, record_queue_band
 from controller.following import follow
 from controller.lifecycle import after_finish, fail
 from controller.pods import LABEL_ATTEMPT
-from controller.queue import Waiting
+from controller.queue import Load, Waiting
 
-__all__ = ["Config", "GangApi", "KubeApi", "Reconciler", "waiting_entry"]
+__all__ = ["Config", "GangApi", "KubeApi", "Reconciler", "load_entry", "waiting_entry"]
 
 log = logging.getLogger("sparse.controller")
 
@@ -51,14 +51,39 @@ def waiting_entry(job: dict[str, Any]) -> Waiting | None:
                    priority=int(band.get("priority") or 0))
 
 
+def load_entry(job: dict[str, Any]) -> Load | None:
+    """What the latest-start rule knows of the job (controller/queue.py ``Load``): its
+    submission, predicted run time and error margins (status.queueBand), the GPUs its
+    workers book (status.demand) and its start; None before its band is recorded."""
+    status = job.get("status") or {}
+    band = status.get("queueBand") or {}
+    if not band:
+        return None
+    demand = status.get("demand") or {}
+    per_worker = int(demand.get("wholeGpus") or 0) or int(demand.get("gpuMilli") or 0) / 1000
+    predicted = band.get("predictedSeconds")
+    return Load(key=job_key(job),
+                created=st.parse_iso(job["metadata"].get("creationTimestamp")) or 0.0,
+                predicted_s=None if predicted is None else float(predicted),
+                margin=float(band.get("errorBound") or 1.0),
+                median=float(band.get("medianError") or 1.0),
+                gpus=per_worker * int(status.get("replicas") or 1) or 1.0,
+                started=(None if status.get("phase") in (None, st.PENDING)  # a restart waits
+                         else st.parse_iso(status.get("admittedAt") or status.get("startTime"))),
+                finished=status.get("phase") in st.FINISHED,
+                due=bool(band.get("dueSince")))
+
+
 class Reconciler:
     def __init__(self, kube: KubeApi, gangs: GangApi, config: Config | None = None, *,
                  waiting: Callable[[], Iterable[Waiting]] = lambda: (),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 due: Callable[[float], Mapping[str, float]] = lambda now: {}) -> None:
         self.kube = kube
         self.gangs = gangs
         self.config = config or Config()
         self.waiting = waiting
+        self.due = due
         self.clock = clock
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -75,7 +100,7 @@ class Reconciler:
             if fresh["metadata"].get("deletionTimestamp"):
                 return  # cleanup() runs from the finalizer
             ctx = PassContext(self.kube, self.gangs, self.config, self.waiting, fresh,
-                              self.clock())
+                              self.clock(), self.due)
             try:
                 await _step(ctx)
             finally:

@@ -15,7 +15,10 @@ estimate is within x2 of the measured step for 85 % of the dataset rows): band `
 upper edge x the margin exceeds the longest band's lower edge. With the default 4 bands
 that is the longest two (a band spans x3.9): priorities, bands 0..3, ``base + 1, base, base +
 2, base + 3``. ``critical`` sets the count instead. A job whose duration cannot be predicted
-goes to ``default_band``.
+goes to ``default_band``. ``latest-start``: the bands shortest first, and a waiting job whose
+latest start has come (``latest_start_due``: it may really run longer than the submitted work
+takes to drain, arrivals counted) goes ahead of them all, least slack first (``slack_rank``):
+the job controller's admission queue applies it (controller/queue.py ``due_slack``).
 
 Gangs: a job that needs several whole GPUs at once (``gang_gpus``: whole GPUs per worker x
 workers, 2 or more) cannot backfill into GPUs as they free one by one; behind a backlog of
@@ -34,7 +37,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-ORDERS = ("longest-first", "shortest-first", "critical-first")
+import numpy as np
+
+ORDERS = ("longest-first", "shortest-first", "critical-first", "latest-start")
 DEFAULT_BANDS = 4
 DEFAULT_RANGE_S = (60.0, 14_400.0)  # 1 min .. 4 h: bands < 4 min, < 15 min, < 1 h, longer
 DEFAULT_BASE = 1000
@@ -127,7 +132,7 @@ class DurationBands:
         last = self.count - 1
         if self.order == "longest-first":
             return band
-        if self.order == "shortest-first":
+        if self.order in ("shortest-first", "latest-start"):  # latest-start: promotion aside
             return last - band
         first = self.count - self.critical_count  # critical-first: bands first.. go first
         return band if band >= first else first - 1 - band
@@ -174,15 +179,83 @@ def critical_bands(edges_s: tuple[float, ...], margin: float = PREDICTION_MARGIN
 
 
 def latest_start_come(predicted_s: float, backlog_gpu_s: float, gpus: float,
-                      margin: float = PREDICTION_MARGIN) -> bool:
+                      margin: float = PREDICTION_MARGIN, arriving: float = 0.0) -> bool:
     """Whether a waiting job predicted to run ``predicted_s`` is on the critical path: the
-    cluster (``gpus`` GPUs) needs ``backlog_gpu_s / gpus`` to drain the predicted work left of
-    every running and waiting job, and a job that may really run ``predicted_s x margin``
-    must start now or end after the rest (its latest start has come). Such a job goes ahead
-    of every band, whatever the band order (shortest-first keeps mean JCT low until then)."""
+    cluster (``gpus`` GPUs) needs ``drain_time`` to drain the predicted work left of every
+    running and waiting job (while work keeps ``arriving``, GPU-seconds per second), and a
+    job that may really run ``predicted_s x margin`` must start now or end after the rest
+    (its latest start has come). Such a job goes ahead of every band, whatever the band
+    order (shortest-first keeps mean JCT low until then)."""
     if not predicted_s > 0 or not gpus > 0:
         return False
-    return predicted_s * margin >= max(backlog_gpu_s, 0.0) / gpus
+    return predicted_s * margin >= drain_time(backlog_gpu_s, gpus, arriving)
+
+
+def drain_time(backlog_gpu_s: float, gpus: float, arriving: float = 0.0) -> float:
+    """Seconds until ``backlog_gpu_s`` of work is gone on ``gpus`` GPUs while work keeps
+    arriving at ``arriving`` GPU-seconds per second: the backlog shrinks only at the
+    difference, and never (inf) while arrivals keep up with the service; then no job is
+    the last one yet, and the end of the run is set by arrivals, not by the backlog."""
+    backlog = max(float(backlog_gpu_s), 0.0)
+    net = float(gpus) - max(float(arriving), 0.0)
+    if backlog == 0.0:
+        return 0.0
+    return backlog / net if net > 0 else math.inf
+
+
+def arrival_rate(arrive_s: np.ndarray, work_gpu_s: np.ndarray, now: float,
+                 horizon_s: float) -> float:
+    """GPU-seconds of work per second submitted over the last ``horizon_s`` (the drain
+    horizon: the arrivals seen over it are what the next one is expected to bring), counted
+    from the first submission on: the jobs present at that instant are a backlog, not a flow
+    (a batch submitted at once arrives at rate 0). ``arrive_s``: each job's submission time
+    (those after ``now`` not yet known, not counted); ``work_gpu_s``: its work."""
+    arrive = np.asarray(arrive_s, dtype=np.float64)
+    if arrive.size == 0:
+        return 0.0
+    window = min(float(horizon_s), float(now) - float(arrive.min()))
+    if not window > 0:
+        return 0.0
+    inside = (arrive > now - window) & (arrive <= now)
+    return float(np.asarray(work_gpu_s, dtype=np.float64)[inside].sum()) / window
+
+
+def latest_start_due(now: float, gpus: float, submitted: np.ndarray, predicted: np.ndarray,
+                     margin: np.ndarray | float, expected: np.ndarray, booked: np.ndarray,
+                     started: np.ndarray, finished: np.ndarray) -> np.ndarray:
+    """Per job: whether it waits and its latest start has come, from what a job controller
+    knows at ``now``: each job's submission time, predicted run time (NaN: unknown, never
+    due), error ``margin`` (it may really run ``predicted x margin``), ``expected`` run
+    time (the prediction x its median error), the GPUs it books (``booked``, a share's
+    fraction), and its start and end (NaN: not yet). The drain time is that of the expected
+    work submitted so far and not yet done, on ``gpus`` GPUs, less the work arriving per
+    second over the last drain horizon (``drain_time``, ``arrival_rate``): with everything
+    submitted at once, the backlog over the GPUs; while arrivals keep up, no job is due."""
+    predicted = np.asarray(predicted, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    submitted = np.asarray(submitted, dtype=np.float64)
+    started = np.asarray(started, dtype=np.float64)
+    booked = np.asarray(booked, dtype=np.float64)
+    known = np.isfinite(predicted) & (predicted > 0)
+    if not gpus > 0 or not known.any():
+        return np.zeros(len(predicted), dtype=bool)
+    here = submitted <= now
+    ended = np.isfinite(np.asarray(finished, dtype=np.float64))
+    running = np.isfinite(started) & ~ended
+    waiting = here & ~np.isfinite(started) & ~ended
+    left = np.where(running, np.maximum(expected - (now - started), 0.0), expected)
+    use = known & (running | waiting)
+    backlog = float((left[use] * booked[use]).sum())
+    arriving = arrival_rate(submitted[known], (expected * booked)[known], now, backlog / gpus)
+    drain = drain_time(backlog, gpus, arriving)
+    bound = np.where(known, predicted, 0.0) * np.asarray(margin, dtype=np.float64)
+    return waiting & known & (bound >= drain)
+
+
+def slack_rank(predicted: float, margin: float) -> float:
+    """Among jobs whose latest start has come, the one with the least slack goes first: the
+    longest it may really run (``predicted x margin``); lower ranks go first."""
+    return -float(predicted) * float(margin)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,15 @@ def write(out_dir: Path = MODELS_DIR, quantile: float = DEFAULT_QUANTILE,
     return path
 
 
+MEDIAN_DIR = MODELS_DIR / "median"  # the same rows and rule at q0.5: each family's median
+
+
+def load_median() -> StepErrorBounds:
+    """Each family's median measured / predicted step time (shipped in ``MEDIAN_DIR``): what
+    a job's predicted run time is multiplied by in the expected drain of the queue."""
+    return load(MEDIAN_DIR)
+
+
 def load(models_dir: Path | None = None) -> StepErrorBounds:
     """The bounds in ``models_dir`` (default: ``$SPARSE_STEP_BOUNDS_DIR``, else the shipped
     ones); a clear error when the file is missing or malformed."""

@@ -15,35 +15,57 @@ import numpy as np
 
 from controller.queue import Waiting, blocks
 from extender.placement.policies import REGISTRY
-from extender.queueorder import PREDICTION_MARGIN, DurationBands, latest_start_come
+from extender.queueorder import (
+    PREDICTION_MARGIN,
+    DurationBands,
+    latest_start_come,
+    latest_start_due,
+    slack_rank,
+)
 
 MODES = ("high-load", "continuous")
 QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-critical-first",
                 "longest-first", "shortest-first-hold", "critical-path", "drain-path",
                 "drain-rate", "critical-share", "critical-share-sf",
-                "critical-path-bands", "error-bound-path", "error-bound-drain")
+                "critical-path-bands", "error-bound-path", "error-bound-drain",
+                "arrival-drain", "arrival-slack")
 # sparse's queue shortest-first (the gang rule included; its banded queue comes with the
 # extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
 # (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
 HOLD_ORDERS = ("shortest-first-hold", "critical-path", "drain-path",
                "drain-rate", "critical-share", "critical-share-sf", "critical-path-bands",
-               "error-bound-path", "error-bound-drain")
+               "error-bound-path", "error-bound-drain", "arrival-drain", "arrival-slack")
 # the orders with latest-start promotion and their margin on the predicted duration:
 # ``critical-path`` the predictor's x2, ``drain-path`` the point estimate (a job is promoted
 # only once it would otherwise end after everything else)
 PATH_MARGINS = {"critical-path": PREDICTION_MARGIN, "drain-path": 1.0, "drain-rate": 1.0,
                 "critical-path-bands": PREDICTION_MARGIN, "error-bound-path": None,
-                "error-bound-drain": None}
+                "error-bound-drain": None, "arrival-drain": None, "arrival-slack": None}
 # ``error-bound-path``: each job's margin is its family's (else job class's, else all rows')
 # measured bound of the step-time under-estimate (predictor/step_bounds.py), not a global x2;
 # ``error-bound-drain``: that, and the drain time from each job's predicted work x its
 # family's median error (an unbiased drain, where the others sum the raw predictions)
-MEDIAN_DRAIN = ("error-bound-drain",)
+MEDIAN_DRAIN = ("error-bound-drain", "arrival-drain", "arrival-slack")
+# ``arrival-drain``: ``error-bound-drain`` with the drain time of the work submitted so far,
+# shrinking at the cluster's GPUs less the work arriving per second over the last drain
+# horizon (queueorder.drain_time); ``arrival-slack``: that, the promoted jobs least slack
+# (longest predicted x margin) first
+ARRIVAL_AWARE = ("arrival-drain", "arrival-slack")
+SLACK_ORDER = ("arrival-slack",)
 # ``critical-path-bands``: only jobs of the critical bands are promoted
 BANDS_ONLY = ("critical-path-bands",)
 # ``drain-rate``: the drain time at the rate the cluster has really retired predicted work
 OBSERVED_RATE = ("drain-rate",)
-PRODUCT_BAND_ORDER = "critical-first"  # sparse's band order as shipped (the chart's default)
+PRODUCT_BAND_ORDER = "latest-start"  # sparse's band order as shipped (the chart's default)
+# what the job controller does with it, in the replay's terms: shortest-first bands with the
+# extender's holds, and the arrival-aware latest-start promotion, least slack first
+PRODUCT_RULE = "arrival-slack"
+
+
+def queue_rule(queue_order: str, policy: str) -> str:
+    """The order ``policy``'s queue follows under ``queue_order``: ``product`` is sparse's
+    shipped rule (``PRODUCT_RULE``) and the stock schedulers' FIFO; others are themselves."""
+    return PRODUCT_RULE if queue_order == "product" and policy == "sparse" else queue_order
 
 
 def path_margin(queue_order: str, classes: Sequence[object],
@@ -67,10 +89,9 @@ def drain_scale(queue_order: str, classes: Sequence[object],
     rows and rule as the bounds, at the median)."""
     if queue_order not in MEDIAN_DRAIN:
         return 1.0
-    from extender.queueorder import StepErrorBounds
-    from predictor.step_bounds import compute
+    from predictor.step_bounds import load_median
 
-    median = StepErrorBounds.from_dict(compute(0.5))
+    median = load_median()
     fams = [None] * len(classes) if families is None else [str(f) for f in families]
     return np.array([median.margin(f, str(c)) for f, c in zip(fams, classes, strict=True)])
 
@@ -139,8 +160,13 @@ class CriticalPath:
     def __init__(self, predicted: np.ndarray, gpus: np.ndarray, n_gpus: int,
                  queue: RankedQueue, margin: float | np.ndarray = PREDICTION_MARGIN,
                  observed_rate: bool = False, eligible: np.ndarray | None = None,
-                 drain_scale: float | np.ndarray = 1.0) -> None:
+                 drain_scale: float | np.ndarray = 1.0, arrive: np.ndarray | None = None,
+                 slack_order: bool = False) -> None:
         self.observed_rate = observed_rate
+        # submission times: the drain counts only the work submitted by now, shrinking at
+        # the GPUs less the observed arrivals (None: every job's work, at the GPUs)
+        self.arrive = None if arrive is None else np.asarray(arrive, dtype=np.float64)
+        self.slack_order = slack_order
         self.predicted = np.asarray(predicted, dtype=np.float64)
         # each job's expected work in the drain time: its prediction x this
         self.expected = self.predicted * np.asarray(drain_scale, dtype=np.float64)
@@ -163,6 +189,8 @@ class CriticalPath:
                         self.expected)
         waiting = ~np.isfinite(started)
         use = self.known & (running | waiting)
+        if self.arrive is not None:
+            use &= self.arrive <= now
         return float((left[use] * self.gpus[use]).sum())
 
     def drain_rate(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
@@ -185,14 +213,21 @@ class CriticalPath:
         q = self.queue
         if not q.jobs:
             return 0
-        backlog = self.backlog(now, started, done)
-        rate = self.drain_rate(now, started, done)
-        new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
-               and latest_start_come(float(self.predicted[j]), backlog, rate,
-                                    float(self.margin[j]))]
+        if self.arrive is not None:  # the controller's rule, from what it knows
+            due = latest_start_due(now, self.n_gpus, self.arrive, self.predicted, self.margin,
+                                   self.expected, self.gpus, started, done)
+            new = [j for j in q.jobs if due[j] and self.eligible[j] and not self.promoted[j]]
+        else:
+            backlog = self.backlog(now, started, done)
+            rate = self.drain_rate(now, started, done)
+            new = [j for j in q.jobs if self.eligible[j] and not self.promoted[j]
+                   and latest_start_come(float(self.predicted[j]), backlog, rate,
+                                        float(self.margin[j]))]
         for j in new:
             self.promoted[j] = True
-            q.rank[j] = self.floor - int(self.predicted[j])
+            # longest first; with slack_order the longest it may really run (least slack)
+            bound = slack_rank(self.predicted[j], self.margin[j] if self.slack_order else 1.0)
+            q.rank[j] = self.floor + int(bound)
         if new:
             q.jobs.sort(key=lambda k: (q.rank[k], q.seq[k]))
         return len(new)

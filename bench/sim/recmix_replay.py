@@ -31,9 +31,10 @@ Rules (seeded by the run's seed; every policy of a seed gets the same jobs and c
 * Queue order (``queue_order``): ``product`` (default) is what each scheduler does:
   ``sparse`` queues by predicted-duration band (extender/queueorder.py, the function the job
   controller uses: declared steps = duration / solo step time, x the predictor's step time,
-  ``queue_bands`` log-spaced bands over the trace's duration range, critical-first: the
-  bands that can set the makespan longest first, then the others shortest first), FIFO
-  within a band; the stock schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
+  ``queue_bands`` log-spaced bands over the trace's duration range, shortest first, and a job
+  whose latest start has come ahead of them all: the chart's ``latest-start``, the
+  ``arrival-slack`` rule of bench/sim/queueing.py), FIFO within a band; the stock
+  schedulers (every other policy) queue FIFO. ``fifo``, ``bands``
   (longest band first), ``bands-shortest-first`` and ``bands-critical-first`` force one
   order on any policy (reported as mode
   ``<mode>-<order>``); ``shortest-first-hold`` is shortest-first here (every job is one
@@ -67,10 +68,12 @@ from bench.sim.cluster import SimCluster
 from bench.sim.fgd import typical_tasks
 from bench.sim.physics import shared_speeds
 from bench.sim.queueing import (
+    ARRIVAL_AWARE,
     BANDS_ONLY,
     OBSERVED_RATE,
     PATH_MARGINS,
     QUEUE_ORDERS,
+    SLACK_ORDER,
     CriticalPath,
     CriticalShare,
     PolicyRun,
@@ -83,6 +86,7 @@ from bench.sim.queueing import (
     drain_scale,
     path_margin,
     placement_policy,
+    queue_rule,
     retry_pending,
 )
 from bench.sim.recmix import DEFAULT_MIX, GPU_MEM_MIB, GPU_MODEL, build_jobs, duration_range
@@ -229,7 +233,8 @@ def run_recmix(
     work = jobs["duration"].to_numpy(dtype=np.float64)
     nodes = rec_nodes(rng, work.sum() / (overload * work.max()), nodes_path, node_cpu, node_mem)
     base, source = split_policy(policy)
-    order = banded_queue(queue_order, base)
+    rule = queue_rule(queue_order, base)  # product: sparse's shipped rule
+    order = banded_queue(rule, base)
     rank = (queue_rank(jobs, queue_bands, order) if order
             else np.zeros(len(jobs), dtype=np.int64))
     if longest_first:
@@ -282,20 +287,22 @@ def run_recmix(
     family = jobs["family"].to_numpy()
     critical = (CriticalPath(predicted_durations(jobs), np.where(milli > 0, milli / 1000.0, 1.0),
                              n_gpus, queue,
-                             path_margin(queue_order, classes, family),
-                             queue_order in OBSERVED_RATE,
+                             path_margin(rule, classes, family),
+                             rule in OBSERVED_RATE,
                              critical_mask(predicted_durations(jobs), DurationBands.log_spaced(
                                  *duration_range(), queue_bands))
-                             if queue_order in BANDS_ONLY else None,
-                             drain_scale=drain_scale(queue_order, classes, family))
-                if queue_order in PATH_MARGINS and base == "sparse" else None)
+                             if rule in BANDS_ONLY else None,
+                             drain_scale=drain_scale(rule, classes, family),
+                             arrive=arrive if rule in ARRIVAL_AWARE else None,
+                             slack_order=rule in SLACK_ORDER)
+                if rule in PATH_MARGINS and base == "sparse" else None)
     share = None
-    if queue_order.startswith("critical-share") and base == "sparse":
+    if rule.startswith("critical-share") and base == "sparse":
         pred_s = predicted_durations(jobs)
         cf = DurationBands.log_spaced(*duration_range(), queue_bands, order="critical-first")
         share = CriticalShare(pred_s, np.where(milli > 0, milli / 1000.0, 1.0), n_gpus, queue,
                               critical_mask(pred_s, cf),
-                              None if queue_order.endswith("-sf") else band_rank(pred_s, cf))
+                              None if rule.endswith("-sf") else band_rank(pred_s, cf))
     ooms = 0
     attempt = np.zeros(len(jobs), dtype=np.int64)
     alloc_area = sm_area = backlog_area = backlog_time = 0.0

@@ -21,10 +21,12 @@ Rules (all seeded by the run's seed):
 * Queue order (``queue_order``): ``product`` (default) is what each scheduler does: the stock
   schedulers (every policy but ``sparse``) queue FIFO; ``sparse`` queues as its job controller
   sets it (extender/queueorder.py, the function the controller calls): by the band of the
-  job's predicted duration, critical-first, FIFO within a band. The predicted duration is
-  what the product could know, declared steps x the predictor's step time, so it carries the
-  predictor's measured step-time error (bench/sim/duration_error.py); a job that declares no
-  steps (probability ``1 - declared_share``) gets the controller's default band.
+  job's predicted duration, shortest first, FIFO within a band, a job whose latest start has
+  come ahead of them all (the chart's ``latest-start``: ``arrival-slack`` below). The
+  predicted duration is what the product could know, declared steps x the predictor's step
+  time, so it carries the predictor's measured step-time error (bench/sim/duration_error.py);
+  a job that declares no steps (probability ``1 - declared_share``) gets the controller's
+  default band.
   A long job that needs several whole GPUs at once goes ahead of every band (the controller's
   gang rule, extender/queueorder.py). ``queue_bands`` bands, log-spaced over [60 s, the
   duration cap]. ``pass_over_s``: the controller's bounded backfill (controller/queue.py),
@@ -39,7 +41,10 @@ Rules (all seeded by the run's seed):
   ``critical-path-bands``: ``critical-path`` promoting only jobs of the critical bands;
   ``critical-share`` (``-sf``): the critical bands get the GPUs in proportion to their share
   of the predicted work left, longest band first (shortest first) inside, the others
-  shortest first (``CriticalShare``). Wherever sparse's queue is banded (``product``
+  shortest first (``CriticalShare``); ``error-bound-path`` / ``-drain``: promotion at each
+  job family's error bound (and its median in the drain); ``arrival-drain``: that, the drain
+  of the work submitted so far, net of the arrivals (``latest_start_due``);
+  ``arrival-slack``: that, least slack first. Wherever sparse's queue is banded (``product``
   included) it has
   the extender's hold (extender/placement/holds.py: the first gang the queue cannot place
   holds the node where it starts soonest; other jobs take GPUs there only if predicted, x
@@ -70,9 +75,11 @@ from bench.sim.cluster import SimCluster
 from bench.sim.duration_error import predicted_durations
 from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
+    ARRIVAL_AWARE,
     BANDS_ONLY,
     OBSERVED_RATE,
     PATH_MARGINS,
+    SLACK_ORDER,
     AdmissionGate,
     CriticalPath,
     CriticalShare,
@@ -87,6 +94,7 @@ from bench.sim.queueing import (
     drain_scale,
     path_margin,
     placement_policy,
+    queue_rule,
     retry_pending,
 )
 from bench.sim.replay_explain import WaitLog, summarize
@@ -181,7 +189,8 @@ def run_replay(
     work = jobs["duration"].to_numpy()
     whole = np.where(jobs["gpu_milli"].to_numpy() >= 1000, jobs["num_gpu"].to_numpy(), 0)
     cap = duration_cap(pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)])
-    rank = queue_rank(queue_order, policy, work, classes, seed, whole, queue_bands=queue_bands,
+    rule = queue_rule(queue_order, policy)  # product: sparse's shipped rule
+    rank = queue_rank(rule, policy, work, classes, seed, whole, queue_bands=queue_bands,
                       declared_share=declared_share, critical=queue_critical, cap_s=cap)
     gpu_seconds = float((work * np.ceil(request)).sum())
     nodes = sample_nodes(load_nodes(nodes_path or NODE_LIST),
@@ -191,8 +200,8 @@ def run_replay(
     # the extender's hold for the first gang its queue cannot place (placement/holds.py):
     # sparse's (the extender always holds; its predicted durations come with the controller's
     # banded queue), unless asked otherwise; the stock schedulers have none
-    banded = banded_queue(queue_order, policy) is not None
-    path = queue_order in PATH_MARGINS and policy == "sparse"
+    banded = banded_queue(rule, policy) is not None
+    path = rule in PATH_MARGINS and policy == "sparse"
     if holds is None:
         holds = banded and policy == "sparse"
     pred = (predicted_durations(work, classes, seed, declared_share=declared_share)
@@ -225,22 +234,24 @@ def run_replay(
     pending = queue.jobs
     booked_gpus = np.where(whole > 0, whole, request)
     critical = (CriticalPath(pred, booked_gpus, n_gpus, queue,
-                             path_margin(queue_order, classes),
-                             queue_order in OBSERVED_RATE,
+                             path_margin(rule, classes),
+                             rule in OBSERVED_RATE,
                              critical_mask(pred, DurationBands.log_spaced(
                                  MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands))
-                             if queue_order in BANDS_ONLY else None,
-                             drain_scale=drain_scale(queue_order, classes))
+                             if rule in BANDS_ONLY else None,
+                             drain_scale=drain_scale(rule, classes),
+                             arrive=arrive if rule in ARRIVAL_AWARE else None,
+                             slack_order=rule in SLACK_ORDER)
                 if path else None)
     share = None
-    if queue_order.startswith("critical-share") and policy == "sparse":
+    if rule.startswith("critical-share") and policy == "sparse":
         cf = DurationBands.log_spaced(MIN_DURATION_S, max(cap, 2 * MIN_DURATION_S), queue_bands,
                                       order="critical-first")
         share = CriticalShare(pred, booked_gpus, n_gpus, queue, critical_mask(pred, cf),
-                              None if queue_order.endswith("-sf") else band_rank(pred, cf, whole))
+                              None if rule.endswith("-sf") else band_rank(pred, cf, whole))
     # the job controller's admission queue goes with its bands; the stock schedulers have none
     gate = (AdmissionGate(fits_empty(nodes, shapes), pass_over_s)
-            if banded_queue(queue_order, policy) and math.isfinite(pass_over_s) else None)
+            if banded_queue(rule, policy) and math.isfinite(pass_over_s) else None)
     alloc_area = 0.0
     waiting = WaitLog(sim)
     t_prev = 0.0

@@ -77,8 +77,10 @@ def test_sparse_queues_long_gangs_first_then_by_band_the_stock_schedulers_fifo(m
     assert not queue_rank("fifo", "sparse", work, classes, 1, whole).any()
     shortest = queue_rank("bands-shortest-first", "sparse", work, classes, 1, whole)
     assert list(np.argsort(shortest, kind="stable")) == [2, 1, 4, 3, 0]
-    critical = queue_rank("product", "sparse", work, classes, 1, whole)
+    critical = queue_rank("bands-critical-first", "sparse", work, classes, 1, whole)
     assert np.argmin(critical) == 2 and critical[0] < critical[1]  # long first, then short
+    # as shipped (latest-start): the bands shortest first (promotion comes on top of them)
+    assert (queue_rank("product", "sparse", work, classes, 1, whole) == shortest).all()
 
 
 def test_the_gate_stops_the_jobs_behind_a_job_passed_over_too_long():
@@ -297,3 +299,49 @@ def test_error_bound_drain_counts_each_jobs_work_at_its_median_error():
     assert drain_scale("error-bound-path", ["cnn"]) == 1.0
     med = drain_scale("error-bound-drain", ["transformer", "cnn"], ["bert", "yolo"])
     assert 0.5 < med[0] < 1.0 < med[1]  # the step estimate over-estimates BERT, under YOLO
+
+
+def test_arrival_drain_counts_submitted_work_and_waits_while_arrivals_keep_up():
+    from bench.sim.queueing import CriticalPath
+    from extender.queueorder import arrival_rate
+
+    nan = np.full(4, np.nan)
+    predicted = np.array([1_000.0, 100.0, 100.0, 2_000.0])
+
+    def path(arrive, now=0.0):
+        queue = RankedQueue(np.zeros(4, dtype=np.int64))
+        for j in range(4):
+            if arrive is None or arrive[j] <= now:
+                queue.wait(j)
+        return CriticalPath(predicted, np.ones(4), 2, queue, 1.0, arrive=arrive)
+
+    # submitted at once (high load): the same as counting every job, 3,200 GPU-s on 2 GPUs
+    # (1,600 s): only job 3 may outlast the drain
+    everyone, batch = path(None), path(np.zeros(4))
+    assert batch.backlog(0.0, nan, nan) == everyone.backlog(0.0, nan, nan) == 3_200.0
+    assert batch.promote(0.0, nan, nan) == everyone.promote(0.0, nan, nan) == 1
+    # job 3 not submitted yet: the drain is the others' 1,200 GPU-s (600 s), job 0 outlasts it
+    later = path(np.array([0.0, 0.0, 0.0, 900.0]))
+    assert later.backlog(0.0, nan, nan) == 1_200.0 and later.promote(0.0, nan, nan) == 1
+    # at t = 100 jobs 1 and 2, submitted at 50 and 100, run; 200 GPU-s arrived in 100 s, as
+    # fast as the 2 GPUs serve: the backlog does not shrink, job 0's latest start is not set
+    flow = path(np.array([0.0, 50.0, 100.0, 900.0]), 100.0)
+    started = np.array([np.nan, 50.0, 100.0, np.nan])
+    backlog = flow.backlog(100.0, started, nan)
+    assert backlog == 1_150.0
+    assert arrival_rate(flow.arrive, predicted, 100.0, backlog / 2.0) == 2.0
+    assert flow.promote(100.0, started, nan) == 0
+
+
+def test_arrival_slack_puts_the_promoted_job_that_may_run_longest_first():
+    from bench.sim.queueing import CriticalPath
+
+    nan = np.full(2, np.nan)
+    predicted = np.array([1_000.0, 600.0])
+    margin = np.array([1.0, 3.0])  # job 1 may really run 1,800 s, job 0 1,000 s
+    for slack, first in ((False, 0), (True, 1)):
+        queue = RankedQueue(np.zeros(2, dtype=np.int64))
+        for j in range(2):
+            queue.wait(j)
+        path = CriticalPath(predicted, np.ones(2), 2, queue, margin, slack_order=slack)
+        assert path.promote(0.0, nan, nan) == 2 and queue.jobs[0] == first

@@ -222,8 +222,11 @@ def test_sparse_as_shipped_queues_in_the_charts_default_order():
 
     import yaml
 
-    from bench.sim.queueing import PRODUCT_BAND_ORDER
+    from bench.sim.queueing import PRODUCT_BAND_ORDER, queue_rule
 
     values = yaml.safe_load((Path(__file__).resolve().parents[2] / "charts" / "sparse"
                              / "values.yaml").read_text())
-    assert values["controller"]["queueOrder"] == PRODUCT_BAND_ORDER == "critical-first"
+    assert values["controller"]["queueOrder"] == PRODUCT_BAND_ORDER == "latest-start"
+    # the controller's latest-start is the replay's arrival-aware, least-slack promotion
+    assert queue_rule("product", "sparse") == "arrival-slack"
+    assert queue_rule("product", "kube-shared") == "product"

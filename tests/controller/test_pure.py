@@ -188,3 +188,45 @@ def test_worker_pod_carries_the_predicted_run_time_when_known():
     assert pod["metadata"]["annotations"][ANN_PREDICTED_SECONDS] == "5400"
     pod = worker_pod(JOB, DEMAND, attempt=0, index=0, slot="s")
     assert ANN_PREDICTED_SECONDS not in pod["metadata"]["annotations"]
+
+
+def test_latest_start_puts_due_jobs_ahead_of_every_band_least_slack_first():
+    from controller.queue import Load, due_slack
+
+    # 1 GPU; a short job runs with 100 s left; two long jobs wait, one short waits
+    loads = [Load("ml/run", created=0, predicted_s=200, started=100.0),
+             Load("ml/bert", created=0, predicted_s=900, margin=1.0),
+             Load("ml/yolo", created=0, predicted_s=600, margin=3.0),
+             Load("ml/short", created=0, predicted_s=50, margin=3.0),
+             Load("ml/done", created=0, predicted_s=10**6, finished=True),
+             Load("ml/unknown", created=0, predicted_s=None)]
+    # drain: 100 + 900 + 600 + 50 = 1,650 s on 1 GPU; only YOLO (1,800 s at x3) outlasts it
+    assert set(due_slack(loads, 200.0, 1.0)) == {"ml/yolo"}
+    due = due_slack(loads, 200.0, 4.0)  # 412 s on 4 GPUs: BERT too, after YOLO (less slack)
+    assert set(due) == {"ml/yolo", "ml/bert"} and due["ml/yolo"] < due["ml/bert"]
+    assert due_slack(loads, 200.0, 0.0) == {} and due_slack([], 0.0, 4.0) == {}
+    waiting = [Waiting("ml/short", created=0, waiting_since=100, priority=1003),
+               Waiting("ml/bert", created=0, waiting_since=None, priority=1000),
+               Waiting("ml/yolo", created=5, waiting_since=None, priority=1000)]
+    # the short job has waited past the bound: only a due job may go ahead of it
+    assert may_try("ml/yolo", waiting, now=400, max_pass_over_s=300, due=due)[0]
+    ok, why = may_try("ml/bert", waiting, now=400, max_pass_over_s=300, due={"ml/yolo": -1.0})
+    assert not ok and "ml/short" in why
+    # while work arrives as fast as the GPUs serve it, nothing is due
+    flow = [Load(f"ml/j{i}", created=float(i), predicted_s=4.0) for i in range(1, 101)]
+    assert due_slack([*flow, Load("ml/long", created=0, predicted_s=10**4, margin=3.0)],
+                     100.0, 4.0) == {}
+    # ... but a job whose latest start came before stays ahead until it starts
+    kept = due_slack([*flow, Load("ml/long", created=0, predicted_s=10**4, margin=3.0,
+                                  due=True)], 100.0, 4.0)
+    assert kept == {"ml/long": -3e4}
+    assert due_slack([Load("ml/long", created=0, predicted_s=10**4, due=True, started=5.0)],
+                     100.0, 4.0) == {}
+
+
+def test_node_gpu_count_reads_allocatable_gpus():
+    from controller.operator import node_gpu_count
+
+    assert node_gpu_count({"allocatable": {"nvidia.com/gpu": "8"}}) == 8.0
+    assert node_gpu_count({"allocatable": {"cpu": "4"}}) == 0.0
+    assert node_gpu_count({"allocatable": {"nvidia.com/gpu": "x"}}) == 0.0 == node_gpu_count({})

@@ -307,3 +307,33 @@ async def test_bands_off_sets_no_class(world):
     s = await world.reconcile("dlrm")
     assert "queueBand" not in s and s["phase"] == "Admitted"
     assert all("priorityClassName" not in p["spec"] for p in world.kube.pods.values())
+
+
+async def test_latest_start_records_the_margins_and_admits_a_due_job_first(world):
+    from controller.reconcile import Config, load_entry
+    from extender.queueorder import DurationBands
+    from predictor import step_bounds
+
+    bands = DurationBands.log_spaced(60, 14_400, 4, order="latest-start")
+    world.r.config = Config(slot_ttl_s=60, max_pass_over_s=300, bands=bands)
+    await occupy_one_gpu(world)
+    world.submit("big", created="2026-12-01T00:00:00Z")
+    world.submit("long", replicas=1, steps=10**7, family="dlrm",
+                 created="2026-12-01T00:00:01Z")
+    s = await world.reconcile("big")
+    assert s["phase"] == "Pending" and s["queueBand"]["name"] == "sparse-duration-2"
+    world.now += 301  # big has waited past the bound: jobs behind it wait too ...
+    band = (await world.reconcile("long"))["queueBand"]
+    assert band["priority"] == bands.priority(3) < bands.priority(0)  # shortest first
+    assert band["errorBound"] == step_bounds.load().margin("dlrm")
+    assert band["medianError"] == step_bounds.load_median().margin("dlrm")
+    assert world.kube.jobs["long"]["status"]["phase"] == "Pending"
+    load = load_entry(world.kube.jobs["long"])
+    assert load.predicted_s == band["predictedSeconds"] and load.started is None
+    assert load.margin == band["errorBound"] and load.gpus > 0
+    world.r.due = lambda now: {"ml/long": -1.0}  # ... unless its latest start has come
+    s = await world.reconcile("long")
+    assert s["phase"] == "Admitted" and s["queueBand"]["dueSince"]
+    assert any(r == "LatestStart" for _, r, _ in world.kube.events)
+    load = load_entry(world.kube.jobs["long"])
+    assert load.started is not None and load.due

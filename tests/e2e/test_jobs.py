@@ -297,7 +297,8 @@ def test_failed_worker_restarts_the_job_then_backoff_limit_fails_it(stack: Any) 
 
 
 def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) -> None:
-    """The chart's ClusterRole is all the controller needs: run it with that token alone."""
+    """The chart's ClusterRole is all the controller needs: run it with that token alone,
+    in the chart's default queue order (latest-start: it watches nodes for their GPUs)."""
     env, c = stack, stack.cluster
     helm = helm_path()
     if not helm.exists():
@@ -306,9 +307,14 @@ def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) 
     rendered = subprocess.run(
         [str(helm), "template", "sparse", str(REPO / "charts" / "sparse"), "--namespace",
          "sparse-system", "--kube-version", versions()["K8S_VERSION"],
-         "--show-only", "templates/controller.yaml"],
+         "--show-only", "templates/controller.yaml",
+         "--show-only", "templates/priorityclasses.yaml"],
         capture_output=True, text=True, check=True).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] != "Deployment"]
+    deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--queue-order=latest-start" in args
+    queue = tuple(a for a in args if a.startswith("--queue-"))
     c.kubectl("create", "namespace", "sparse-system", check=False)
     c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
     token = c.kubectl("create", "token", "sparse-controller", "-n", "sparse-system").stdout
@@ -316,12 +322,16 @@ def test_controller_works_with_the_charts_rbac_only(stack: Any, tmp_path: Path) 
     kubeconfig["users"] = [{"name": "admin", "user": {"token": token.strip()}}]
     limited = tmp_path / "controller-kubeconfig"
     limited.write_text(yaml.safe_dump(kubeconfig))
-    ctl = Controller(tmp_path, limited, env.ext.url, slot_ttl=SLOT_TTL, name="rbac").start()
+    ctl = Controller(tmp_path, limited, env.ext.url, slot_ttl=SLOT_TTL, name="rbac",
+                     extra=(*queue, "--priority-class-prefix=sparse-duration")).start()
     env.ctl = ctl  # the fixture's teardown uses (and stops) this one
     gpu_node(c)
-    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2)))
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2,
+                                                                steps=10**8)))
     wait_for(env, lambda: get_job(env, "dlrm").get("status", {}).get("phase") == "Scheduled",
              60, "job scheduled by the least-privileged controller")
+    band = get_job(env, "dlrm")["status"]["queueBand"]
+    assert band["priority"] == 1000 and band["errorBound"] > 0 and band["medianError"] > 0, band
     log = ctl.tail(400)  # a bare "403" may be part of a port number: match the status alone
     assert "Forbidden" not in log and not re.search(r"\b403\b", log), log
     delete_job(env, "dlrm")
@@ -382,7 +392,7 @@ def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any
     c.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(classes))
     env.ctl.stop()
     env.ctl = Controller(tmp_path, c.kubeconfig, env.ext.url, slot_ttl=SLOT_TTL, name="bands",
-                         extra=("--queue-order", "longest-first")).start()
+                         extra=("--queue-order", "latest-start")).start()  # the chart's
     gpu_node(c)
     c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("dlrm", replicas=2,
                                                                 steps=10**8)))
@@ -392,7 +402,7 @@ def test_queue_band_priority_class_from_the_chart_reaches_the_workers(stack: Any
     assert job["status"]["queueBand"]["name"] == "sparse-duration-3"
     pods = worker_pods(env)
     assert {(p["spec"]["priorityClassName"], p["spec"]["priority"]) for p in pods} == {
-        ("sparse-duration-3", 1003)}
+        ("sparse-duration-3", 1000)}  # latest-start: the longest band is taken last
     assert "QueueBand" in job_events(env, "dlrm")
     delete_job(env, "dlrm")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")

@@ -130,3 +130,57 @@ def test_latest_start_comes_once_the_job_may_outlast_the_drain():
     assert not latest_start_come(3_500 / PREDICTION_MARGIN, 360_000.0, 100)
     assert latest_start_come(1.0, 0.0, 100)  # nothing else left: any job is critical
     assert not latest_start_come(0.0, 0.0, 100) and not latest_start_come(5.0, 1.0, 0)
+
+
+def test_the_drain_shrinks_only_at_the_gpus_less_the_work_still_arriving():
+    from extender.queueorder import drain_time, latest_start_come
+
+    assert drain_time(360_000.0, 100) == 3_600.0
+    assert drain_time(360_000.0, 100, 40.0) == 6_000.0  # 60 GPU-s/s net
+    assert drain_time(360_000.0, 100, 100.0) == math.inf  # arrivals keep up: no end in sight
+    assert drain_time(0.0, 100, 500.0) == 0.0
+    # critical with no arrivals, not while arrivals keep the backlog from shrinking
+    assert latest_start_come(3_600.0, 360_000.0, 100, 1.0)
+    assert not latest_start_come(3_600.0, 360_000.0, 100, 1.0, 40.0)
+    assert not latest_start_come(1e9, 360_000.0, 100, 1.0, 120.0)
+
+
+def test_arrival_rate_counts_the_work_submitted_over_the_horizon_not_the_first_batch():
+    import numpy as np
+
+    from extender.queueorder import arrival_rate
+
+    batch = np.zeros(5)  # all submitted at once: a backlog, not a flow
+    assert arrival_rate(batch, np.full(5, 100.0), 50.0, 1_000.0) == 0.0
+    arrive = np.array([0.0, 10.0, 20.0, 30.0, 40.0, 500.0])
+    work = np.array([7.0, 100.0, 100.0, 100.0, 100.0, 1e6])
+    # at t = 40 over a 1,000 s horizon: 400 GPU-s over the 40 s since the first submission
+    # (the job at t = 500 is not submitted yet)
+    assert arrival_rate(arrive, work, 40.0, 1_000.0) == 10.0
+    assert arrival_rate(arrive, work, 40.0, 20.0) == 10.0  # the last 20 s: jobs at 30, 40
+    assert arrival_rate(arrive, work, 45.0, 10.0) == 10.0  # the last 10 s: the job at 40
+    assert arrival_rate(arrive, work, 0.0, 1_000.0) == 0.0
+    assert arrival_rate(np.array([]), np.array([]), 10.0, 5.0) == 0.0
+
+
+def test_a_job_is_due_when_it_may_outlast_the_drain_of_the_submitted_work():
+    import numpy as np
+
+    from extender.queueorder import latest_start_due, slack_rank
+
+    nan = np.full(3, np.nan)
+    predicted = np.array([400.0, 100.0, np.nan])
+    args = dict(margin=2.0, expected=predicted, booked=np.ones(3), finished=nan)
+    # 500 GPU-s known on 1 GPU (the unknown job is not counted): job 0 at x2 outlasts it
+    due = latest_start_due(0.0, 1.0, np.zeros(3), predicted, started=nan, **args)
+    assert due.tolist() == [True, False, False]
+    # job 1 runs; job 0 submitted later, not yet known at t = 0
+    started = np.array([np.nan, 0.0, np.nan])
+    assert not latest_start_due(0.0, 1.0, np.array([50.0, 0, 0]), predicted, started=started,
+                                **args).any()
+    # on 100 GPUs a flow of 400,000 GPU-s per second keeps the backlog from shrinking
+    flow = latest_start_due(1.0, 100.0, np.array([0.0, 0.5, 1.0]),
+                            np.array([1e6, 2e5, 2e5]), 1.0, np.array([1e6, 2e5, 2e5]),
+                            np.ones(3), nan, nan)
+    assert not flow.any()
+    assert slack_rank(600.0, 3.0) < slack_rank(1_000.0, 1.0)

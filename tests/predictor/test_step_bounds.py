@@ -41,6 +41,9 @@ def test_the_shipped_bounds_are_what_the_script_computes_from_the_rows():
         # the bound covers the quantile's share of its family's rows
         assert (ratio[family == f] <= v + 1e-4).mean() >= shipped["quantile"] - 0.05
     assert step_bounds.load().pooled == shipped["pooled"]
+    median = json.loads((step_bounds.MEDIAN_DIR / step_bounds.BOUNDS_FILE).read_text())
+    assert median["quantile"] == 0.5 and step_bounds.compute(0.5) == median
+    assert step_bounds.load_median().pooled == median["pooled"]
 
 
 def test_a_missing_bounds_file_says_how_to_make_it(tmp_path):
