@@ -194,4 +194,5 @@ class NodeCaches:
         readers = dict(self.active[node])
         ids = {t: int(n * self.draws.get(t, 0)) for t, n in readers.items()}
         totals = {t: self.rows[t] for t in {*held, *readers}}
-        return {ANN_EMBEDDING_CACHE: encode_cache(held, totals, used, cap, now, readers, ids)}
+        return {ANN_EMBEDDING_CACHE: encode_cache(held, totals, used, cap, now, readers, ids,
+                                                  self.row_bytes + KEY_OVERHEAD_BYTES)}

@@ -162,6 +162,7 @@ class CacheContent:
     capacity_bytes: int = 0
     readers: Mapping[str, int] | None = None  # None = not published
     ids: Mapping[str, int] | None = None  # per table: its readers' ids per step, summed
+    row_bytes: float = 0.0  # bytes one cached row takes, as the publisher states it (0 = not)
 
     @property
     def fill(self) -> float:
@@ -173,12 +174,14 @@ class CacheContent:
 
 def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes: int,
                  capacity_bytes: int, at: float, readers: Mapping[str, int] | None = None,
-                 ids: Mapping[str, int] | None = None) -> str:
+                 ids: Mapping[str, int] | None = None, row_bytes: float = 0.0) -> str:
     """The node annotation's value (the cache's publisher writes it, the scheduler reads it).
     ``readers``: running pods on the node per table they declare (tables read but not yet
     cached are listed with 0 rows); with it the scheduler tells tables in use from leftovers.
     ``ids``: per table, the ``idsPerStep`` those readers declare, summed (how often the
-    table's rows are read, which sets its LFU room)."""
+    table's rows are read, which sets its LFU room). ``row_bytes``: the bytes one cached row
+    takes (value and key overhead, from the store's layout), so a cache that holds nothing yet
+    still tells its size in rows; omitted when 0 (readers then divide used bytes by rows)."""
     rows = dict(rows)
     if readers is not None:
         for t in readers:
@@ -187,8 +190,9 @@ def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes:
                   **({"readers": int(readers.get(t, 0))} if readers is not None else {}),
                   **({"ids": int(ids[t])} if ids and ids.get(t) else {})}
               for t, n in sorted(rows.items())}
+    extra = {"rowBytes": round(float(row_bytes), 1)} if row_bytes > 0 else {}
     return json.dumps({"v": CACHE_FORMAT, "tables": tables, "bytes": int(used_bytes),
-                       "capacityBytes": int(capacity_bytes), "at": round(at, 3)},
+                       "capacityBytes": int(capacity_bytes), "at": round(at, 3), **extra},
                       separators=(",", ":"), sort_keys=True)
 
 
@@ -209,7 +213,7 @@ def decode_cache(raw: str | None) -> CacheContent | None:
                 ids[str(table)] = max(0, int(entry["ids"]))
         return CacheContent(rows, totals, max(0, int(doc.get("bytes", 0))),
                             max(0, int(doc.get("capacityBytes", 0))), readers or None,
-                            ids or None)
+                            ids or None, max(0.0, float(doc.get("rowBytes", 0.0))))
     except (ValueError, TypeError, AttributeError):
         return None
 
@@ -329,7 +333,9 @@ class LocalityIndex:
         self.fill[i] = content.fill
         self.cap_bytes[i] = content.capacity_bytes
         held = sum(content.rows.values())
-        if held and content.used_bytes:
+        if content.row_bytes > 0:  # stated by the publisher: known before any row is held
+            self.row_bytes[i] = content.row_bytes
+        elif held and content.used_bytes:
             self.row_bytes[i] = content.used_bytes / held
         readers, ids = content.readers or {}, content.ids or {}
         tables = list(dict.fromkeys([*content.rows, *readers, *ids]))
