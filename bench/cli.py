@@ -363,7 +363,7 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @main.command("locality-sweep")
 @click.option("--sweep", "names", multiple=True,
               type=click.Choice(["uplink", "cache", "store-racks", "store-gbps", "fetch",
-                                 "table-scale"]),
+                                 "table-scale", "length", "sharing"]),
               default=("table-scale", "store-gbps", "uplink"),
               show_default=True, help="topology parameter to move (others as in the file)")
 @click.option("--topology", default=None, help="topology YAML (default: "

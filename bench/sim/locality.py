@@ -71,22 +71,49 @@ def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, 
     return tuple(f"table-{int(i):02d}" for i in sorted(picked))
 
 
+def grouped_tables(tables: list[tuple[str, ...]], created: np.ndarray, readers: int,
+                   rows: dict[str, int]) -> list[tuple[str, ...]]:
+    """The readers of ``tables`` regrouped: in arrival order, every ``readers`` consecutive
+    readers read the tables the first of them drew, as copies of their own (``rows`` gains
+    them, same sizes), so no other group shares them."""
+    if readers < 1:
+        raise ValueError("readers_per_table must be at least 1")
+    out = list(tables)
+    order = [j for j in np.argsort(created, kind="stable").tolist() if tables[j]]
+    for g in range(0, len(order), readers):
+        first = tables[order[g]]
+        copies = tuple(f"g{g // readers:03d}-{t}" for t in first)
+        for t, c in zip(first, copies, strict=True):
+            rows[c] = rows[t]
+        for j in order[g:g + readers]:
+            out[j] = copies
+    return out
+
+
 def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = True,
                  scenario: str = "recommendation", n_jobs: int = 400, rec_share: float = 0.7,
                  load: float = 0.9, topology: str | None = None, policy: str = "sparse",
                  weights: LocalityWeights | None = None, mode: str = "continuous",
-                 overrides: dict | None = None) -> LocalityRun:
+                 overrides: dict | None = None, length_scale: float = 1.0,
+                 readers_per_table: int | None = None) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
     ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
     ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
     submitted at t = 0: queueing dominates, as in ``replay``). ``overrides``: topology values
-    by dotted key (``Topology.load``)."""
+    by dotted key (``Topology.load``). ``length_scale``: every job's length (its steps) times
+    this; the arrivals keep the offered load. ``readers_per_table``: the recommendation jobs,
+    in arrival order, come in groups of this many that read the same tables (a
+    hyper-parameter sweep's trials, or one model retrained), each group its own copies of the
+    tables it draws (same sizes, same draws), so every table has this many readers; None: the
+    file's tables, shared by popularity."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     topo = Topology.load(topology, seed, overrides)
     cfg_t, cfg_j, net = topo.raw["tables"], topo.raw["jobs"], topo.raw["network"]
     matrix = default_matrix()
     jobs = sample_jobs(load_pods(workload_path(workload)), n_jobs, rng)
+    if length_scale != 1.0:
+        jobs = jobs.assign(duration=jobs["duration"] * float(length_scale))
     n_tables = int(cfg_t["count"])
     rows = {f"table-{i:02d}": int(np.exp(rng.uniform(np.log(cfg_t["rows_min"]),
                                                      np.log(cfg_t["rows_max"]))))
@@ -98,6 +125,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     tables = [_job_tables(rng, n_tables, cfg_t["popularity_alpha"], cfg_j["tables_min"],
                           cfg_j["tables_max"]) if rec and scenario == "recommendation" else ()
               for rec in is_rec]
+    if readers_per_table is not None:
+        tables = grouped_tables(tables, jobs["creation_time"].to_numpy(), readers_per_table,
+                                rows)
     unique = float(cfg_j["unique_rows_per_table_step"])
     # Jobs declare their steps too (a training run's step count is set before it starts).
     n_steps = np.maximum(jobs["duration"].to_numpy(dtype=np.float64)

@@ -24,6 +24,7 @@ ids per step per table).
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -75,18 +76,42 @@ def served_share(cached: np.ndarray | float, hot: float, alpha: float,
     return np.where(cached >= 1, held, 0.0)
 
 
+class _CurveBank:
+    """Every fetched-row curve computed so far, one row each (the share of a step's distinct
+    rows among the top ranks, on ``distinct_curve``'s log-spaced grid: log rank linear in the
+    column; zeros for a size <= 1), so a table's curve is computed once however many tables
+    the cluster reads: a new table adds its row, the others are reused."""
+
+    def __init__(self) -> None:
+        self.rows = np.zeros((16, GRID))
+        self.at: dict[tuple[float, float, float], int] = {}
+        self.lock = threading.Lock()
+
+    def index(self, keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
+        with self.lock:
+            out = np.empty(len(keys), dtype=np.int64)
+            for g, (n, draws) in enumerate(keys):
+                i = self.at.get((n, draws, alpha))
+                if i is None:
+                    i = len(self.at)
+                    if i == len(self.rows):
+                        self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+                    if n > 1:
+                        cum = distinct_curve(n, alpha, draws)[1]
+                        self.rows[i] = cum / cum[-1]
+                    self.at[(n, draws, alpha)] = i
+                out[g] = i
+            out.setflags(write=False)
+            return out
+
+
+_BANK = _CurveBank()
+
+
 @lru_cache(maxsize=64)
-def _stacked_curves(keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
-    """The fetched-row curves of ``keys`` (table size, ids per step), one row each: the
-    share of a step's distinct rows among the top ranks, on ``distinct_curve``'s log-spaced
-    grid (log rank linear in the column; zeros for a size <= 1)."""
-    out = np.zeros((len(keys), GRID))
-    for g, (n, draws) in enumerate(keys):
-        if n > 1:
-            cum = distinct_curve(n, alpha, draws)[1]
-            out[g] = cum / cum[-1]
-    out.setflags(write=False)
-    return out
+def _curve_index(keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
+    """Per key (table size, ids per step): its row in ``_BANK.rows``."""
+    return _BANK.index(keys, alpha)
 
 
 def served_shares(cached: np.ndarray, group: np.ndarray, size: np.ndarray, alpha: float,
@@ -109,13 +134,15 @@ def served_shares(cached: np.ndarray, group: np.ndarray, size: np.ndarray, alpha
         keys = tuple((float(n), float(d)) if b else (0.0, 0.0)
                      for n, d, b in zip(size.tolist(), draws.tolist(), by_draws.tolist(),
                                         strict=True))
-        curves = _stacked_curves(keys, float(alpha))
+        row = _curve_index(keys, float(alpha))
+        curves = _BANK.rows
         # The grid is log-spaced, so a rank's place on it is linear in its log: no search.
         pos = np.log(cached[fetched]) / np.log(size_i[fetched]) * (GRID - 1)
         i = np.minimum(pos.astype(np.int64), GRID - 2)
         frac = np.minimum(pos - i, 1.0)
         g = group[fetched]
-        out[fetched] = curves[g, i] * (1 - frac) + curves[g, i + 1] * frac
+        r = row[g]
+        out[fetched] = curves[r, i] * (1 - frac) + curves[r, i + 1] * frac
     return out
 
 
