@@ -211,6 +211,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     job_gpu: dict[int, int] = {}
     cache_hit = np.zeros(len(jobs), dtype=bool)
     in_rack = np.zeros(len(jobs), dtype=bool)  # any job, in a rack of the store's shards
+    choice = np.zeros(len(jobs), dtype=bool)  # placed with more than one node to choose from
     events: list[tuple[float, int, int, int]] = [(float(arrive[j]), 1, j, 0)
                                                  for j in range(len(jobs))]
     heapq.heapify(events)
@@ -285,9 +286,11 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     def try_start(j: int) -> bool:
         num, milli, cpu, mem, spec = shapes[j]
         d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
+        before = sim.with_choice
         placed = sim.schedule(d, now, embedding=specs[j])
         if placed is None:
             return False
+        choice[j] = sim.with_choice > before
         node = str(sim.names[placed.node])
         node_of[j] = node
         in_rack[j] = topo.tier(node) == "rack"
@@ -346,4 +349,5 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         seed=seed, gpus=n_gpus, arrive=arrive, started=started, done=done, request=request,
         reads=np.array([bool(t) for t in tables]), steps=steps, step_bytes=step_bytes,
         fetched=fetched, missed=missed, cold=cold, cache_hit=cache_hit, in_rack=in_rack,
+        choice=choice,
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0, t0=t0))

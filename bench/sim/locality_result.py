@@ -34,6 +34,8 @@ class LocalityRun(JctRun):
     hit_ratio: float  # share of all fetched rows the node caches served, over the run
     warmup_miss: float  # share of the fetched rows missed because a cache was still filling
     seconds: float
+    # recommendation jobs placed with more than one node to choose from (the term can act)
+    placed_with_choice: float = float("nan")
     jct: list = field(default_factory=list)
 
     def row(self) -> dict:
@@ -62,6 +64,7 @@ class RunRecord:
     cold: np.ndarray  # at its start: hit ratio lost to its caches' filling
     cache_hit: np.ndarray  # started where its tables were cached
     in_rack: np.ndarray  # started in a rack of the store's shards
+    choice: np.ndarray  # placed with more than one fitting node to choose from
     link_stretch: float
     t0: float  # perf_counter at the run's start
 
@@ -90,4 +93,5 @@ def run_result(r: RunRecord) -> LocalityRun:
                    if has else float("nan")),
         warmup_miss=(float((r.cold * r.step_bytes * r.steps)[rec].sum() / max(total_bytes, 1e-9))
                      if has else float("nan")),
-        seconds=time.perf_counter() - r.t0, jct=[round(float(x), 1) for x in np.sort(jct)])
+        seconds=time.perf_counter() - r.t0, jct=[round(float(x), 1) for x in np.sort(jct)],
+        placed_with_choice=float(r.choice[rec].mean()) if has else float("nan"))
