@@ -255,3 +255,23 @@ def test_length_and_sharing_sweeps_move_the_jobs_not_the_topology():
     assert short.warmup_miss > full.warmup_miss
     alone = run_locality(seed=4, locality=False, n_jobs=30, readers_per_table=1)
     assert alone.jobs == full.jobs and alone.hit_ratio < full.hit_ratio
+
+
+def test_sweep_report_from_runs_pairs_with_and_without(tmp_path):
+    import json
+
+    base = {"sweep": "sharing", "value": 4.0, "rec_jct_mean": 3.0, "makespan": 4.0,
+            "fetch_share": 0.5, "placed_store_rack": 0.25, "link_stretch": 1.5,
+            "hit_ratio": 0.7}
+    runs = [{**base, "seed": s, "locality": loc, "jct_mean": 10.0 if not loc else 8.0 + s % 2}
+            for s in (1, 2) for loc in (False, True)]
+    runs.append({**base, "seed": 3, "locality": False, "jct_mean": 10.0})  # no pair: left out
+    src = tmp_path / "runs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    out = CliRunner().invoke(bench_cli, ["locality-sweep", "--runs-from", str(src), "--out",
+                                         str(tmp_path / "report")])
+    assert out.exit_code == 0, out.output
+    table = pd.read_csv(tmp_path / "report" / "sweep.csv")
+    assert table["seeds"].tolist() == [2]
+    assert table["jct_ratio"].tolist() == pytest.approx([0.85])  # (0.9 + 0.8) / 2
+    assert "not grouped" in (tmp_path / "report" / "sweep.md").read_text()
