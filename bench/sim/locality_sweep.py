@@ -255,8 +255,9 @@ def write_sweep(runs: list[SweepRun], folder: Path, command: str,
     write_table(table, folder, "sweep")
     lines = ["# Locality replay: sensitivity", "", f"`{command}`", "",
              "Mean JCT with the locality term over without it (continuous arrivals, "
-             "recommendation-heavy workload), one topology parameter moved at a time, the others "
-             "as shipped; `jct_ratio_min`/`max` over seeds; `fetch_share_off`: share of the "
+             "recommendation-heavy workload), one parameter (of the topology, or the jobs' "
+             "length or sharing) moved at a time, the others as shipped; "
+             "`jct_ratio_min`/`max` over seeds; `fetch_share_off`: share of the "
              "recommendation jobs' run time spent fetching, without the term; `store_rack`: "
              "recommendation jobs placed in a rack of the store's shards.", ""]
     for name in defs:

@@ -109,9 +109,13 @@ _BANK = _CurveBank()
 
 
 @lru_cache(maxsize=64)
-def _curve_index(keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
-    """Per key (table size, ids per step): its row in ``_BANK.rows``."""
-    return _BANK.index(keys, alpha)
+def _stacked_curves(keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
+    """The fetched-row curves of ``keys`` (table size, ids per step), one row each, taken
+    from the bank (a new key costs a copy of its rows, not their curves)."""
+    index = _BANK.index(keys, alpha)  # first: it may grow the bank
+    out = _BANK.rows[index]
+    out.setflags(write=False)
+    return out
 
 
 def served_shares(cached: np.ndarray, group: np.ndarray, size: np.ndarray, alpha: float,
@@ -134,15 +138,13 @@ def served_shares(cached: np.ndarray, group: np.ndarray, size: np.ndarray, alpha
         keys = tuple((float(n), float(d)) if b else (0.0, 0.0)
                      for n, d, b in zip(size.tolist(), draws.tolist(), by_draws.tolist(),
                                         strict=True))
-        row = _curve_index(keys, float(alpha))
-        curves = _BANK.rows
+        curves = _stacked_curves(keys, float(alpha))
         # The grid is log-spaced, so a rank's place on it is linear in its log: no search.
         pos = np.log(cached[fetched]) / np.log(size_i[fetched]) * (GRID - 1)
         i = np.minimum(pos.astype(np.int64), GRID - 2)
         frac = np.minimum(pos - i, 1.0)
         g = group[fetched]
-        r = row[g]
-        out[fetched] = curves[r, i] * (1 - frac) + curves[r, i + 1] * frac
+        out[fetched] = curves[g, i] * (1 - frac) + curves[g, i + 1] * frac
     return out
 
 

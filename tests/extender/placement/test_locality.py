@@ -348,3 +348,18 @@ def test_empty_cache_states_its_row_bytes_and_so_its_size_in_rows():
         {"a": 1000}, {"a": 10**6}, 5_000_000, 2**30, 0.0, row_bytes=600.0)}, None)
     assert ix.cache_of("n")["a"]["rows"] == 1000
     assert ix.capacity_rows(ix.slots_of(["n"]))[0] == pytest.approx(2**30 / 600)
+
+
+def test_fetched_row_curves_are_computed_once_per_table():
+    from extender.placement import cache_model
+
+    sizes = np.array([1e6 + k for k in range(40)])  # more tables than the bank starts with
+    draws = np.full(40, 5e4)
+    group = np.arange(40)
+    got = cache_model.served_shares(np.full(40, 1e4), group, sizes, 1.05, draws)
+    want = [float(cache_model.served_share(1e4, n, 1.05, 5e4)) for n in sizes]
+    assert got == pytest.approx(want, rel=1e-3)
+    held = len(cache_model._BANK.at)
+    cache_model.served_shares(np.full(41, 1e4), np.arange(41), np.append(sizes, 2e6), 1.05,
+                              np.append(draws, 5e4))
+    assert len(cache_model._BANK.at) == held + 1  # one new table, one new curve
