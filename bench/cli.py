@@ -364,7 +364,7 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @main.command("locality-sweep")
 @click.option("--sweep", "names", multiple=True,
               type=click.Choice(["uplink", "cache", "store-racks", "store-gbps", "fetch",
-                                 "table-scale"]),
+                                 "table-scale", "length", "sharing"]),
               default=("table-scale", "store-gbps", "uplink"),
               show_default=True, help="topology parameter to move (others as in the file)")
 @click.option("--topology", default=None, help="topology YAML (default: "
@@ -377,17 +377,35 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
 @click.option("--shipped-from", default=None, type=click.Path(exists=True, file_okay=False),
               help="a `locality` results folder of the same seeds and topology: its continuous "
               "recommendation runs stand for every sweep's shipped value (not rerun)")
+@click.option("--runs-from", "runs_from", multiple=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="a sweep's runs.jsonl: write the report from its runs (of every sweep in it; "
+              "pairs with and without the term only), run nothing")
 @click.option("--out", default=None, help="results folder (default results/locality-sweep-<time>)")
-def locality_sweep(names, topology, seeds, n_jobs, workers, sets, shipped_from, out) -> None:
-    """Embedding locality: mean JCT with / without the term against topology parameters."""
+def locality_sweep(names, topology, seeds, n_jobs, workers, sets, shipped_from, runs_from,
+                   out) -> None:
+    """Embedding locality: mean JCT with / without the term against topology parameters or
+    the jobs' length and sharing. Runs go seed by seed (every point of seed 42, then 43...),
+    so a batch stopped early still pairs every point over the seeds it reached."""
     from bench.sim.locality import Topology
     from bench.sim.locality_sweep import (
+        SweepRun,
         parse_set,
         points,
         shipped_runs,
         sweep_job,
         write_sweep,
     )
+
+    if runs_from:
+        docs = [json.loads(line) for src in runs_from
+                for line in Path(src).read_text().splitlines() if line.strip()]
+        runs = list({(d["sweep"], d["value"], d["seed"], d["locality"]): SweepRun(**d)
+                     for d in docs}.values())
+        folder = _out_dir(out, "locality-sweep")
+        path = write_sweep(runs, folder, "sparse-bench " + shlex.join(sys.argv[1:]), topology)
+        click.echo(f"report: {path}")
+        return
 
     try:
         base = parse_set(sets)
@@ -399,7 +417,8 @@ def locality_sweep(names, topology, seeds, n_jobs, workers, sets, shipped_from, 
     given = (shipped_runs(Path(shipped_from), list(names), seed_list, topology, n_jobs)
              if shipped_from and not base else [])
     have = {(r.sweep, r.value, r.seed, r.locality) for r in given}
-    jobs = [(n, v, s, loc, kw) for n, v, s in points(list(names), seed_list, topology)
+    jobs = [(n, v, s, loc, kw) for n, v, s in sorted(points(list(names), seed_list, topology),
+                                                      key=lambda p: p[2])
             for loc in (False, True) if (n, v, s, loc) not in have]
     folder = _out_dir(out, "locality-sweep")
     runs = _run_all(jobs, sweep_job, workers,

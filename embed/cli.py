@@ -113,7 +113,7 @@ def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval,
 
     from embed.cache import LFU_SETTINGS
     from embed.metrics import CacheCollector
-    from embed.publisher import CachePublisher, count_rows, node_readers
+    from embed.publisher import CachePublisher, count_rows, node_readers, store_row_bytes
     from embed.store import EmbeddingStore, connect
     from embed.tier import TierBuilder
     from extender.telemetry import new_registry
@@ -129,7 +129,9 @@ def cache(cache_url, store_url, node, maxmemory, metrics_port, publish_interval,
         if store is None or not tier_dir:
             raise click.UsageError("--tier-mib needs --store and --tier-dir")
         tier = TierBuilder(local, store.meta, tier_dir, tier_mib * 2**20)
-    publisher = CachePublisher(node, lambda: count_rows(local, store),
+    row_bytes = store_row_bytes(store)  # stated while the cache holds nothing yet
+    publisher = CachePublisher(node, lambda: count_rows(local, store,
+                                                        default_row_bytes=row_bytes),
                                min_interval_s=publish_interval,
                                readers=(lambda core: node_readers(core, node)) if readers
                                else None)

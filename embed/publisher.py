@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embed import layout
+from embed.admission import Admission
 from embed.store import EmbeddingStore
 from extender.annotations import ANN_EMBEDDING_CACHE
 from extender.placement.embedding_annotations import InvalidEmbedding, encode_cache, parse_embedding
@@ -40,6 +41,7 @@ class Snapshot:
     capacity_bytes: int
     readers: dict[str, int] | None = None  # None = not counted
     ids: dict[str, int] | None = None  # per table: the readers' declared ids per step, summed
+    row_bytes: float = 0.0  # bytes one cached row takes (0 = unknown)
 
 
 @dataclass(frozen=True)
@@ -79,14 +81,32 @@ async def node_readers(core: Any, node: str) -> Readers:
     return count_readers(live)
 
 
-def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000) -> Snapshot:
-    """Blocks per table in the cache (incremental SCAN), as rows."""
+def cached_row_bytes(meta: layout.TableMeta) -> float:
+    """Bytes one row of ``meta``'s table takes in the cache: its value and its share of the
+    block key's overhead."""
+    return meta.row_bytes + Admission.KEY_OVERHEAD / meta.block_rows
+
+
+def store_row_bytes(store: EmbeddingStore | None) -> float:
+    """Mean bytes a cached row of the store's tables takes (0 without a store or tables): what
+    a cache that holds nothing yet states, so its size in rows is known (one SCAN of the
+    store's table metadata; call it once)."""
+    metas = store.tables() if store is not None else []
+    return float(sum(cached_row_bytes(m) for m in metas) / len(metas)) if metas else 0.0
+
+
+def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000,
+               default_row_bytes: float = 0.0) -> Snapshot:
+    """Blocks per table in the cache (incremental SCAN), as rows; the bytes a cached row
+    takes from the held tables' layouts (weighted by rows held), else ``default_row_bytes``
+    (``store_row_bytes``)."""
     blocks: dict[str, int] = {}
     for key in cache.scan_iter(match=f"{layout.PREFIX}{{*", count=scan_count):
         table = layout.table_of_key(key)
         if table is not None:
             blocks[table] = blocks.get(table, 0) + 1
     rows, totals = {}, {}
+    sized = weighed = 0.0
     for table, n in blocks.items():
         meta = None
         if store is not None:
@@ -98,9 +118,12 @@ def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000)
         if meta is not None:
             rows[table] = min(rows[table], meta.rows)
             totals[table] = meta.rows
+            sized += rows[table] * cached_row_bytes(meta)
+            weighed += rows[table]
     memory = cache.info("memory")
     return Snapshot(rows, totals, int(memory.get("used_memory", 0)),
-                    int(memory.get("maxmemory", 0)))
+                    int(memory.get("maxmemory", 0)),
+                    row_bytes=sized / weighed if weighed else float(default_row_bytes))
 
 
 def changed(old: Snapshot | None, new: Snapshot, min_change: float) -> bool:
@@ -144,7 +167,7 @@ class CachePublisher:
         if not force and not self.due(snap, now):
             return False
         value = encode_cache(snap.rows, snap.totals, snap.used_bytes, snap.capacity_bytes, now,
-                             snap.readers, snap.ids)
+                             snap.readers, snap.ids, snap.row_bytes)
         body = {"metadata": {"annotations": {ANN_EMBEDDING_CACHE: value}}}
         await core.patch_node(self.node, body, _content_type=MERGE)
         self.last, self.last_at = snap, now

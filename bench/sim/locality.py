@@ -41,297 +41,26 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import yaml
 
 from bench.sim.cluster import SimCluster
 from bench.sim.embed_net import GBPS, StoreNetwork
 from bench.sim.fgd import typical_tasks
-from bench.sim.queueing import JctRun, arrival_times, co_location_slowdown, placement_policy
+from bench.sim.locality_caches import (  # noqa: F401  (re-exported: the replay's parts)
+    KEY_OVERHEAD_BYTES,
+    NodeCaches,
+    fetched_hit,
+    step_rows,
+    zipf_mass,
+)
+from bench.sim.locality_result import LocalityRun, RunRecord, run_result
+from bench.sim.locality_topology import TOPOLOGY, Topology  # noqa: F401  (re-exported)
+from bench.sim.queueing import arrival_times, co_location_slowdown, placement_policy
 from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
-from extender.annotations import ANN_EMBEDDING_CACHE, DEFAULT_RACK_LABEL, LABEL_ZONE
 from extender.interference.matrix import default_matrix
-from extender.placement.cache_model import (
-    distinct_curve,
-    draws_for_distinct,
-    lfu_room,
-    zipf_norm,
-)
-from extender.placement.cache_warmup import WarmCurve, warm_curve
-from extender.placement.locality import (
-    EmbeddingSpec,
-    LocalityIndex,
-    LocalityWeights,
-    encode_cache,
-)
-
-TOPOLOGY = Path(__file__).resolve().parent.parent / "data" / "locality" / "topology.yaml"
-KEY_OVERHEAD_BYTES = 64  # Redis per-key overhead in the cache
-
-
-def zipf_mass(c: float, n: float, alpha: float) -> float:
-    """Share of Zipf(alpha) draws over n items that fall on the top c (Euler-Maclaurin)."""
-    if c < 1:
-        return 0.0
-    return min(1.0, zipf_norm(min(c, n), alpha) / zipf_norm(n, alpha))
-
-
-@lru_cache(maxsize=512)
-def step_rows(n: float, alpha: float, unique: float) -> tuple[float, np.ndarray, np.ndarray]:
-    """One step of a table: ``(draws, log rank grid, distinct rows by rank)``. A step draws
-    ``draws`` Zipf(alpha) ids over ``n`` rows, ``unique`` of them distinct (what it fetches: a
-    batch's ids are deduplicated); row k is among them with probability
-    ``1 - exp(-draws p_k)``, so the cumulative curve gives how many of the step's distinct rows
-    are among the top ``c`` ranks. Hot rows are drawn many times but fetched once, so a cache
-    of the top ``c`` rows serves far less of the fetched rows than of the draws."""
-    draws = draws_for_distinct(n, alpha, unique)
-    log_rank, cum = distinct_curve(float(n), float(alpha), draws, 2048)
-    return draws, log_rank, cum
-
-
-def fetched_hit(cached: np.ndarray | float, n: float, alpha: float, unique: float
-                ) -> np.ndarray:
-    """Share of one step's fetched (distinct) rows that a cache holding the table's ``cached``
-    hottest rows serves."""
-    _, log_rank, cum = step_rows(float(n), float(alpha), float(unique))
-    c = np.minimum(np.asarray(cached, dtype=np.float64), n)
-    return np.where(c >= 1, np.interp(np.log(np.maximum(c, 1.0)), log_rank, cum) / cum[-1], 0.0)
-
-
-@dataclass
-class Topology:
-    raw: dict
-    names: list[str]
-    zone: dict[str, str]
-    rack: dict[str, str]
-
-    @classmethod
-    def load(cls, path: str | Path | None, seed: int, overrides: dict | None = None
-             ) -> Topology:
-        """``overrides``: dotted keys (``links.shard_gbps``) replacing the file's values."""
-        raw = yaml.safe_load(Path(path or TOPOLOGY).read_text())
-        for key, value in (overrides or {}).items():
-            *parents, leaf = key.split(".")
-            node = raw
-            for k in parents:
-                node = node[k]
-            if leaf not in node:
-                raise KeyError(f"topology has no {key!r}")
-            node[leaf] = value
-        places = [(z, f"rack-{r}") for z in raw["zones"] for r in range(raw["racks_per_zone"])]
-        slots = [(z, r) for z, r in places for _ in range(raw["nodes_per_rack"])]
-        perm = np.random.default_rng(seed).permutation(len(slots))
-        names = [f"node-{int(p):03d}" for p in perm]
-        return cls(raw, names, {n: s[0] for n, s in zip(names, slots, strict=True)},
-                   {n: s[1] for n, s in zip(names, slots, strict=True)})
-
-    def frame(self) -> pd.DataFrame:
-        r = self.raw
-        return pd.DataFrame({"sn": self.names, "cpu_milli": r["node_cpu_milli"],
-                             "memory_mib": r["node_memory_mib"], "gpu": r["gpus_per_node"],
-                             "model": r["gpu_model"]})
-
-    def shards(self) -> list[str]:
-        """Nodes the store's shards run on: ``store.shards_per_rack`` (default: every node) of
-        each rack in ``store.racks``, one shard per node."""
-        per_rack = int(self.raw["store"].get("shards_per_rack", self.raw["nodes_per_rack"]))
-        out = []
-        for spot in self.raw["store"]["racks"]:
-            z, r = spot.split("/")
-            out += sorted(n for n in self.names if self.zone[n] == z and self.rack[n] == r
-                          )[:per_rack]
-        return out
-
-    def shard_tiers(self, node: str) -> list[str]:
-        """Per shard: the path from ``node`` to it (``rack``, ``zone`` or ``cross_zone``)."""
-        return ["rack" if (self.zone[s], self.rack[s]) == (self.zone[node], self.rack[node])
-                else "zone" if self.zone[s] == self.zone[node] else "cross_zone"
-                for s in self.shards()]
-
-    def tier(self, node: str) -> str:
-        """Path from ``node`` to the nearest store shard."""
-        tiers = set(self.shard_tiers(node))
-        return next(t for t in ("rack", "zone", "cross_zone") if t in tiers)
-
-    def labels(self, node: str) -> dict[str, str]:
-        return {LABEL_ZONE: self.zone[node], DEFAULT_RACK_LABEL: self.rack[node]}
-
-
-class NodeCaches:
-    """Per node and table: the hottest rows held warm (*base*), the ids the cache has seen of
-    the table since (*exposure*) and the rank cap LFU allows it (*cap*); the rows it holds
-    follow from the three (``cache_warmup.WarmCurve``: filled on miss, hottest rows kept). A
-    table nobody on the node read starts empty and fills as its readers step (``read``); the
-    tables running jobs read split the room as an LFU cache splits it
-    (``cache_model.lfu_room``: by how often their rows are read); a table whose readers left
-    keeps its rows until the tables in use need the room (its LFU counters decay while the
-    others' grow), the longest idle first."""
-
-    def __init__(self, topo: Topology, rows: dict[str, int], row_bytes: int,
-                 alpha: float = 1.05, draws: dict[str, float] | None = None) -> None:
-        self.topo = topo
-        self.rows = rows
-        self.row_bytes = row_bytes
-        self.alpha = alpha
-        self.draws = draws or {}
-        gib = topo.raw["cache"]["gib_per_node"]
-        self.capacity = int(gib * 2**30 // (row_bytes + KEY_OVERHEAD_BYTES))
-        self.base: dict[str, dict[str, float]] = {n: {} for n in topo.names}
-        self.exposure: dict[str, dict[str, float]] = {n: {} for n in topo.names}
-        self.cap: dict[str, OrderedDict[str, float]] = {n: OrderedDict() for n in topo.names}
-        self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
-
-    def curve(self, table: str) -> WarmCurve:
-        return warm_curve(self.rows[table], self.alpha, self.draws.get(table, 1.0))
-
-    def _state(self, node: str, table: str) -> tuple[float, float, float]:
-        return (self.base[node].get(table, 0.0), self.exposure[node].get(table, 0.0),
-                self.cap[node].get(table, 0.0))
-
-    def rows_of(self, node: str, table: str) -> float:
-        """Rows of ``table`` the node's cache holds now."""
-        base, exposure, cap = self._state(node, table)
-        return self.curve(table).held_at(base, exposure, cap) if cap >= 1 else 0.0
-
-    def held_on(self, node: str) -> dict[str, int]:
-        """Rows held per table on ``node`` (what its cache publishes)."""
-        return {t: int(self.rows_of(node, t) + 1e-6) for t in self.cap[node]}
-
-    def read(self, node: str, ids: dict[str, float]) -> None:
-        """Readers on ``node`` looked up ``ids[table]`` more ids of each table: misses fill
-        the cache (and evict idle tables' rows)."""
-        grew = False
-        for table, n in ids.items():
-            if n > 0 and table in self.active[node]:
-                self.exposure[node][table] = self.exposure[node].get(table, 0.0) + n
-                grew = True
-        if grew:
-            self._evict_idle(node)
-
-    def _settle(self, node: str, table: str, rows: float) -> None:
-        """The table now holds its ``rows`` hottest rows, warm (LFU kept the most read)."""
-        self.base[node][table] = self.cap[node][table] = rows
-        self.exposure[node][table] = 0.0
-
-    def warm(self, node: str, tables: tuple[str, ...]) -> None:
-        """Leftovers of earlier jobs: ``tables`` as warm as their room on ``node`` lets them."""
-        self.start(node, tables)
-        for t in tables:
-            self._settle(node, t, self.cap[node][t])
-        self.stop(node, tables)
-
-    def start(self, node: str, tables: tuple[str, ...]) -> None:
-        """A job reading ``tables`` starts on ``node``: they get their room (the tables in use
-        there give up theirs)."""
-        for t in tables:
-            self.active[node][t] = self.active[node].get(t, 0) + 1
-            self.cap[node].setdefault(t, 0.0)
-            self.cap[node].move_to_end(t)
-        self._rebalance(node)
-
-    def stop(self, node: str, tables: tuple[str, ...]) -> None:
-        """A job ended: its tables lose a reader (a table nobody reads keeps its rows as a
-        leftover), the others in use grow into the room."""
-        for t in tables:
-            self.active[node][t] -= 1
-            if not self.active[node][t]:
-                del self.active[node][t]
-            self.cap[node].move_to_end(t)
-        self._rebalance(node)
-
-    def _rebalance(self, node: str) -> None:
-        """Every table in use takes its LFU room: a shrunk one loses its least-read rows at
-        once; a grown one keeps the rows it holds (the hottest) and fills the ranks above as
-        it is read."""
-        active, caps = self.active[node], self.cap[node]
-        names = list(active)
-        if names:
-            room = lfu_room(self.capacity, np.array([active[t] for t in names]),
-                            np.array([self.rows[t] for t in names]), self.alpha,
-                            np.array([self.draws.get(t, 1.0) for t in names]))
-            for t, r in zip(names, room.tolist(), strict=True):
-                if r > caps[t]:
-                    self._settle(node, t, self.rows_of(node, t))
-                else:
-                    self.base[node][t] = min(self.base[node].get(t, 0.0), r)
-                caps[t] = r
-        self._evict_idle(node)
-
-    def _evict_idle(self, node: str) -> None:
-        """Idle tables give up the rows the tables in use fill, the longest idle first."""
-        caps, active = self.cap[node], self.active[node]
-        idle = [t for t in caps if t not in active]
-        if not idle:
-            return
-        free = self.capacity - sum(self.rows_of(node, t) for t in active)
-        for t in reversed(idle):  # the most recently used keeps its rows longest
-            have = self.rows_of(node, t)
-            keep = min(have, max(free, 0.0))
-            if keep < 1:
-                for state in (caps, self.base[node], self.exposure[node]):
-                    state.pop(t, None)
-            elif keep < have:
-                self._settle(node, t, keep)
-            free -= keep
-
-    def mean_hit(self, node: str, table: str, steps: float) -> float:
-        """Share of a reader's fetched rows of ``table`` the cache serves over its next
-        ``steps`` steps, the table filling as all its readers on the node read it."""
-        base, exposure, cap = self._state(node, table)
-        if cap < 1:
-            return 0.0
-        rate = self.active[node].get(table, 0) * self.draws.get(table, 1.0)
-        return self.curve(table).mean_hit_at(base, exposure, cap, rate, float(steps))
-
-    def warm_hit(self, node: str, table: str) -> float:
-        """Share of a step's fetched rows of ``table`` the cache would serve warm (its room
-        full of the table's hottest rows)."""
-        cap = self.cap[node].get(table, 0.0)
-        return float(self.curve(table).hit(cap, 0.0, cap)) if cap >= 1 else 0.0
-
-    def annotation(self, node: str, now: float) -> dict[str, str]:
-        held = {t: r for t, r in self.held_on(node).items() if r > 0}
-        used = sum(held.values()) * (self.row_bytes + KEY_OVERHEAD_BYTES)
-        cap = self.capacity * (self.row_bytes + KEY_OVERHEAD_BYTES)
-        readers = dict(self.active[node])
-        ids = {t: int(n * self.draws.get(t, 0)) for t, n in readers.items()}
-        totals = {t: self.rows[t] for t in {*held, *readers}}
-        return {ANN_EMBEDDING_CACHE: encode_cache(held, totals, used, cap, now, readers, ids)}
-
-
-@dataclass
-class LocalityRun(JctRun):
-    workload: str
-    scenario: str
-    mode: str
-    locality: bool
-    seed: int
-    jobs: int
-    gpus: int
-    makespan: float
-    jct_mean: float
-    jct_p95: float
-    queue_mean: float
-    fetch_share: float  # of the recommendation jobs' run time spent fetching embeddings
-    rec_jct_mean: float
-    placed_cache_hit: float  # recommendation jobs starting where their tables were cached
-    placed_store_rack: float
-    store_rack_rec_work: float  # share of the store racks' GPU work that reads embeddings
-    link_stretch: float  # time-weighted stretch of the most loaded link (1 = no contention)
-    hit_ratio: float  # share of all fetched rows the node caches served, over the run
-    warmup_miss: float  # share of the fetched rows missed because a cache was still filling
-    seconds: float
-    jct: list = field(default_factory=list)
-
-    def row(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "jct"}
+from extender.placement.locality import EmbeddingSpec, LocalityIndex, LocalityWeights
 
 
 def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, hi: int
@@ -342,22 +71,49 @@ def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, 
     return tuple(f"table-{int(i):02d}" for i in sorted(picked))
 
 
+def grouped_tables(tables: list[tuple[str, ...]], created: np.ndarray, readers: int,
+                   rows: dict[str, int]) -> list[tuple[str, ...]]:
+    """The readers of ``tables`` regrouped: in arrival order, every ``readers`` consecutive
+    readers read the tables the first of them drew, as copies of their own (``rows`` gains
+    them, same sizes), so no other group shares them."""
+    if readers < 1:
+        raise ValueError("readers_per_table must be at least 1")
+    out = list(tables)
+    order = [j for j in np.argsort(created, kind="stable").tolist() if tables[j]]
+    for g in range(0, len(order), readers):
+        first = tables[order[g]]
+        copies = tuple(f"g{g // readers:03d}-{t}" for t in first)
+        for t, c in zip(first, copies, strict=True):
+            rows[c] = rows[t]
+        for j in order[g:g + readers]:
+            out[j] = copies
+    return out
+
+
 def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = True,
                  scenario: str = "recommendation", n_jobs: int = 400, rec_share: float = 0.7,
                  load: float = 0.9, topology: str | None = None, policy: str = "sparse",
                  weights: LocalityWeights | None = None, mode: str = "continuous",
-                 overrides: dict | None = None) -> LocalityRun:
+                 overrides: dict | None = None, length_scale: float = 1.0,
+                 readers_per_table: int | None = None) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
     ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
     ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
     submitted at t = 0: queueing dominates, as in ``replay``). ``overrides``: topology values
-    by dotted key (``Topology.load``)."""
+    by dotted key (``Topology.load``). ``length_scale``: every job's length (its steps) times
+    this; the arrivals keep the offered load. ``readers_per_table``: the recommendation jobs,
+    in arrival order, come in groups of this many that read the same tables (a
+    hyper-parameter sweep's trials, or one model retrained), each group its own copies of the
+    tables it draws (same sizes, same draws), so every table has this many readers; None: the
+    file's tables, shared by popularity."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     topo = Topology.load(topology, seed, overrides)
     cfg_t, cfg_j, net = topo.raw["tables"], topo.raw["jobs"], topo.raw["network"]
     matrix = default_matrix()
     jobs = sample_jobs(load_pods(workload_path(workload)), n_jobs, rng)
+    if length_scale != 1.0:
+        jobs = jobs.assign(duration=jobs["duration"] * float(length_scale))
     n_tables = int(cfg_t["count"])
     rows = {f"table-{i:02d}": int(np.exp(rng.uniform(np.log(cfg_t["rows_min"]),
                                                      np.log(cfg_t["rows_max"]))))
@@ -369,6 +125,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     tables = [_job_tables(rng, n_tables, cfg_t["popularity_alpha"], cfg_j["tables_min"],
                           cfg_j["tables_max"]) if rec and scenario == "recommendation" else ()
               for rec in is_rec]
+    if readers_per_table is not None:
+        tables = grouped_tables(tables, jobs["creation_time"].to_numpy(), readers_per_table,
+                                rows)
     unique = float(cfg_j["unique_rows_per_table_step"])
     # Jobs declare their steps too (a training run's step count is set before it starts).
     n_steps = np.maximum(jobs["duration"].to_numpy(dtype=np.float64)
@@ -452,6 +211,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     job_gpu: dict[int, int] = {}
     cache_hit = np.zeros(len(jobs), dtype=bool)
     in_rack = np.zeros(len(jobs), dtype=bool)  # any job, in a rack of the store's shards
+    choice = np.zeros(len(jobs), dtype=bool)  # placed with more than one node to choose from
     events: list[tuple[float, int, int, int]] = [(float(arrive[j]), 1, j, 0)
                                                  for j in range(len(jobs))]
     heapq.heapify(events)
@@ -526,9 +286,11 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     def try_start(j: int) -> bool:
         num, milli, cpu, mem, spec = shapes[j]
         d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
+        before = sim.with_choice
         placed = sim.schedule(d, now, embedding=specs[j])
         if placed is None:
             return False
+        choice[j] = sim.with_choice > before
         node = str(sim.names[placed.node])
         node_of[j] = node
         in_rack[j] = topo.tier(node) == "rack"
@@ -582,27 +344,10 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             refresh(g)
         pending[:] = [k for k in pending if not try_start(k)]
 
-    jct = done - arrive
-    rec = np.array([bool(t) for t in tables]) & ~np.isnan(done)
-    run_time = done - started
-    fetch_s = fetched
-    gpu_s = np.nan_to_num(request * run_time)
-    return LocalityRun(
+    return run_result(RunRecord(
         workload=workload_name(workload), scenario=scenario, mode=mode, locality=locality,
-        seed=seed,
-        jobs=len(jobs), gpus=n_gpus, makespan=float(np.nanmax(done) - arrive.min()),
-        jct_mean=float(np.nanmean(jct)), jct_p95=float(np.nanpercentile(jct, 95)),
-        queue_mean=float(np.nanmean(started - arrive)),
-        fetch_share=float(fetch_s[rec].sum() / run_time[rec].sum()) if rec.any() else 0.0,
-        rec_jct_mean=float(np.nanmean(jct[rec])) if rec.any() else float("nan"),
-        placed_cache_hit=float(cache_hit[rec].mean()) if rec.any() else float("nan"),
-        placed_store_rack=float(in_rack[rec].mean()) if rec.any() else float("nan"),
-        store_rack_rec_work=float((gpu_s * in_rack * rec).sum() / max((gpu_s * in_rack).sum(),
-                                                                      1e-9)),
-        link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0,
-        hit_ratio=(1.0 - float(missed[rec].sum() / max((step_bytes * steps)[rec].sum(), 1e-9))
-                   if rec.any() else float("nan")),
-        warmup_miss=(float((cold * step_bytes * steps)[rec].sum()
-                           / max((step_bytes * steps)[rec].sum(), 1e-9))
-                     if rec.any() else float("nan")),
-        seconds=time.perf_counter() - t0, jct=[round(float(x), 1) for x in np.sort(jct)])
+        seed=seed, gpus=n_gpus, arrive=arrive, started=started, done=done, request=request,
+        reads=np.array([bool(t) for t in tables]), steps=steps, step_bytes=step_bytes,
+        fetched=fetched, missed=missed, cold=cold, cache_hit=cache_hit, in_rack=in_rack,
+        choice=choice,
+        link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0, t0=t0))

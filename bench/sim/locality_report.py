@@ -42,6 +42,8 @@ def summary(runs: list) -> pd.DataFrame:
             "hit_ratio_on": mean(on, "hit_ratio"),
             "warmup_miss_off": mean(off, "warmup_miss"),
             "warmup_miss_on": mean(on, "warmup_miss"),
+            "with_choice_off": mean(off, "placed_with_choice"),
+            "with_choice_on": mean(on, "placed_with_choice"),
             "on_cache_off": mean(off, "placed_cache_hit"),
             "on_cache_on": mean(on, "placed_cache_hit"),
             "store_rack_off": mean(off, "placed_store_rack"),
@@ -132,7 +134,9 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
              "fetching embeddings; `hit_ratio`: share of all the rows they fetched that node "
              "caches served (what relieves the store); `warmup_miss`: share of those rows "
              "missed only because a cache was still filling when the job started (the most "
-             "that placing jobs on warm caches can win back); `on_cache`: recommendation jobs that "
+             "that placing jobs on warm caches can win back); `with_choice`: recommendation jobs "
+             "placed with more than one fitting node to choose from (where the term can act at "
+             "all); `on_cache`: recommendation jobs that "
              "started on a node whose cache held all their tables; `store_rack`: those placed "
              "in a rack of the store's shards; `rack_rec_work`: share of the GPU work run in "
              "those racks that reads embeddings; `link_stretch`: time-weighted stretch of the "

@@ -9,12 +9,19 @@ Sweeps (``SWEEPS``):
 * ``store-racks``: racks holding store shards (each rack's shards bring the file's egress);
 * ``store-gbps``: the store's egress (Gb/s; each shard serves its part, NIC-capped);
 * ``fetch``: distinct rows one step fetches per table (the fetch share of the step time);
-* ``table-scale``: every table's rows times a factor (the caches' size against the tables).
+* ``table-scale``: every table's rows times a factor (the caches' size against the tables);
+* ``length``: every job's steps times a factor (short jobs spend more of their run warming
+  their caches: where they land matters more);
+* ``sharing``: jobs per table: the recommendation jobs come in groups that read the same
+  tables (a hyper-parameter sweep's trials, a model retrained), each group its own tables
+  (``run_locality(readers_per_table=...)``); co-located readers share one copy and one
+  warm-up, spread readers each fill their own.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,7 +62,21 @@ class Sweep:
             t = raw["tables"]
             return {"tables.rows_min": int(t["rows_min"] * value),
                     "tables.rows_max": int(t["rows_max"] * value)}
+        if self.name in RUN_SWEEPS:
+            return {}
         raise KeyError(self.name)
+
+    def run_kwargs(self, value: float) -> dict:
+        """``run_locality`` arguments for this sweep at ``value`` (sweeps of the jobs, not of
+        the topology)."""
+        if self.name == "length":
+            return {"length_scale": float(value)}
+        if self.name == "sharing":
+            return {"readers_per_table": int(value)}
+        return {}
+
+
+RUN_SWEEPS = ("length", "sharing")  # sweeps of the jobs, not the topology file
 
 
 def shard_count(raw: dict) -> int:
@@ -90,6 +111,10 @@ def sweeps(topology: str | Path | None = None) -> dict[str, Sweep]:
         Sweep("fetch", "distinct rows fetched per table and step", (5e3, 1.5e4, 5e4, 1.5e5),
               float(raw["jobs"]["unique_rows_per_table_step"])),
         Sweep("table-scale", "table size (x the shipped rows)", (0.1, 1.0, 10.0), 1.0),
+        Sweep("length", "job length (x the trace's steps)", (0.01, 0.1, 1.0), 1.0),
+        # The shipped jobs share the file's tables by popularity, not in groups: no point of
+        # this sweep is the shipped workload.
+        Sweep("sharing", "jobs reading each table (in groups)", (1.0, 4.0, 16.0), math.nan),
     )}
 
 
@@ -131,7 +156,7 @@ def sweep_job(args: tuple) -> SweepRun:
     s = sweeps(kw.get("topology"))[sweep]
     raw = yaml.safe_load(Path(kw.get("topology") or TOPOLOGY).read_text())
     r = run_locality(seed=seed, locality=locality,
-                     overrides={**base, **s.overrides(raw, value)}, **kw)
+                     overrides={**base, **s.overrides(raw, value)}, **s.run_kwargs(value), **kw)
     return SweepRun(sweep, value, seed, locality, r.jct_mean, r.rec_jct_mean, r.makespan,
                     r.fetch_share, r.placed_store_rack, r.link_stretch, r.hit_ratio)
 
@@ -150,7 +175,7 @@ def shipped_runs(folder: Path, names: list[str], seeds: list[int],
         out += [SweepRun(n, defs[n].shipped, d["seed"], d["locality"], d["jct_mean"],
                          d["rec_jct_mean"], d["makespan"], d["fetch_share"],
                          d["placed_store_rack"], d["link_stretch"], d["hit_ratio"])
-                for n in names]
+                for n in names if not math.isnan(defs[n].shipped)]
     return out
 
 
@@ -198,7 +223,8 @@ def plot(per_seed: pd.DataFrame, table: pd.DataFrame, defs: dict[str, Sweep], pa
         ax.plot(t["value"], t["jct_ratio"], "o-", color="C0", label="mean JCT with / without")
         ax.axhline(1.0, color="k", lw=0.8)
         ax.axhline(GOAL_JCT, color="C3", ls="--", lw=0.8, label=f"goal {GOAL_JCT}")
-        ax.axvline(s.shipped, color="grey", ls=":", lw=1, label="shipped topology")
+        if not math.isnan(s.shipped):
+            ax.axvline(s.shipped, color="grey", ls=":", lw=1, label="shipped topology")
         ax.set_xscale("log")
         ax.set_xticks(t["value"], [f"{v:g}" for v in t["value"]])
         ax.minorticks_off()
@@ -229,15 +255,17 @@ def write_sweep(runs: list[SweepRun], folder: Path, command: str,
     write_table(table, folder, "sweep")
     lines = ["# Locality replay: sensitivity", "", f"`{command}`", "",
              "Mean JCT with the locality term over without it (continuous arrivals, "
-             "recommendation-heavy workload), one topology parameter moved at a time, the others "
-             "as shipped; `jct_ratio_min`/`max` over seeds; `fetch_share_off`: share of the "
+             "recommendation-heavy workload), one parameter (of the topology, or the jobs' "
+             "length or sharing) moved at a time, the others as shipped; "
+             "`jct_ratio_min`/`max` over seeds; `fetch_share_off`: share of the "
              "recommendation jobs' run time spent fetching, without the term; `store_rack`: "
              "recommendation jobs placed in a rack of the store's shards.", ""]
     for name in defs:
         t = table[table["sweep"] == name] if len(table) else table
         if len(t):
             s = defs[name]
-            lines += [f"## {s.label} (shipped: {s.shipped:g})", "",
+            shipped = "not grouped" if math.isnan(s.shipped) else f"{s.shipped:g}"
+            lines += [f"## {s.label} (shipped: {shipped})", "",
                       md_table(t.drop(columns=["sweep"]), "{:.3f}"), ""]
     if len(table):
         plot(per_seed, table, defs, folder / "sweep.png")

@@ -24,6 +24,7 @@ ids per step per table).
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -75,16 +76,44 @@ def served_share(cached: np.ndarray | float, hot: float, alpha: float,
     return np.where(cached >= 1, held, 0.0)
 
 
+class _CurveBank:
+    """Every fetched-row curve computed so far, one row each (the share of a step's distinct
+    rows among the top ranks, on ``distinct_curve``'s log-spaced grid: log rank linear in the
+    column; zeros for a size <= 1), so a table's curve is computed once however many tables
+    the cluster reads: a new table adds its row, the others are reused."""
+
+    def __init__(self) -> None:
+        self.rows = np.zeros((16, GRID))
+        self.at: dict[tuple[float, float, float], int] = {}
+        self.lock = threading.Lock()
+
+    def index(self, keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
+        with self.lock:
+            out = np.empty(len(keys), dtype=np.int64)
+            for g, (n, draws) in enumerate(keys):
+                i = self.at.get((n, draws, alpha))
+                if i is None:
+                    i = len(self.at)
+                    if i == len(self.rows):
+                        self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+                    if n > 1:
+                        cum = distinct_curve(n, alpha, draws)[1]
+                        self.rows[i] = cum / cum[-1]
+                    self.at[(n, draws, alpha)] = i
+                out[g] = i
+            out.setflags(write=False)
+            return out
+
+
+_BANK = _CurveBank()
+
+
 @lru_cache(maxsize=64)
 def _stacked_curves(keys: tuple[tuple[float, float], ...], alpha: float) -> np.ndarray:
-    """The fetched-row curves of ``keys`` (table size, ids per step), one row each: the
-    share of a step's distinct rows among the top ranks, on ``distinct_curve``'s log-spaced
-    grid (log rank linear in the column; zeros for a size <= 1)."""
-    out = np.zeros((len(keys), GRID))
-    for g, (n, draws) in enumerate(keys):
-        if n > 1:
-            cum = distinct_curve(n, alpha, draws)[1]
-            out[g] = cum / cum[-1]
+    """The fetched-row curves of ``keys`` (table size, ids per step), one row each, taken
+    from the bank (a new key costs a copy of its rows, not their curves)."""
+    index = _BANK.index(keys, alpha)  # first: it may grow the bank
+    out = _BANK.rows[index]
     out.setflags(write=False)
     return out
 

@@ -94,6 +94,7 @@ class CacheContent:
     capacity_bytes: int = 0
     readers: Mapping[str, int] | None = None  # None = not published
     ids: Mapping[str, int] | None = None  # per table: its readers' ids per step, summed
+    stated_row_bytes: float = 0.0  # bytes one cached row takes, as the publisher states it
 
     @property
     def fill(self) -> float:
@@ -104,7 +105,10 @@ class CacheContent:
 
     @property
     def row_bytes(self) -> float:
-        """Bytes per cached row, from the bytes used over the rows held (0 = unknown)."""
+        """Bytes per cached row: as the publisher states it (known before any row is held),
+        else the bytes used over the rows held (0 = unknown)."""
+        if self.stated_row_bytes > 0:
+            return self.stated_row_bytes
         held = sum(self.rows.values())
         return self.used_bytes / held if held and self.used_bytes else 0.0
 
@@ -123,12 +127,14 @@ class CacheContent:
 
 def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes: int,
                  capacity_bytes: int, at: float, readers: Mapping[str, int] | None = None,
-                 ids: Mapping[str, int] | None = None) -> str:
+                 ids: Mapping[str, int] | None = None, row_bytes: float = 0.0) -> str:
     """The node annotation's value (the cache's publisher writes it, the scheduler reads it).
     ``readers``: running pods on the node per table they declare (tables read but not yet
     cached are listed with 0 rows); with it the scheduler tells tables in use from leftovers.
     ``ids``: per table, the ``idsPerStep`` those readers declare, summed (how often the
-    table's rows are read, which sets its LFU room)."""
+    table's rows are read, which sets its LFU room). ``row_bytes``: the bytes one cached row
+    takes (value and key overhead, from the store's layout), so a cache that holds nothing yet
+    still tells its size in rows; omitted when 0 (readers then divide used bytes by rows)."""
     rows = dict(rows)
     if readers is not None:
         for t in readers:
@@ -137,8 +143,9 @@ def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes:
                   **({"readers": int(readers.get(t, 0))} if readers is not None else {}),
                   **({"ids": int(ids[t])} if ids and ids.get(t) else {})}
               for t, n in sorted(rows.items())}
+    extra = {"rowBytes": round(float(row_bytes), 1)} if row_bytes > 0 else {}
     return json.dumps({"v": CACHE_FORMAT, "tables": tables, "bytes": int(used_bytes),
-                       "capacityBytes": int(capacity_bytes), "at": round(at, 3)},
+                       "capacityBytes": int(capacity_bytes), "at": round(at, 3), **extra},
                       separators=(",", ":"), sort_keys=True)
 
 
@@ -159,6 +166,6 @@ def decode_cache(raw: str | None) -> CacheContent | None:
                 ids[str(table)] = max(0, int(entry["ids"]))
         return CacheContent(rows, totals, max(0, int(doc.get("bytes", 0))),
                             max(0, int(doc.get("capacityBytes", 0))), readers or None,
-                            ids or None)
+                            ids or None, max(0.0, float(doc.get("rowBytes", 0.0))))
     except (ValueError, TypeError, AttributeError):
         return None

@@ -213,3 +213,65 @@ def test_lfu_room_is_vectorised_over_caches():
         assert together[i] == pytest.approx(alone)
         assert together[i].sum() <= cap[i] * (1 + 1e-9)
         assert (together[i] <= rows + 1e-6).all()
+
+
+def test_grouped_tables_give_every_table_its_readers_and_no_more():
+    import numpy as np
+
+    from bench.sim.locality import grouped_tables
+
+    rows = {"table-00": 100, "table-01": 50}
+    drawn = [("table-00",), (), ("table-00", "table-01"), ("table-01",), ("table-00",)]
+    created = np.array([5.0, 0.0, 1.0, 3.0, 2.0])  # arrival order: 2, 4, 3, 0
+    got = grouped_tables(drawn, created, 2, rows)
+    assert got[1] == ()  # not a reader
+    assert got[2] == got[4] == ("g000-table-00", "g000-table-01")  # the first reader's draw
+    assert got[3] == got[0] == ("g001-table-01",)
+    assert rows["g000-table-01"] == rows["g001-table-01"] == 50  # copies, same size
+    readers = {}
+    for ts in got:
+        for t in ts:
+            readers[t] = readers.get(t, 0) + 1
+    assert set(readers.values()) == {2}
+    with pytest.raises(ValueError):
+        grouped_tables(drawn, created, 0, rows)
+
+
+def test_length_and_sharing_sweeps_move_the_jobs_not_the_topology():
+    import yaml
+
+    from bench.sim.locality import TOPOLOGY
+    from bench.sim.locality_sweep import sweeps
+
+    raw = yaml.safe_load(TOPOLOGY.read_text())
+    s = sweeps()
+    assert s["length"].overrides(raw, 0.1) == {} and s["sharing"].overrides(raw, 4) == {}
+    assert s["length"].run_kwargs(0.1) == {"length_scale": 0.1}
+    assert s["sharing"].run_kwargs(4.0) == {"readers_per_table": 4}
+    full = run_locality(seed=4, locality=False, n_jobs=30)
+    short = run_locality(seed=4, locality=False, n_jobs=30, length_scale=0.01)
+    assert short.jct_mean < 0.1 * full.jct_mean  # same jobs, a hundredth of the steps
+    # Short jobs spend more of their run warming their caches.
+    assert short.warmup_miss > full.warmup_miss
+    alone = run_locality(seed=4, locality=False, n_jobs=30, readers_per_table=1)
+    assert alone.jobs == full.jobs and alone.hit_ratio < full.hit_ratio
+
+
+def test_sweep_report_from_runs_pairs_with_and_without(tmp_path):
+    import json
+
+    base = {"sweep": "sharing", "value": 4.0, "rec_jct_mean": 3.0, "makespan": 4.0,
+            "fetch_share": 0.5, "placed_store_rack": 0.25, "link_stretch": 1.5,
+            "hit_ratio": 0.7}
+    runs = [{**base, "seed": s, "locality": loc, "jct_mean": 10.0 if not loc else 8.0 + s % 2}
+            for s in (1, 2) for loc in (False, True)]
+    runs.append({**base, "seed": 3, "locality": False, "jct_mean": 10.0})  # no pair: left out
+    src = tmp_path / "runs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    out = CliRunner().invoke(bench_cli, ["locality-sweep", "--runs-from", str(src), "--out",
+                                         str(tmp_path / "report")])
+    assert out.exit_code == 0, out.output
+    table = pd.read_csv(tmp_path / "report" / "sweep.csv")
+    assert table["seeds"].tolist() == [2]
+    assert table["jct_ratio"].tolist() == pytest.approx([0.85])  # (0.9 + 0.8) / 2
+    assert "not grouped" in (tmp_path / "report" / "sweep.md").read_text()

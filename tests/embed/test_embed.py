@@ -11,11 +11,12 @@ from click.testing import CliRunner
 
 from bench.redis_server import RedisServer
 from embed import layout
+from embed.admission import Admission
 from embed.cache import ReadThrough
 from embed.cli import main as embed_cli
 from embed.client import EmbeddingClient
 from embed.layout import TableMeta
-from embed.publisher import CachePublisher, Snapshot, count_rows
+from embed.publisher import CachePublisher, Snapshot, count_rows, store_row_bytes
 from embed.store import EmbeddingStore, connect
 from extender.annotations import ANN_EMBEDDING, ANN_EMBEDDING_CACHE
 from extender.placement.embedding_annotations import decode_cache
@@ -100,6 +101,10 @@ def test_lfu_cache_keeps_hot_rows_within_maxmemory(store):
         assert reader.metrics.hits - before >= 95  # the hot rows survived the scan
         snap = count_rows(cache, store)
         assert 100 <= snap.rows["big"] < 20_000 and snap.totals["big"] == 20_000
+        assert snap.row_bytes == 64 * 4 + Admission.KEY_OVERHEAD  # one row a block
+        cache.flushall()  # nothing held: the row size comes from the store's tables
+        empty = count_rows(cache, store, default_row_bytes=store_row_bytes(store))
+        assert empty.rows == {} and empty.row_bytes == snap.row_bytes
     finally:
         server.stop()
 
@@ -114,7 +119,7 @@ class RecordingCore:
 
 async def test_publisher_rate_bound_and_material_change():
     clock = [1000.0]
-    snaps = [Snapshot({"a": 100}, {"a": 1000}, 10, 100)]
+    snaps = [Snapshot({"a": 100}, {"a": 1000}, 10, 100, row_bytes=336.0)]
     pub = CachePublisher("n1", lambda: snaps[-1], min_interval_s=30, min_change=0.05,
                          clock=lambda: clock[0])
     core = RecordingCore()
@@ -122,6 +127,7 @@ async def test_publisher_rate_bound_and_material_change():
     name, body = core.patches[0]
     content = decode_cache(body["metadata"]["annotations"][ANN_EMBEDDING_CACHE])
     assert name == "n1" and content.rows == {"a": 100} and content.totals == {"a": 1000}
+    assert content.row_bytes == 336.0
     snaps.append(Snapshot({"a": 500}, {"a": 1000}, 50, 100))
     clock[0] += 10
     assert not await pub.publish_once(core)  # too soon

@@ -328,3 +328,38 @@ def test_cache_of_shows_what_the_index_read():
     assert ix.cache_of("ghost") == {}
     ix.observe_node("n", None, None)  # the annotation went away
     assert ix.cache_of("n") == {}
+
+
+def test_empty_cache_states_its_row_bytes_and_so_its_size_in_rows():
+    # A cold cluster: no cache holds a row yet, so used bytes over rows says nothing.
+    old = encode_cache({}, {}, 1_000_000, 2**30, 0.0, readers={})
+    assert "rowBytes" not in old and decode_cache(old).row_bytes == 0.0  # as before
+    ix = LocalityIndex()
+    ix.observe_node("old", {ANN_EMBEDDING_CACHE: old}, None)
+    ix.observe_node("new", {ANN_EMBEDDING_CACHE: encode_cache(
+        {}, {}, 1_000_000, 2**30, 0.0, readers={}, row_bytes=576.0)}, None)
+    rows = ix.capacity_rows(ix.slots_of(["old", "new"]))
+    # the old publisher's empty cache falls back to the one stated row size in the cluster
+    assert rows.tolist() == pytest.approx([2**30 / 576.0] * 2)
+    ix.forget_node("new")
+    assert np.isinf(ix.capacity_rows(ix.slots_of(["old"]))).all()
+    # a stated row size wins over used bytes / rows (those count Redis' own memory too)
+    ix.observe_node("n", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"a": 1000}, {"a": 10**6}, 5_000_000, 2**30, 0.0, row_bytes=600.0)}, None)
+    assert ix.cache_of("n")["a"]["rows"] == 1000
+    assert ix.capacity_rows(ix.slots_of(["n"]))[0] == pytest.approx(2**30 / 600)
+
+
+def test_fetched_row_curves_are_computed_once_per_table():
+    from extender.placement import cache_model
+
+    sizes = np.array([1e6 + k for k in range(40)])  # more tables than the bank starts with
+    draws = np.full(40, 5e4)
+    group = np.arange(40)
+    got = cache_model.served_shares(np.full(40, 1e4), group, sizes, 1.05, draws)
+    want = [float(cache_model.served_share(1e4, n, 1.05, 5e4)) for n in sizes]
+    assert got == pytest.approx(want, rel=1e-3)
+    held = len(cache_model._BANK.at)
+    cache_model.served_shares(np.full(41, 1e4), np.arange(41), np.append(sizes, 2e6), 1.05,
+                              np.append(draws, 5e4))
+    assert len(cache_model._BANK.at) == held + 1  # one new table, one new curve
