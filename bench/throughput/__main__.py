@@ -48,9 +48,11 @@ WORKLOADS = ("shares", "whole", "mixed")
 STOCK = "stock kube-scheduler"
 NULL = "null extender"
 # The extender's verbs per pod in kube-scheduler's scheduling cycle: filter then prioritize,
-# or filter alone (no prioritizeVerb; the extender answers only its best nodes).
-VERBS = ("two-call", "filter-only")
-FILTER_ONLY_ARGS = ("--filter-best-within", "0")
+# or filter alone (no prioritizeVerb; the extender answers only its best nodes, or only its
+# single best one: kube-scheduler then skips its own scoring).
+VERBS = ("two-call", "filter-only", "filter-one")
+VERB_ARGS = {"two-call": (), "filter-only": ("--filter-best-within", "0"),
+             "filter-one": ("--filter-best-within", "0", "--filter-best-single")}
 
 
 class NullExtender(ServiceProcess):
@@ -58,10 +60,11 @@ class NullExtender(ServiceProcess):
 
     what = "null extender"
 
-    def __init__(self, workdir: Path, c: e2e_cluster.LocalCluster) -> None:
+    def __init__(self, workdir: Path, c: e2e_cluster.LocalCluster, one: bool = False) -> None:
         super().__init__(workdir, "null-extender")
         self.server, self.token = c.server, c.token
         (self.port,) = e2e_cluster.free_ports(1)
+        self.one = one  # filter passes only the first candidate
 
     @property
     def url(self) -> str:
@@ -72,7 +75,7 @@ class NullExtender(ServiceProcess):
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "bench.throughput.null_extender", str(self.port),
-                self.server, self.token]
+                self.server, self.token, *(["one"] if self.one else [])]
 
 
 def pod_request(workload: str, i: int) -> dict[str, Any]:
@@ -137,17 +140,17 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
 
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
              store: str | None, workdir: Path, profile: Path | None = None,
-             verbs: str = "two-call") -> dict:
+             verbs: str = "two-call", percentage: int | None = None) -> dict:
     """One burst; ``store`` None = the stock scheduler alone, "null" = the null extender;
-    ``verbs`` "filter-only": the scheduler config has no prioritizeVerb (and the extender
-    answers only its best nodes)."""
+    ``verbs`` "filter-only"/"filter-one": the scheduler config has no prioritizeVerb (and the
+    extender answers only its best nodes / its best node). ``percentage``: kube-scheduler's
+    percentageOfNodesToScore (None: its default, adaptive)."""
     delete_pods(c)
     ext: Extender | NullExtender | None = None
     if store == "null":
-        ext = NullExtender(workdir, c).start(timeout=60)
+        ext = NullExtender(workdir, c, one=verbs == "filter-one").start(timeout=60)
     elif store is not None:
-        extra = ("--log-level", "warning",
-                 *(FILTER_ONLY_ARGS if verbs == "filter-only" else ()))
+        extra = ("--log-level", "warning", *VERB_ARGS[verbs])
         ext = Extender(workdir, c.kubeconfig, name="bench-extender", store=store,
                        extra=extra).start(timeout=120)
         deadline = time.monotonic() + 120
@@ -157,7 +160,9 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
     asyncio.run(create_pods(str(c.kubeconfig), pods, workload))
     overrides: dict[str, Any] = {
         "clientConnection": {"kubeconfig": str(c.kubeconfig), **CLIENT}}
-    if ext is not None and verbs == "filter-only":
+    if percentage is not None:  # the same for the stock scheduler and every extender run
+        overrides["percentageOfNodesToScore"] = percentage
+    if ext is not None and verbs != "two-call":
         extenders = e2e_cluster.render_scheduler_config(ext.url, c.kubeconfig)["extenders"]
         for e in extenders:
             e.pop("prioritizeVerb", None)
@@ -247,6 +252,25 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
                " prioritize round trips); attempt: the whole\n  scheduling cycle; tries:"
                " attempts per bound pod; load: the 1-minute load average\n  (all the machine's"
                " processes) at the run's start > end.")
+    click.echo(f"\n  {'inside kube-scheduler, per attempt':40} {'alg':>6} {'scoring':>8}"
+               f" {'filter sum':>10} {'nodes':>6} {'rest':>6} {'hinted':>7}")
+    for label, r in results.items():
+        s = r["scheduler"]
+        per_try = max(s.get("attempts_per_pod", 1), 1e-9)
+        scoring = (s.get("prescore_ms", 0) * s.get("prescore_calls", 0)
+                   + s.get("score_ms", 0) * s.get("score_calls", 0)) / per_try
+        click.echo(f"  {label:40} {s.get('algorithm_ms', 0):6.2f} {scoring:8.2f}"
+                   f" {s.get('filter_sum_ms', 0) / per_try:10.2f}"
+                   f" {s.get('filter_calls', 0) / per_try:6.0f}"
+                   f" {s.get('algorithm_ms', 0) - scoring:6.2f}"
+                   f" {s.get('hinted_per_pod', 0):7.2f}")
+    click.echo("  alg: the scheduling algorithm (ms); scoring: its PreScore and Score plugins (ms;"
+               " skipped when one\n  node is feasible); filter sum: its Filter plugins summed"
+               " over the nodes checked (ms, 16 run in\n  parallel); nodes: nodes checked; rest:"
+               " alg less scoring: filtering plus the extender's round\n  trips; hinted: pods"
+               " per bound pod placed from the previous identical pod's ranking\n"
+               "  (OpportunisticBatching, which kube-scheduler turns off in a profile with"
+               " extenders).")
     for label, r in results.items():
         ext = r.get("extender")
         if not ext:
@@ -298,15 +322,21 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
               default=("two-call",), show_default=True,
               help="Extender verbs per pod: filter and prioritize, or filter alone (no"
                    " prioritizeVerb; the extender answers its best nodes); repeatable. The null"
-                   " extender runs with the same verbs.")
+                   " extender runs with the same verbs. filter-one: filter answers its single"
+                   " best node, so that kube-scheduler skips its own scoring.")
+@click.option("--percentage-of-nodes-to-score", "percentage", type=click.IntRange(0, 100),
+              help="kube-scheduler's percentageOfNodesToScore, the same for every run (default:"
+                   " kube-scheduler's adaptive one, e.g. 46 % of 500 nodes, 10 % of 5,000).")
+@click.option("--nulls-only", is_flag=True,
+              help="Only the stock scheduler and the null extenders (the protocol's ceiling).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/throughput.json"),
               show_default=True)
 @click.option("--profile", is_flag=True,
               help="Sample the extender with py-spy during each run (collapsed stacks next to"
                    " --out).")
 def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ...],
-         stores: tuple[str, ...], verb_modes: tuple[str, ...], out: Path, profile: bool
-         ) -> None:
+         stores: tuple[str, ...], verb_modes: tuple[str, ...], percentage: int | None,
+         nulls_only: bool, out: Path, profile: bool) -> None:
     """Pods bound per second through kube-scheduler: the stock scheduler alone (whole GPUs),
     then the sparse extender with each workload and store, on the same fake cluster; with the
     per-pod breakdown of both sides."""
@@ -316,7 +346,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
     with tempfile.TemporaryDirectory(prefix="sparse-tp-") as tmp, \
             e2e_cluster.LocalCluster(quiet=True) as c:
         try:
-            redis = RedisServer() if "redis" in stores else None
+            redis = RedisServer() if "redis" in stores and not nulls_only else None
         except RuntimeError as e:
             raise click.ClickException(str(e)) from e
         try:
@@ -330,7 +360,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                     tag = "" if v == "two-call" else f" ({v})"
                     plan.append((f"{NULL}{tag}", "whole", "null", v))
                     plan += [(f"extender, {w}, {s}{tag}", w, s, v)
-                             for s in stores for w in workloads]
+                             for s in stores for w in workloads if not nulls_only]
                 plan.append((f"{STOCK} (again)", "whole", None, ""))
                 for label, workload, store, verbs in plan:
                     click.echo(f"{label} ({nodes} nodes):", err=True)
@@ -342,7 +372,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                     if stacks is not None:
                         stacks.parent.mkdir(parents=True, exist_ok=True)
                     runs[label] = run_once(c, nodes, pods, workload, store_url, Path(tmp),
-                                           stacks, verbs or "two-call")
+                                           stacks, verbs or "two-call", percentage)
                 results[str(nodes)] = runs
                 print_scale(nodes, gpus, pods, runs)
         finally:
