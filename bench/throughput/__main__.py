@@ -138,6 +138,17 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
         return Samples.parse(r.read().decode())
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) a process has used, from /proc; 0 when unreadable."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
              store: str | None, workdir: Path, profile: Path | None = None,
              verbs: str = "two-call", percentage: int | None = None) -> dict:
@@ -181,6 +192,13 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
         s_before = scrape(sched_url, c)
         e_before = scrape(ext_url) if ext_url else None
         load_before = os.getloadavg()[0]
+        # CPU per bound pod of each process on the pod's path: on a small machine they share
+        # the cores, so what one burns (the API server, the extender) slows the others.
+        procs = {"kube-scheduler": c.scheduler.pid if c.scheduler else None,
+                 "kube-apiserver": c.apiserver.pid if c.apiserver else None,
+                 "etcd": c.etcd.pid if c.etcd else None,
+                 "extender": ext.proc.pid if ext is not None and ext.proc is not None else None}
+        cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         started = time.monotonic()
         done, last_report, half_at = 0, started, None
         while done < pods:
@@ -194,6 +212,8 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"only {done}/{pods} pods bound after 10 minutes")
         elapsed = time.monotonic() - started
+        cpu_ms = {name: 1000 * (cpu_seconds(pid) - cpu_before[name]) / pods
+                  for name, pid in procs.items() if pid is not None}
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             spy.wait(30)
@@ -201,7 +221,7 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
         out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed,
                      "verbs": verbs if ext is not None else None,
                      "load": [load_before, os.getloadavg()[0]],
-                     "median_to_bind_s": half_at,
+                     "median_to_bind_s": half_at, "cpu_ms_per_pod": cpu_ms,
                      "scheduler": scheduler_breakdown(s_before, s_after, pods)}
         if ext_url and e_before is not None:
             out["extender"] = extender_breakdown(e_before, scrape(ext_url))
@@ -252,25 +272,34 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
                " prioritize round trips); attempt: the whole\n  scheduling cycle; tries:"
                " attempts per bound pod; load: the 1-minute load average\n  (all the machine's"
                " processes) at the run's start > end.")
-    click.echo(f"\n  {'inside kube-scheduler, per attempt':40} {'alg':>6} {'scoring':>8}"
-               f" {'filter sum':>10} {'nodes':>6} {'rest':>6} {'hinted':>7}")
+    click.echo(f"\n  {'inside kube-scheduler, ms per attempt':40} {'alg':>6} {'filter':>7}"
+               f" {'scoring':>8} {'rest':>6} {'hinted':>7}")
     for label, r in results.items():
         s = r["scheduler"]
         per_try = max(s.get("attempts_per_pod", 1), 1e-9)
         scoring = (s.get("prescore_ms", 0) * s.get("prescore_calls", 0)
                    + s.get("score_ms", 0) * s.get("score_calls", 0)) / per_try
-        click.echo(f"  {label:40} {s.get('algorithm_ms', 0):6.2f} {scoring:8.2f}"
-                   f" {s.get('filter_sum_ms', 0) / per_try:10.2f}"
-                   f" {s.get('filter_calls', 0) / per_try:6.0f}"
-                   f" {s.get('algorithm_ms', 0) - scoring:6.2f}"
-                   f" {s.get('hinted_per_pod', 0):7.2f}")
-    click.echo("  alg: the scheduling algorithm (ms); scoring: its PreScore and Score plugins (ms;"
-               " skipped when one\n  node is feasible); filter sum: its Filter plugins summed"
-               " over the nodes checked (ms, 16 run in\n  parallel); nodes: nodes checked; rest:"
-               " alg less scoring: filtering plus the extender's round\n  trips; hinted: pods"
-               " per bound pod placed from the previous identical pod's ranking\n"
-               "  (OpportunisticBatching, which kube-scheduler turns off in a profile with"
-               " extenders).")
+        filtering = s.get("filter_ms", 0) * s.get("filter_calls", 0) / per_try
+        alg = s.get("algorithm_ms", 0)
+        click.echo(f"  {label:40} {alg:6.2f} {filtering:7.2f} {scoring:8.2f}"
+                   f" {alg - filtering - scoring:6.2f} {s.get('hinted_per_pod', 0):7.2f}")
+    click.echo("  alg: the scheduling algorithm; filter: its Filter plugins over the nodes it"
+               " checks (16 in\n  parallel); scoring: its PreScore and Score plugins (skipped"
+               " when one node is feasible);\n  rest: alg less both, i.e. the extender's"
+               " round trips; hinted: pods per bound pod placed from\n  the previous identical"
+               " pod's ranking (OpportunisticBatching, which kube-scheduler turns off\n  in a"
+               " profile with extenders).")
+    click.echo(f"\n  {'CPU ms per bound pod':40} {'scheduler':>9} {'apiserver':>9} {'etcd':>6}"
+               f" {'extender':>8} {'all':>6}")
+    for label, r in results.items():
+        cpu = r.get("cpu_ms_per_pod", {})
+        cells = [cpu.get(k) for k in ("kube-scheduler", "kube-apiserver", "etcd", "extender")]
+        click.echo(f"  {label:40} " + " ".join(
+            f"{v:{w}.2f}" if v is not None else f"{'-':>{w}}"
+            for v, w in zip(cells, (9, 9, 6, 8), strict=True))
+            + f" {sum(v for v in cells if v is not None):6.2f}")
+    click.echo("  (user + system CPU of each process over the run, per bound pod; the machine's"
+               f" {os.cpu_count()} cores are\n  shared by all of them and whatever else runs)")
     for label, r in results.items():
         ext = r.get("extender")
         if not ext:

@@ -114,9 +114,6 @@ def scheduler_breakdown(before: Samples, after: Samples, pods: int) -> dict[str,
         if n:
             out[f"{point.lower()}_ms"] = ms
             out[f"{point.lower()}_calls"] = n / max(pods, 1)
-    # Filter is observed once per node checked (16 in parallel): its CPU-ish sum per pod.
-    if "filter_ms" in out:
-        out["filter_sum_ms"] = out["filter_ms"] * out["filter_calls"]
     # OpportunisticBatching (on by default since 1.35, and off in a profile with extenders):
     # a pod that reuses the previous identical pod's sorted nodes skips filtering and scoring.
     hinted = (after.total("scheduler_batch_attempts_total", result="hint_used")
