@@ -1,7 +1,8 @@
 """python -m bench.throughput: pods bound per second, extender vs the stock scheduler.
 
 All pods are created first with the scheduler stopped; the clock runs from the moment the
-scheduler is ready until the last pod is bound, so pod creation does not count. Each scale
+scheduler is ready until the last pod is bound, so pod creation does not count (pods it bound
+before it answered ready count neither in the pods nor in the time). Each scale
 runs the stock scheduler (whole GPUs) first, then a null extender (``null_extender``: the same
 protocol answered at once, the ceiling of any extender), then the extender with each workload
 and store, then the stock scheduler again, on the same fake nodes; it prints where a pod's time
@@ -35,6 +36,7 @@ from bench.redis_server import RedisServer  # noqa: E402
 from bench.throughput.breakdown import (  # noqa: E402
     STAGES,
     Samples,
+    api_requests,
     extender_breakdown,
     scheduler_breakdown,
 )
@@ -178,9 +180,18 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
         for e in extenders:
             e.pop("prioritizeVerb", None)
         overrides["extenders"] = extenders
+    ext_url = f"{ext.base}/metrics" if isinstance(ext, Extender) else None
+    # Read before the scheduler starts: it binds from its first moment, and a fast one would
+    # otherwise bind pods while the bench scrapes (the API server's page is large).
+    a_before = scrape(f"{c.server}/metrics", c)
+    e_before = scrape(ext_url) if ext_url else None
     try:
         c.start_scheduler(ext.url if ext else None, overrides=overrides, verbosity=0,
                           extra_args=[f"--authorization-always-allow-paths={OPEN_PATHS}"])
+        started = time.monotonic()
+        # Pods bound before the clock (between the scheduler's first cycle and its /readyz
+        # answering) count neither in the pods nor in the time.
+        bound_early = pods - unbound_count(c)
         spy = None
         if profile is not None and ext is not None and ext.proc is not None:
             spy = subprocess.Popen(
@@ -188,9 +199,7 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
                  "--rate", "200", "-o", str(profile), "--pid", str(ext.proc.pid)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         sched_url = f"https://127.0.0.1:{c.scheduler_port}/metrics"
-        ext_url = f"{ext.base}/metrics" if isinstance(ext, Extender) else None
-        s_before = scrape(sched_url, c)
-        e_before = scrape(ext_url) if ext_url else None
+        s_before = Samples()  # a fresh kube-scheduler: every counter starts at zero
         load_before = os.getloadavg()[0]
         # CPU per bound pod of each process on the pod's path: on a small machine they share
         # the cores, so what one burns (the API server, the extender) slows the others.
@@ -199,8 +208,7 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
                  "etcd": c.etcd.pid if c.etcd else None,
                  "extender": ext.proc.pid if ext is not None and ext.proc is not None else None}
         cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
-        started = time.monotonic()
-        done, last_report, half_at = 0, started, None
+        done, last_report, half_at = bound_early, started, None
         while done < pods:
             time.sleep(0.25)
             done = pods - unbound_count(c)
@@ -212,17 +220,20 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"only {done}/{pods} pods bound after 10 minutes")
         elapsed = time.monotonic() - started
-        cpu_ms = {name: 1000 * (cpu_seconds(pid) - cpu_before[name]) / pods
+        cpu_ms = {name: 1000 * (cpu_seconds(pid) - cpu_before[name]) / (pods - bound_early)
                   for name, pid in procs.items() if pid is not None}
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             spy.wait(30)
         s_after = scrape(sched_url, c)
-        out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed,
+        a_after = scrape(f"{c.server}/metrics", c)
+        out: dict = {"pods": pods, "seconds": elapsed,
+                     "pods_per_s": (pods - bound_early) / elapsed, "bound_early": bound_early,
                      "verbs": verbs if ext is not None else None,
                      "load": [load_before, os.getloadavg()[0]],
                      "median_to_bind_s": half_at, "cpu_ms_per_pod": cpu_ms,
-                     "scheduler": scheduler_breakdown(s_before, s_after, pods)}
+                     "scheduler": scheduler_breakdown(s_before, s_after, pods),
+                     "api_requests": api_requests(a_before, a_after, pods)}
         if ext_url and e_before is not None:
             out["extender"] = extender_breakdown(e_before, scrape(ext_url))
     finally:
@@ -300,6 +311,11 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
             + f" {sum(v for v in cells if v is not None):6.2f}")
     click.echo("  (user + system CPU of each process over the run, per bound pod; the machine's"
                f" {os.cpu_count()} cores are\n  shared by all of them and whatever else runs)")
+    click.echo("\n  API server requests per bound pod (the bench's own polling of unbound pods"
+               " included):")
+    for label, r in results.items():
+        top = list(r.get("api_requests", {}).items())[:6]
+        click.echo(f"  {label:40} " + ", ".join(f"{k} {v:.2f}" for k, v in top))
     for label, r in results.items():
         ext = r.get("extender")
         if not ext:
