@@ -106,6 +106,9 @@ def main() -> None:
               help="Filter answers only the nodes within this many score points (0-10) of the"
                    " best, for a scheduler config without prioritizeVerb: one round trip per"
                    " pod, kube-scheduler's own scores only choose among those (docs).")
+@click.option("--filter-best-single", is_flag=True,
+              help="With --filter-best-within: answer only the one best node, so that"
+                   " kube-scheduler skips its own scoring (docs).")
 @click.option("--rack-label", default="topology.sparse.io/rack", show_default=True,
               help="Node label naming the rack.")
 @click.option("--log-level", default="info", show_default=True,
@@ -144,6 +147,7 @@ def serve(**options: object) -> None:
         metrics_port=options["metrics_port"], inspect=bool(options["inspect"]),
         max_in_flight=options["max_in_flight"], queue_timeout_s=options["queue_timeout"],
         filter_best_within=options["filter_best_within"],
+        filter_best_single=bool(options["filter_best_single"]),
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:

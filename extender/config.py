@@ -66,6 +66,8 @@ class Settings:
     # Set: filter answers only the nodes within this many score points (0-10) of the best,
     # for a scheduler config without prioritizeVerb (one round trip per pod).
     filter_best_within: float | None = None
+    # With filter_best_within: only the single best node (kube-scheduler then skips scoring).
+    filter_best_single: bool = False
     success_events: bool = False  # a Normal event per bound pod (the scheduler posts one too)
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -134,6 +136,9 @@ class Settings:
         if self.filter_best_within is not None and not 0 <= self.filter_best_within <= 10:
             errors.append("--filter-best-within must be 0..10 score points, got"
                           f" {self.filter_best_within:g}")
+        if self.filter_best_single and self.filter_best_within is None:
+            errors.append("--filter-best-single needs --filter-best-within (a scheduler config"
+                          " without prioritizeVerb)")
         if self.nodes is None and not self.kube_enabled:
             errors.append(
                 "give --nodes (a node-conf.yaml) or a cluster (--kubeconfig/--in-cluster)"

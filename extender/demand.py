@@ -182,13 +182,21 @@ _PARSED: dict[tuple, tuple[ContainerRequest, tuple[int, int]]] = {}
 _PARSED_MAX = 4096
 
 
-def _parsed(container: Container) -> tuple[ContainerRequest, tuple[int, int]] | None:
-    """``_container_request`` and ``_host_request`` of the container, memoised; None when
-    either refuses it (the caller asks each part itself: the same error, in the same order)."""
+def _container_key(container: Container) -> tuple:
+    """What the parsed requests of a container depend on: its name and resource tables."""
     resources = container.resources
-    key = (container.name,
-           tuple(resources.limits.items()) if resources and resources.limits else (),
-           tuple(resources.requests.items()) if resources and resources.requests else ())
+    return (container.name,
+            tuple(resources.limits.items()) if resources and resources.limits else (),
+            tuple(resources.requests.items()) if resources and resources.requests else ())
+
+
+def _parsed(container: Container, key: tuple | None = None
+            ) -> tuple[ContainerRequest, tuple[int, int]] | None:
+    """``_container_request`` and ``_host_request`` of the container, memoised; None when
+    either refuses it (the caller asks each part itself: the same error, in the same order).
+    ``key``: the container's ``_container_key``, when the caller built it already."""
+    if key is None:
+        key = _container_key(container)
     try:
         hit = _PARSED.get(key)
     except TypeError:  # an unhashable value: not kept
@@ -233,11 +241,52 @@ def parse_allowed_models(value: str | None) -> frozenset[str] | None:
     return models
 
 
+# A pod's demand less its identity, by everything it is made of (the containers' resources,
+# the three annotations it reads, the prediction): a job's replicas, and the pods of the few
+# shapes a cluster runs, make the same demand, built once. The inputs are values compared by
+# equality, so an entry never goes stale; only valid demands are kept (an invalid one raises
+# each time), and the table is emptied when full.
+_SHAPES: dict[tuple, PodDemand] = {}
+_SHAPES_MAX = 4096
+
+
+def _shape_key(pod: Pod, prediction: Prediction | None) -> tuple | None:
+    annotations = pod.metadata.annotations or {}
+    key = (tuple(map(_container_key, pod.spec.containers)),
+           tuple(map(_container_key, pod.spec.initContainers or ())),
+           annotations.get(ANN_JOB_CLASS), annotations.get(ANN_GPU_MODEL),
+           annotations.get(ANN_PREDICTED_SECONDS), prediction)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable value: not kept
+        return None
+    return key
+
+
 def pod_demand(pod: Pod, prediction: Prediction | None = None) -> PodDemand:
     """The GPU demand of a pod; raises InvalidDemand with a message fit for a pod event."""
-    meta = pod.metadata
     if len(pod.spec.containers) > 256:
         raise InvalidDemand("pod has more than 256 containers")
+    key = _shape_key(pod, prediction)
+    shape = _SHAPES.get(key) if key is not None else None
+    if shape is None:
+        shape = _pod_shape(pod, prediction)
+        if key is not None:
+            if len(_SHAPES) >= _SHAPES_MAX:
+                _SHAPES.clear()
+            _SHAPES[key] = shape
+    meta = pod.metadata
+    # Positional: a third of dataclasses.replace's time (a test holds it to every field).
+    return PodDemand(meta.uid, meta.namespace or "default", meta.name, shape.containers,
+                     shape.whole_gpus, shape.share_milli, shape.share_mem_mib,
+                     shape.allowed_models, shape.job_class, shape.prediction,
+                     shape.share_containers, shape.cpu_milli, shape.host_mem_mib,
+                     shape.predicted_s)
+
+
+def _pod_shape(pod: Pod, prediction: Prediction | None) -> PodDemand:
+    """``pod_demand`` without the memo (and without the pod's identity)."""
+    meta = pod.metadata
     containers = tuple(_gpu_part(c) for c in pod.spec.containers)
     annotations = meta.annotations or {}
     sharing = [c for c in containers if c.milli or c.mem_mib]
@@ -275,9 +324,9 @@ def pod_demand(pod: Pod, prediction: Prediction | None = None) -> PodDemand:
     if len(job_class) > 63:
         raise InvalidDemand(f"annotation {ANN_JOB_CLASS} is longer than 63 characters")
     return PodDemand(
-        uid=meta.uid,
-        namespace=meta.namespace or "default",
-        name=meta.name,
+        uid="",
+        namespace="",
+        name="",
         containers=containers,
         whole_gpus=sum(c.whole_gpus for c in containers),
         share_milli=milli,

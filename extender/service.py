@@ -104,6 +104,7 @@ class Scheduler:
         locality: LocalityIndex | None = None,
         live_pairs: LivePairs | None = None,
         filter_best_within: float | None = None,
+        filter_best_single: bool = False,
     ) -> None:
         self.ledger = ledger
         self.matrix = matrix
@@ -119,6 +120,7 @@ class Scheduler:
         # Set: filter answers only the nodes within this many score points of the best (the
         # scheduler calls no prioritize; verbs.filter).
         self.filter_best_within = filter_best_within
+        self.filter_best_single = filter_best_single  # and only the one best node
         self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self.cost_cache = CostCache()
         self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node

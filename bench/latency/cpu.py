@@ -8,6 +8,10 @@ pod by pod so that whatever else runs on the machine weighs on both alike. The n
 figure is the floor any aiohttp extender pays; the difference is the extender's own work.
 Bodies over a MiB (full Node objects) are decoded in the extender's decode worker process:
 its CPU time is read from /proc and counted with the extender's.
+
+With ``--bind`` each pod is then bound (the extender's bind verb, ledger only, not counted) to
+the node it scored best, as in a real burst: the next pod's filter finds that node changed and
+prices it again, work a run without binds never does.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import click
+import msgspec
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -34,12 +39,34 @@ HEADERS = {"Content-Type": "application/json"}
 TWO_CALL = ("filter", "prioritize")
 
 
-async def _cycle(client: TestClient, body: bytes, verbs: tuple[str, ...] = TWO_CALL) -> None:
+async def _cycle(client: TestClient, body: bytes, verbs: tuple[str, ...] = TWO_CALL) -> bytes:
+    """One scheduling cycle; the last verb's answer."""
+    answer = b""
     for verb in verbs:
         resp = await client.post(f"/scheduler/{verb}", data=body, headers=HEADERS)
-        await resp.read()
+        answer = await resp.read()
         if resp.status != 200:
             raise RuntimeError(f"{verb} -> HTTP {resp.status}")
+    return answer
+
+
+async def _bind_best(client: TestClient, body: bytes, answer: bytes) -> None:
+    """Bind the pod of ``body`` to the first best node of the cycle's ``answer`` (a
+    HostPriorityList, or a filter answer's NodeNames)."""
+    pod = msgspec.json.decode(body)["Pod"]["metadata"]
+    reply = msgspec.json.decode(answer)
+    if isinstance(reply, list):
+        if not reply:
+            return
+        node = max(reply, key=lambda h: h["Score"])["Host"]
+    elif reply.get("NodeNames"):
+        node = reply["NodeNames"][0]
+    else:
+        return
+    args = {"PodName": pod["name"], "PodNamespace": pod["namespace"], "PodUID": pod["uid"],
+            "Node": node}
+    resp = await client.post("/scheduler/bind", data=msgspec.json.encode(args), headers=HEADERS)
+    await resp.read()
 
 
 def helper_cpu_s(app: web.Application) -> float:
@@ -57,23 +84,29 @@ def helper_cpu_s(app: web.Application) -> float:
 
 
 async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
-                      verbs: tuple[str, ...] = TWO_CALL) -> dict[str, float]:
+                      verbs: tuple[str, ...] = TWO_CALL, bind: bool = False
+                      ) -> dict[str, float]:
     """CPU ms per pod for each app over ``bodies[WARM_UP:]``, the apps taking turns; the
-    decode worker's CPU counts with its app. ``verbs``: the calls of one scheduling cycle."""
+    decode worker's CPU counts with its app. ``verbs``: the calls of one scheduling cycle;
+    ``bind``: the extender binds each pod after its cycle (not counted)."""
     clients = {kind: TestClient(TestServer(app)) for kind, app in apps.items()}
     spent = dict.fromkeys(apps, 0.0)
     try:
         for client in clients.values():
             await client.start_server()
         for body in bodies[:WARM_UP]:
-            for client in clients.values():
-                await _cycle(client, body, verbs)
+            for kind, client in clients.items():
+                answer = await _cycle(client, body, verbs)
+                if bind and kind == "extender":
+                    await _bind_best(client, body, answer)
         helpers = {kind: helper_cpu_s(app) for kind, app in apps.items()}
         for body in bodies[WARM_UP:]:
             for kind, client in clients.items():
                 started = time.process_time()
-                await _cycle(client, body, verbs)
+                answer = await _cycle(client, body, verbs)
                 spent[kind] += time.process_time() - started
+                if bind and kind == "extender":
+                    await _bind_best(client, body, answer)
         for kind, app in apps.items():  # clock ticks: summed over the run, not per pod
             spent[kind] += helper_cpu_s(app) - helpers[kind]
     finally:
@@ -110,8 +143,11 @@ def answer_without_placement(app: web.Application) -> None:
                    " nodes (--filter-best-within 0), the null server passes every node.")
 @click.option("--stub-verbs", is_flag=True,
               help="Answer filter and prioritize without placement: the HTTP layer alone.")
+@click.option("--bind", is_flag=True,
+              help="Bind each pod to its best node after its cycle (not counted), as in a"
+                   " real burst: the next filter prices the node that changed.")
 def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
-         filter_only: bool, stub_verbs: bool) -> None:
+         filter_only: bool, stub_verbs: bool, bind: bool) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -128,9 +164,10 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
             if stub_verbs:
                 answer_without_placement(apps["extender"])
             row = asyncio.run(cpu_per_pod(apps, bodies,
-                                          ("filter",) if filter_only else TWO_CALL))
+                                          ("filter",) if filter_only else TWO_CALL, bind))
             click.echo(f"{nodes:>6} nodes, {picks} {mode:10}"
-                       f"{' (filter only)' if filter_only else ''}: extender {row['extender']:.2f}"
+                       f"{' (filter only)' if filter_only else ''}"
+                       f"{', bound' if bind else ''}: extender {row['extender']:.2f}"
                        f" ms CPU/pod, null {row['null']:.2f} ms, ratio"
                        f" {row['extender'] / row['null']:.2f}x, above null"
                        f" {row['extender'] - row['null']:.2f} ms")

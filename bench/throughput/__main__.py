@@ -1,7 +1,8 @@
 """python -m bench.throughput: pods bound per second, extender vs the stock scheduler.
 
 All pods are created first with the scheduler stopped; the clock runs from the moment the
-scheduler is ready until the last pod is bound, so pod creation does not count. Each scale
+scheduler is ready until the last pod is bound, so pod creation does not count (pods it bound
+before it answered ready count neither in the pods nor in the time). Each scale
 runs the stock scheduler (whole GPUs) first, then a null extender (``null_extender``: the same
 protocol answered at once, the ceiling of any extender), then the extender with each workload
 and store, then the stock scheduler again, on the same fake nodes; it prints where a pod's time
@@ -35,6 +36,7 @@ from bench.redis_server import RedisServer  # noqa: E402
 from bench.throughput.breakdown import (  # noqa: E402
     STAGES,
     Samples,
+    api_requests,
     extender_breakdown,
     scheduler_breakdown,
 )
@@ -48,9 +50,11 @@ WORKLOADS = ("shares", "whole", "mixed")
 STOCK = "stock kube-scheduler"
 NULL = "null extender"
 # The extender's verbs per pod in kube-scheduler's scheduling cycle: filter then prioritize,
-# or filter alone (no prioritizeVerb; the extender answers only its best nodes).
-VERBS = ("two-call", "filter-only")
-FILTER_ONLY_ARGS = ("--filter-best-within", "0")
+# or filter alone (no prioritizeVerb; the extender answers only its best nodes, or only its
+# single best one: kube-scheduler then skips its own scoring).
+VERBS = ("two-call", "filter-only", "filter-one")
+VERB_ARGS = {"two-call": (), "filter-only": ("--filter-best-within", "0"),
+             "filter-one": ("--filter-best-within", "0", "--filter-best-single")}
 
 
 class NullExtender(ServiceProcess):
@@ -58,10 +62,11 @@ class NullExtender(ServiceProcess):
 
     what = "null extender"
 
-    def __init__(self, workdir: Path, c: e2e_cluster.LocalCluster) -> None:
+    def __init__(self, workdir: Path, c: e2e_cluster.LocalCluster, one: bool = False) -> None:
         super().__init__(workdir, "null-extender")
         self.server, self.token = c.server, c.token
         (self.port,) = e2e_cluster.free_ports(1)
+        self.one = one  # filter passes only the first candidate
 
     @property
     def url(self) -> str:
@@ -72,7 +77,7 @@ class NullExtender(ServiceProcess):
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "bench.throughput.null_extender", str(self.port),
-                self.server, self.token]
+                self.server, self.token, *(["one"] if self.one else [])]
 
 
 def pod_request(workload: str, i: int) -> dict[str, Any]:
@@ -109,10 +114,22 @@ async def create_nodes(kubeconfig: str, count: int, gpus: int) -> None:
         core, f"tp-node-{i:05d}", gpus=gpus, memory_mib=16384))
 
 
+# Only the pods' metadata: the API server's CPU per poll is mostly serialising the unbound
+# pods, and a run that takes longer polls more often; full pods (a MiB early in a burst of
+# 1,000) made the bench itself cost the slower runs (the extender's) a share of the cores.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
 def unbound_count(c: e2e_cluster.LocalCluster) -> int:
-    """Pods still waiting; the list shrinks as the run goes, so polling stays cheap."""
-    pods = c.request("GET", "/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D")
-    return len(pods["items"])
+    """Pods still waiting (their metadata only); the list shrinks as the run goes."""
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{c.server}/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D")
+    req.add_header("Authorization", f"Bearer {c.token}")
+    req.add_header("Accept", METADATA_ONLY)
+    with urllib.request.urlopen(req, context=c._ssl, timeout=30) as resp:
+        return len(json.loads(resp.read())["items"] or [])
 
 
 def delete_pods(c: e2e_cluster.LocalCluster) -> None:
@@ -135,19 +152,30 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
         return Samples.parse(r.read().decode())
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) a process has used, from /proc; 0 when unreadable."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
              store: str | None, workdir: Path, profile: Path | None = None,
-             verbs: str = "two-call") -> dict:
+             verbs: str = "two-call", percentage: int | None = None) -> dict:
     """One burst; ``store`` None = the stock scheduler alone, "null" = the null extender;
-    ``verbs`` "filter-only": the scheduler config has no prioritizeVerb (and the extender
-    answers only its best nodes)."""
+    ``verbs`` "filter-only"/"filter-one": the scheduler config has no prioritizeVerb (and the
+    extender answers only its best nodes / its best node). ``percentage``: kube-scheduler's
+    percentageOfNodesToScore (None: its default, adaptive)."""
     delete_pods(c)
     ext: Extender | NullExtender | None = None
     if store == "null":
-        ext = NullExtender(workdir, c).start(timeout=60)
+        ext = NullExtender(workdir, c, one=verbs == "filter-one").start(timeout=60)
     elif store is not None:
-        extra = ("--log-level", "warning",
-                 *(FILTER_ONLY_ARGS if verbs == "filter-only" else ()))
+        extra = ("--log-level", "warning", *VERB_ARGS[verbs])
         ext = Extender(workdir, c.kubeconfig, name="bench-extender", store=store,
                        extra=extra).start(timeout=120)
         deadline = time.monotonic() + 120
@@ -157,14 +185,25 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
     asyncio.run(create_pods(str(c.kubeconfig), pods, workload))
     overrides: dict[str, Any] = {
         "clientConnection": {"kubeconfig": str(c.kubeconfig), **CLIENT}}
-    if ext is not None and verbs == "filter-only":
+    if percentage is not None:  # the same for the stock scheduler and every extender run
+        overrides["percentageOfNodesToScore"] = percentage
+    if ext is not None and verbs != "two-call":
         extenders = e2e_cluster.render_scheduler_config(ext.url, c.kubeconfig)["extenders"]
         for e in extenders:
             e.pop("prioritizeVerb", None)
         overrides["extenders"] = extenders
+    ext_url = f"{ext.base}/metrics" if isinstance(ext, Extender) else None
+    # Read before the scheduler starts: it binds from its first moment, and a fast one would
+    # otherwise bind pods while the bench scrapes (the API server's page is large).
+    a_before = scrape(f"{c.server}/metrics", c)
+    e_before = scrape(ext_url) if ext_url else None
     try:
         c.start_scheduler(ext.url if ext else None, overrides=overrides, verbosity=0,
                           extra_args=[f"--authorization-always-allow-paths={OPEN_PATHS}"])
+        started = time.monotonic()
+        # Pods bound before the clock (between the scheduler's first cycle and its /readyz
+        # answering) count neither in the pods nor in the time.
+        bound_early = pods - unbound_count(c)
         spy = None
         if profile is not None and ext is not None and ext.proc is not None:
             spy = subprocess.Popen(
@@ -172,12 +211,16 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
                  "--rate", "200", "-o", str(profile), "--pid", str(ext.proc.pid)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         sched_url = f"https://127.0.0.1:{c.scheduler_port}/metrics"
-        ext_url = f"{ext.base}/metrics" if isinstance(ext, Extender) else None
-        s_before = scrape(sched_url, c)
-        e_before = scrape(ext_url) if ext_url else None
+        s_before = Samples()  # a fresh kube-scheduler: every counter starts at zero
         load_before = os.getloadavg()[0]
-        started = time.monotonic()
-        done, last_report, half_at = 0, started, None
+        # CPU per bound pod of each process on the pod's path: on a small machine they share
+        # the cores, so what one burns (the API server, the extender) slows the others.
+        procs = {"kube-scheduler": c.scheduler.pid if c.scheduler else None,
+                 "kube-apiserver": c.apiserver.pid if c.apiserver else None,
+                 "etcd": c.etcd.pid if c.etcd else None,
+                 "extender": ext.proc.pid if ext is not None and ext.proc is not None else None}
+        cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        done, last_report, half_at = bound_early, started, None
         while done < pods:
             time.sleep(0.25)
             done = pods - unbound_count(c)
@@ -189,15 +232,20 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"only {done}/{pods} pods bound after 10 minutes")
         elapsed = time.monotonic() - started
+        cpu_ms = {name: 1000 * (cpu_seconds(pid) - cpu_before[name]) / (pods - bound_early)
+                  for name, pid in procs.items() if pid is not None}
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             spy.wait(30)
         s_after = scrape(sched_url, c)
-        out: dict = {"pods": pods, "seconds": elapsed, "pods_per_s": pods / elapsed,
+        a_after = scrape(f"{c.server}/metrics", c)
+        out: dict = {"pods": pods, "seconds": elapsed,
+                     "pods_per_s": (pods - bound_early) / elapsed, "bound_early": bound_early,
                      "verbs": verbs if ext is not None else None,
                      "load": [load_before, os.getloadavg()[0]],
-                     "median_to_bind_s": half_at,
-                     "scheduler": scheduler_breakdown(s_before, s_after, pods)}
+                     "median_to_bind_s": half_at, "cpu_ms_per_pod": cpu_ms,
+                     "scheduler": scheduler_breakdown(s_before, s_after, pods),
+                     "api_requests": api_requests(a_before, a_after, pods)}
         if ext_url and e_before is not None:
             out["extender"] = extender_breakdown(e_before, scrape(ext_url))
     finally:
@@ -247,6 +295,39 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
                " prioritize round trips); attempt: the whole\n  scheduling cycle; tries:"
                " attempts per bound pod; load: the 1-minute load average\n  (all the machine's"
                " processes) at the run's start > end.")
+    click.echo(f"\n  {'inside kube-scheduler, ms per attempt':40} {'alg':>6} {'filter':>7}"
+               f" {'scoring':>8} {'rest':>6} {'hinted':>7}")
+    for label, r in results.items():
+        s = r["scheduler"]
+        per_try = max(s.get("attempts_per_pod", 1), 1e-9)
+        scoring = (s.get("prescore_ms", 0) * s.get("prescore_calls", 0)
+                   + s.get("score_ms", 0) * s.get("score_calls", 0)) / per_try
+        filtering = s.get("filter_ms", 0) * s.get("filter_calls", 0) / per_try
+        alg = s.get("algorithm_ms", 0)
+        click.echo(f"  {label:40} {alg:6.2f} {filtering:7.2f} {scoring:8.2f}"
+                   f" {alg - filtering - scoring:6.2f} {s.get('hinted_per_pod', 0):7.2f}")
+    click.echo("  alg: the scheduling algorithm; filter: its Filter plugins over the nodes it"
+               " checks (16 in\n  parallel); scoring: its PreScore and Score plugins (skipped"
+               " when one node is feasible);\n  rest: alg less both, i.e. the extender's"
+               " round trips; hinted: pods per bound pod placed from\n  the previous identical"
+               " pod's ranking (OpportunisticBatching, which kube-scheduler turns off\n  in a"
+               " profile with extenders).")
+    click.echo(f"\n  {'CPU ms per bound pod':40} {'scheduler':>9} {'apiserver':>9} {'etcd':>6}"
+               f" {'extender':>8} {'all':>6}")
+    for label, r in results.items():
+        cpu = r.get("cpu_ms_per_pod", {})
+        cells = [cpu.get(k) for k in ("kube-scheduler", "kube-apiserver", "etcd", "extender")]
+        click.echo(f"  {label:40} " + " ".join(
+            f"{v:{w}.2f}" if v is not None else f"{'-':>{w}}"
+            for v, w in zip(cells, (9, 9, 6, 8), strict=True))
+            + f" {sum(v for v in cells if v is not None):6.2f}")
+    click.echo("  (user + system CPU of each process over the run, per bound pod; the machine's"
+               f" {os.cpu_count()} cores are\n  shared by all of them and whatever else runs)")
+    click.echo("\n  API server requests per bound pod (the bench's own polling of unbound pods"
+               " included):")
+    for label, r in results.items():
+        top = list(r.get("api_requests", {}).items())[:6]
+        click.echo(f"  {label:40} " + ", ".join(f"{k} {v:.2f}" for k, v in top))
     for label, r in results.items():
         ext = r.get("extender")
         if not ext:
@@ -298,15 +379,21 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
               default=("two-call",), show_default=True,
               help="Extender verbs per pod: filter and prioritize, or filter alone (no"
                    " prioritizeVerb; the extender answers its best nodes); repeatable. The null"
-                   " extender runs with the same verbs.")
+                   " extender runs with the same verbs. filter-one: filter answers its single"
+                   " best node, so that kube-scheduler skips its own scoring.")
+@click.option("--percentage-of-nodes-to-score", "percentage", type=click.IntRange(0, 100),
+              help="kube-scheduler's percentageOfNodesToScore, the same for every run (default:"
+                   " kube-scheduler's adaptive one, e.g. 46 % of 500 nodes, 10 % of 5,000).")
+@click.option("--nulls-only", is_flag=True,
+              help="Only the stock scheduler and the null extenders (the protocol's ceiling).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/throughput.json"),
               show_default=True)
 @click.option("--profile", is_flag=True,
               help="Sample the extender with py-spy during each run (collapsed stacks next to"
                    " --out).")
 def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ...],
-         stores: tuple[str, ...], verb_modes: tuple[str, ...], out: Path, profile: bool
-         ) -> None:
+         stores: tuple[str, ...], verb_modes: tuple[str, ...], percentage: int | None,
+         nulls_only: bool, out: Path, profile: bool) -> None:
     """Pods bound per second through kube-scheduler: the stock scheduler alone (whole GPUs),
     then the sparse extender with each workload and store, on the same fake cluster; with the
     per-pod breakdown of both sides."""
@@ -316,7 +403,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
     with tempfile.TemporaryDirectory(prefix="sparse-tp-") as tmp, \
             e2e_cluster.LocalCluster(quiet=True) as c:
         try:
-            redis = RedisServer() if "redis" in stores else None
+            redis = RedisServer() if "redis" in stores and not nulls_only else None
         except RuntimeError as e:
             raise click.ClickException(str(e)) from e
         try:
@@ -330,7 +417,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                     tag = "" if v == "two-call" else f" ({v})"
                     plan.append((f"{NULL}{tag}", "whole", "null", v))
                     plan += [(f"extender, {w}, {s}{tag}", w, s, v)
-                             for s in stores for w in workloads]
+                             for s in stores for w in workloads if not nulls_only]
                 plan.append((f"{STOCK} (again)", "whole", None, ""))
                 for label, workload, store, verbs in plan:
                     click.echo(f"{label} ({nodes} nodes):", err=True)
@@ -342,7 +429,7 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                     if stacks is not None:
                         stacks.parent.mkdir(parents=True, exist_ok=True)
                     runs[label] = run_once(c, nodes, pods, workload, store_url, Path(tmp),
-                                           stacks, verbs or "two-call")
+                                           stacks, verbs or "two-call", percentage)
                 results[str(nodes)] = runs
                 print_scale(nodes, gpus, pods, runs)
         finally:

@@ -108,9 +108,30 @@ def scheduler_breakdown(before: Samples, after: Samples, pods: int) -> dict[str,
                           result="scheduled")
     if n:
         out["attempt_ms"] = ms
-    for point in ("Filter", "Score", "Reserve", "PreBind", "Bind"):
+    for point in ("PreFilter", "Filter", "PreScore", "Score", "Reserve", "PreBind", "Bind"):
         n, ms = delta_mean_ms(before, after, "scheduler_framework_extension_point_duration_seconds",
                               extension_point=point, status="Success")
         if n:
             out[f"{point.lower()}_ms"] = ms
+            out[f"{point.lower()}_calls"] = n / max(pods, 1)
+    # OpportunisticBatching (on by default since 1.35, and off in a profile with extenders):
+    # a pod that reuses the previous identical pod's sorted nodes skips filtering and scoring.
+    hinted = (after.total("scheduler_batch_attempts_total", result="hint_used")
+              - before.total("scheduler_batch_attempts_total", result="hint_used"))
+    out["hinted_per_pod"] = hinted / max(pods, 1)
     return out
+
+
+def api_requests(before: Samples, after: Samples, pods: int) -> dict[str, float]:
+    """API server requests per bound pod over the run, by verb and resource (and
+    subresource), from its apiserver_request_total; the bench's own polling included."""
+    counts: dict[str, float] = {}
+    for sign, samples in ((-1.0, before), (1.0, after)):
+        for labels, value in samples.by_name.get("apiserver_request_total", []):
+            what = labels.get("resource", "")
+            if labels.get("subresource"):
+                what += "/" + labels["subresource"]
+            key = f"{labels.get('verb', '?')} {what}"
+            counts[key] = counts.get(key, 0.0) + sign * value
+    return {k: v / max(pods, 1) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
+            if v > 0}

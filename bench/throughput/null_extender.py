@@ -3,9 +3,11 @@ sparse's, answered instantly. filter passes every candidate, prioritize scores a
 creates the Binding in one API call (a binding extender cannot do less), preempt agrees with
 the scheduler. It is the ceiling any extender can reach through kube-scheduler: what it
 costs beyond the stock scheduler is the protocol's (serial filter and prioritize round trips,
-JSON on the scheduler's side, the Binding call), not any placement.
+JSON on the scheduler's side, the Binding call), not any placement. With ``one``, filter
+passes only the first candidate (as an extender answering its single best node would), and
+kube-scheduler, left with one feasible node, skips its own scoring.
 
-    python -m bench.throughput.null_extender PORT API_SERVER TOKEN
+    python -m bench.throughput.null_extender PORT API_SERVER TOKEN [one]
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from extender.cli import use_fast_event_loop
 JSON = "application/json"
 
 
-def null_app(api_server: str, token: str) -> web.Application:
+def null_app(api_server: str, token: str, one: bool = False) -> web.Application:
     session: dict[str, aiohttp.ClientSession] = {}
 
     async def open_session(app: web.Application) -> None:
@@ -39,6 +41,8 @@ def null_app(api_server: str, token: str) -> web.Application:
     async def filter_(request: web.Request) -> web.Response:
         args = msgspec.json.decode(await request.read())
         names = args.get("NodeNames")
+        if one and names is not None:
+            names = names[:1]
         reply = ({"NodeNames": names, "FailedNodes": {}, "Error": ""} if names is not None
                  else {"Nodes": args.get("Nodes"), "FailedNodes": {}, "Error": ""})
         return web.Response(body=msgspec.json.encode(reply), content_type=JSON)
@@ -84,5 +88,5 @@ def null_app(api_server: str, token: str) -> web.Application:
 if __name__ == "__main__":
     port, api_server, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     use_fast_event_loop()  # the event loop the extender's CLI uses
-    web.run_app(null_app(api_server, token), host="127.0.0.1", port=port, print=None,
-                access_log=None)
+    web.run_app(null_app(api_server, token, one=sys.argv[4:] == ["one"]), host="127.0.0.1",
+                port=port, print=None, access_log=None)

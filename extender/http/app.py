@@ -50,6 +50,7 @@ def build_scheduler(settings: Settings) -> Scheduler:
         bind_timeout_s=settings.bind_timeout_s,
         trust_request_inventory=settings.trust_request_inventory,
         filter_best_within=settings.filter_best_within,
+        filter_best_single=settings.filter_best_single,
     )
 
 

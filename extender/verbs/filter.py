@@ -6,7 +6,10 @@ for the prioritize call that follows in the same scheduling cycle.
 With ``Scheduler.filter_best_within`` set (the scheduler config then has no prioritizeVerb:
 one round trip per pod), filter scores the fitting nodes as prioritize would and answers only
 those within that many score points (0-10) of the best; kube-scheduler's own scores choose
-among them. Nodes left out for scoring lower are not reported as failed: they fit.
+among them. Nodes left out for scoring lower are not reported as failed: they fit. With
+``Scheduler.filter_best_single`` too, filter answers the one node of lowest cost (the first in
+the request's order among equals): kube-scheduler, left with one feasible node, then skips
+its own scoring altogether.
 """
 
 from __future__ import annotations
@@ -96,8 +99,9 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
                  if verdicts is None
                  else s.node_verdicts.costs(s.policy, state, demand, verdicts, fitting))
         if s.filter_best_within is not None:  # no prioritize follows: answer the best
-            passed = best_nodes(passed, scores_from_costs(
-                with_locality(s, pod, demand, passed, costs)), s.filter_best_within)
+            total = with_locality(s, pod, demand, passed, costs)
+            passed = ([passed[int(np.argmin(total))]] if s.filter_best_single
+                      else best_nodes(passed, scores_from_costs(total), s.filter_best_within))
         else:
             s.cycle_costs.put(demand.uid, s.clock(),
                               CycleEntry.of(state, passed, result.nodes[fitting], costs))

@@ -35,3 +35,11 @@ async def test_answers_at_once_and_binds_through_the_api_server() -> None:
     path, auth, body = seen[0]
     assert path == "/api/v1/namespaces/ml/pods/p/binding" and auth == "Bearer secret"
     assert body["target"]["name"] == "a" and body["metadata"]["uid"] == "u1"
+
+
+async def test_one_passes_only_the_first_candidate() -> None:
+    app = null_app("http://127.0.0.1:1", "secret", one=True)
+    async with TestClient(TestServer(app)) as c:
+        args = {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["b", "a", "c"]}
+        got = await (await c.post("/scheduler/filter", json=args)).json()
+        assert got["NodeNames"] == ["b"] and got["FailedNodes"] == {}

@@ -53,3 +53,31 @@ def test_breakdown_is_the_runs_delta_per_call() -> None:
     sched = scheduler_breakdown(before, after, pods=20)
     assert sched["algorithm_ms"] == pytest.approx(20.0)
     assert sched["attempts_per_pod"] == pytest.approx(1.0)
+
+
+def test_api_requests_per_pod_by_verb_and_resource_over_the_run() -> None:
+    from bench.throughput.breakdown import api_requests
+
+    before = Samples.parse(
+        'apiserver_request_total{code="201",resource="pods",subresource="binding",'
+        'verb="POST"} 5\napiserver_request_total{code="201",resource="events",verb="POST"} 7\n')
+    after = Samples.parse(
+        'apiserver_request_total{code="201",resource="pods",subresource="binding",'
+        'verb="POST"} 25\napiserver_request_total{code="409",resource="pods",'
+        'subresource="binding",verb="POST"} 2\n'
+        'apiserver_request_total{code="201",resource="events",verb="POST"} 17\n')
+    got = api_requests(before, after, 20)
+    assert got == {"POST pods/binding": pytest.approx(1.1), "POST events": pytest.approx(0.5)}
+    assert list(got) == ["POST pods/binding", "POST events"]  # most first
+
+
+def test_the_scheduler_breakdown_tells_scoring_and_batching() -> None:
+    after = Samples.parse(
+        'scheduler_framework_extension_point_duration_seconds_count{extension_point="Score",'
+        'profile="p",status="Success"} 10\n'
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Score",'
+        'profile="p",status="Success"} 0.02\n'
+        'scheduler_batch_attempts_total{profile="p",result="hint_used"} 4\n')
+    got = scheduler_breakdown(Samples(), after, 10)
+    assert got["score_ms"] == pytest.approx(2.0) and got["score_calls"] == 1.0
+    assert got["hinted_per_pod"] == pytest.approx(0.4)

@@ -288,11 +288,15 @@ async def test_restart_reports_rebuilt_bookings_before_any_request(cluster, core
             await e2e_cluster.delete_pod(core, n)
 
 
-async def test_filter_only_config_still_avoids_the_bad_co_runner(cluster, core, tmp_path):
+@pytest.mark.parametrize("single", [False, True], ids=["best-nodes", "one-node"])
+async def test_filter_only_config_still_avoids_the_bad_co_runner(cluster, core, tmp_path,
+                                                                 single):
     """No prioritizeVerb (the chart's extender.filterBest): filter answers only the best
-    node, so the co-runner choice prioritize made above is made by filter alone."""
+    node(s), so the co-runner choice prioritize made above is made by filter alone; with
+    ``single`` one node, and kube-scheduler skips its own scoring."""
     cluster.reset()
-    ext = Extender(tmp_path, cluster.kubeconfig, extra=("--filter-best-within", "0")).start()
+    extra = ("--filter-best-within", "0", *(("--filter-best-single",) if single else ()))
+    ext = Extender(tmp_path, cluster.kubeconfig, extra=extra).start()
     extenders = e2e_cluster.render_scheduler_config(ext.url, cluster.kubeconfig)["extenders"]
     for e in extenders:
         del e["prioritizeVerb"]

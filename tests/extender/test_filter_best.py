@@ -101,3 +101,34 @@ def test_the_setting_reaches_the_scheduler_and_is_checked() -> None:
     assert any("--filter-best-within" in e for e in Settings(filter_best_within=11).validate())
     assert not any("--filter-best-within" in e
                    for e in Settings(filter_best_within=0).validate())
+
+
+async def test_single_answers_one_of_the_best_scored_nodes_over_random_steps() -> None:
+    rng = random.Random(5)
+    single, both = best_only(), cluster()
+    single.filter_best_single = True
+    narrowed = 0
+    for step in range(80):
+        p = pod(**rng.choice(SHAPES))
+        names = tuple(rng.sample(NODES, rng.randint(1, len(NODES))))
+        answer = (await single.filter(filter_args(p, names))).NodeNames
+        passed, scores = await two_call(both, p, names)
+        if not passed:
+            assert answer == [], step
+            continue
+        top = max(scores.values())
+        assert len(answer) == 1 and scores[answer[0]] == top, step  # one node, of the top
+        narrowed += len(passed) > 1
+        if rng.random() < 0.6:
+            await bind_pod(single, p, answer[0])
+            await bind_pod(both, p, answer[0])
+    assert narrowed > 10  # several nodes fitted, one was answered
+
+
+def test_single_needs_a_tolerance_and_reaches_the_scheduler() -> None:
+    assert any("--filter-best-single" in e for e in Settings(filter_best_single=True).validate())
+    assert not any("--filter-best-single" in e for e in Settings(
+        filter_best_within=0, filter_best_single=True).validate())
+    assert build_scheduler(Settings(filter_best_within=0,
+                                    filter_best_single=True)).filter_best_single
+    assert not build_scheduler(Settings(filter_best_within=0)).filter_best_single

@@ -275,6 +275,10 @@ def test_filter_best_drops_prioritize_and_tells_the_extender_its_tolerance() -> 
     assert {ext["filterVerb"], ext["bindVerb"], ext["preemptVerb"]} == {
         "filter", "bind", "preempt"}
     assert "--filter-best-within=0" in container(docs, "Deployment", "sparse-extender")["args"]
+    assert "--filter-best-single" not in container(docs, "Deployment", "sparse-extender")["args"]
+    one = render("extender.filterBest.enabled=true", "extender.filterBest.single=true")
+    assert "prioritizeVerb" not in scheduler_config(one)["extenders"][0]
+    assert "--filter-best-single" in container(one, "Deployment", "sparse-extender")["args"]
 
 
 def test_network_policy_admits_only_the_scheduler_to_the_scheduling_port() -> None:
