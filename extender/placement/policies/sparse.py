@@ -84,6 +84,7 @@ from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.common import pod_cpu, pod_mem
 from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
+from extender.placement.policies.remainder import remainder_cost, waste_table
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 from extender.placement.policies.waiting import WaitingPods, drain_costs
@@ -106,11 +107,13 @@ class Sparse:
     cpu_weight: float = 0.0
     fill: bool = True
     drain_weight: float = 1.0
+    remainder_weight: float = 0.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
     _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
     _waiting: WaitingPods = field(default_factory=WaitingPods, repr=False, compare=False)
+    _waste: dict = field(default_factory=dict, repr=False, compare=False)  # per mix, memo
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
@@ -172,6 +175,8 @@ class Sparse:
                                   self._frag_finish(state, demand, model.tasks.p), (model,)))
         if self.cpu_weight and getattr(state, "host", None) is not None:
             terms.append(CostTerm(None, (), self._cpu_term))
+        if self.remainder_weight and demand.has_share and not demand.whole_gpus:
+            terms.append(CostTerm(None, (), self._remainder_term))
         if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
             terms.append(CostTerm(None, None, self._drain_term))  # reads the waiting pods
         if self.order_weight:  # two multiplications: cheaper than a cache lookup
@@ -264,6 +269,20 @@ class Sparse:
             return share_cost, whole_cost
 
         return finish
+
+    def _remainder_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                        ) -> TermValues:
+        """Capacity the share's remainder leaves idle against the mix (``remainder.py``),
+        plus one GPU so costs stay >= 0; whole-GPU slots get nothing."""
+        model = self._frag.model
+        held = self._waste.get("table")
+        if held is None or held[0] is not model:  # once per re-read of the mix
+            held = (model, waste_table(model.tasks))
+            self._waste["table"] = held
+        gpus = masks.gpus
+        left = state.milli_cap[gpus] - state.milli_used[gpus]
+        cost = remainder_cost(held[1], left, demand.share_milli)
+        return self.remainder_weight * (1.0 + cost), None
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                   ) -> TermValues:
