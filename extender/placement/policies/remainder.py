@@ -28,7 +28,7 @@ def waste_table(tasks: TypicalTasks) -> np.ndarray:
     """``waste(r)`` for r = 0..1000 milli, from the tasks that fit on one GPU (shares, and a
     whole GPU as 1000), weighed by popularity; models and CPU are left out."""
     one = (tasks.num <= 1) & (tasks.milli > 0)
-    sizes = np.rint(tasks.milli[one]).astype(np.int64)
+    sizes = np.clip(np.rint(tasks.milli[one]), 1, MILLI).astype(np.int64)
     weights = tasks.p[one]
     if not len(sizes):
         return np.arange(MILLI + 1, dtype=np.float64)
@@ -36,13 +36,17 @@ def waste_table(tasks: TypicalTasks) -> np.ndarray:
     sizes = np.flatnonzero(size_w)
     q = size_w[sizes]
     waste = np.zeros(MILLI + 1)
-    for r in range(MILLI + 1):
-        fit = sizes <= r
-        total = q[fit].sum()
-        if total <= 0:
-            waste[r] = r
-        else:
-            waste[r] = float(q[fit] @ waste[r - sizes[fit]]) / total
+    # waste(r) reads waste(r - m), m >= the smallest size: a block of r as long as that size
+    # reads only values below the block, so the block is filled at once
+    step = max(int(sizes.min()), 1)
+    for start in range(0, MILLI + 1, step):
+        r = np.arange(start, min(start + step, MILLI + 1))
+        fit = sizes[None, :] <= r[:, None]
+        weight = np.where(fit, q[None, :], 0.0)
+        below = waste[np.where(fit, r[:, None] - sizes[None, :], 0)]
+        total = weight.sum(axis=1)
+        waste[r] = np.where(total > 0, (weight * below).sum(axis=1) / np.maximum(total, 1e-300),
+                            r)
     return waste
 
 

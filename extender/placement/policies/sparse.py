@@ -61,6 +61,14 @@ convex in the GPUs the node already has free; so, where a pod has a choice, it g
 nodes farthest from hosting the waiting pod, and the nearest ones drain. With nothing waiting
 (every pod of the FGD protocol is asked about once) it is zero.
 
+``remainder_weight`` (``remainder.py``) prices a share by what its remainder is worth to the
+share sizes that come: the GPU's milli that a stream of pods drawn from the learned mix would
+leave idle after the share, minus what it would leave without it. The fill measure looks at
+one shape at a time (copies of 470 in a 530 remainder); this term lets the mix fill the
+remainder together (a 320 then a 160), which is how a GPU's last slivers are actually used, so
+a share goes where the coming sizes close the gap rather than where the gap is merely
+smallest. It acts on shares only; whole GPUs are priced by the fragmentation term.
+
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
 matrix), which also steers pods of unknown class.
@@ -107,7 +115,7 @@ class Sparse:
     cpu_weight: float = 0.0
     fill: bool = True
     drain_weight: float = 1.0
-    remainder_weight: float = 0.0
+    remainder_weight: float = 1.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
