@@ -281,16 +281,25 @@ class Sparse:
     def _remainder_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                         ) -> TermValues:
         """Capacity the share's remainder leaves idle against the mix (``remainder.py``),
-        plus one GPU so costs stay >= 0; whole-GPU slots get nothing."""
+        plus one GPU so costs stay >= 0; whole-GPU slots get nothing. Read from a row per
+        share size (the cost for every milli a GPU may have left), built once per re-read of
+        the mix: one lookup per candidate GPU."""
         model = self._frag.model
-        held = self._waste.get("table")
-        if held is None or held[0] is not model:  # once per re-read of the mix
-            held = (model, waste_table(model.tasks))
-            self._waste["table"] = held
+        if self._waste.get("model") is not model:
+            self._waste.clear()
+            self._waste["model"] = model
+            self._waste["table"] = waste_table(model.tasks)
+        size = int(demand.share_milli)
+        row = self._waste.get(size)
+        if row is None:
+            left = np.arange(len(self._waste["table"]))
+            row = self.remainder_weight * (1.0 + remainder_cost(self._waste["table"], left,
+                                                                size))
+            self._waste[size] = row
         gpus = masks.gpus
         left = state.milli_cap[gpus] - state.milli_used[gpus]
-        cost = remainder_cost(held[1], left, demand.share_milli)
-        return self.remainder_weight * (1.0 + cost), None
+        np.clip(left, 0, len(row) - 1, out=left)
+        return row[left], None
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                   ) -> TermValues:
