@@ -61,6 +61,14 @@ convex in the GPUs the node already has free; so, where a pod has a choice, it g
 nodes farthest from hosting the waiting pod, and the nearest ones drain. With nothing waiting
 (every pod of the FGD protocol is asked about once) it is zero.
 
+``remainder_weight`` (``remainder.py``) prices a share by what its remainder is worth to the
+share sizes that come: the GPU's milli that a stream of pods drawn from the learned mix would
+leave idle after the share, minus what it would leave without it. The fill measure looks at
+one shape at a time (copies of 470 in a 530 remainder); this term lets the mix fill the
+remainder together (a 320 then a 160), which is how a GPU's last slivers are actually used, so
+a share goes where the coming sizes close the gap rather than where the gap is merely
+smallest. It acts on shares only; whole GPUs are priced by the fragmentation term.
+
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
 matrix), which also steers pods of unknown class.
@@ -84,6 +92,7 @@ from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.common import pod_cpu, pod_mem
 from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
+from extender.placement.policies.remainder import remainder_cost, waste_table
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 from extender.placement.policies.waiting import WaitingPods, drain_costs
@@ -106,11 +115,13 @@ class Sparse:
     cpu_weight: float = 0.0
     fill: bool = True
     drain_weight: float = 1.0
+    remainder_weight: float = 1.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
     _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
     _waiting: WaitingPods = field(default_factory=WaitingPods, repr=False, compare=False)
+    _waste: dict = field(default_factory=dict, repr=False, compare=False)  # per mix, memo
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
@@ -172,6 +183,8 @@ class Sparse:
                                   self._frag_finish(state, demand, model.tasks.p), (model,)))
         if self.cpu_weight and getattr(state, "host", None) is not None:
             terms.append(CostTerm(None, (), self._cpu_term))
+        if self.remainder_weight and demand.has_share and not demand.whole_gpus:
+            terms.append(CostTerm(None, (), self._remainder_term))
         if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
             terms.append(CostTerm(None, None, self._drain_term))  # reads the waiting pods
         if self.order_weight:  # two multiplications: cheaper than a cache lookup
@@ -264,6 +277,29 @@ class Sparse:
             return share_cost, whole_cost
 
         return finish
+
+    def _remainder_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                        ) -> TermValues:
+        """Capacity the share's remainder leaves idle against the mix (``remainder.py``),
+        plus one GPU so costs stay >= 0; whole-GPU slots get nothing. Read from a row per
+        share size (the cost for every milli a GPU may have left), built once per re-read of
+        the mix: one lookup per candidate GPU."""
+        model = self._frag.model
+        if self._waste.get("model") is not model:
+            self._waste.clear()
+            self._waste["model"] = model
+            self._waste["table"] = waste_table(model.tasks)
+        size = int(demand.share_milli)
+        row = self._waste.get(size)
+        if row is None:
+            left = np.arange(len(self._waste["table"]))
+            row = self.remainder_weight * (1.0 + remainder_cost(self._waste["table"], left,
+                                                                size))
+            self._waste[size] = row
+        gpus = masks.gpus
+        left = state.milli_cap[gpus] - state.milli_used[gpus]
+        np.clip(left, 0, len(row) - 1, out=left)
+        return row[left], None
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                   ) -> TermValues:
