@@ -155,6 +155,23 @@ async def place_pod(s: Scheduler, p: dict[str, Any], node: str) -> str:
     return p["metadata"]["uid"]
 
 
+async def random_bind_or_release(rng: Any, twins: Iterable[Scheduler], p: dict[str, Any],
+                                  answer: list[str], bound: list[dict[str, Any]]) -> None:
+    """One random step of the tests that drive twin schedulers alike: 60 % of the time bind
+    ``p`` on every twin to one node of ``answer`` (kube-scheduler's pick among them), then
+    25 % of the time release one bound pod on every twin."""
+    twins = list(twins)
+    if answer and rng.random() < 0.6:
+        node = rng.choice(answer)
+        for s in twins:
+            await bind_pod(s, p, node)
+        bound.append(p)
+    if bound and rng.random() < 0.25:
+        gone = bound.pop(rng.randrange(len(bound)))
+        for s in twins:
+            await s.release(gone["metadata"]["uid"])
+
+
 async def post_verb(client: Any, verb: str, payload: dict[str, Any]) -> Any:
     """POST ``payload`` to the test client's ``/scheduler/<verb>``; the answer must be a 200."""
     resp = await client.post(f"/scheduler/{verb}", data=json.dumps(payload).encode(),

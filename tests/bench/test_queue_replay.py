@@ -123,12 +123,18 @@ def test_the_stock_schedulers_run_as_before_and_every_job_completes(tmp_path):
         json.dumps(r.to_json())  # what runs.jsonl stores
 
 
+def _waiting(bands: list[int]) -> RankedQueue:
+    """A queue of jobs 0..n-1 in those bands, every one waiting, in index order."""
+    queue = RankedQueue(np.array(bands, dtype=np.int64))
+    for j in range(len(bands)):
+        queue.wait(j)
+    return queue
+
+
 def test_a_long_job_whose_latest_start_has_come_goes_ahead_of_the_queue():
     from bench.sim.queueing import CriticalPath
 
-    queue = RankedQueue(np.array([0, 0, 0, 5], dtype=np.int64))
-    for j in range(4):
-        queue.wait(j)
+    queue = _waiting([0, 0, 0, 5])
     predicted = np.array([100.0, 4_000.0, np.nan, 6_000.0])
     started = np.full(4, np.nan)
     done = np.full(4, np.nan)
@@ -170,9 +176,7 @@ def test_critical_path_holds_nodes_for_gangs_and_leaves_the_stock_schedulers_fif
 def test_drain_path_promotes_only_jobs_that_would_end_after_the_rest():
     from bench.sim.queueing import PATH_MARGINS, CriticalPath
 
-    queue = RankedQueue(np.array([0, 0, 0, 5], dtype=np.int64))
-    for j in range(4):
-        queue.wait(j)
+    queue = _waiting([0, 0, 0, 5])
     predicted = np.array([100.0, 600.0, np.nan, 1_200.0])
     nan = np.full(4, np.nan)
     # 1,900 GPU-s on 1 GPU: 1,900 s to drain; the point estimate promotes nobody, x2 promotes 3
@@ -200,9 +204,7 @@ def test_critical_share_gives_each_part_the_gpus_in_proportion_to_its_work():
     from bench.sim.queueing import CriticalShare
 
     # jobs 0-3 short (shortest first), 4-7 critical (their own order: 7, 6, 5, 4)
-    queue = RankedQueue(np.array([0, 0, 1, 1, 2, 2, 2, 2], dtype=np.int64))
-    for j in range(8):
-        queue.wait(j)
+    queue = _waiting([0, 0, 1, 1, 2, 2, 2, 2])
     predicted = np.array([100.0] * 4 + [400.0] * 4)
     critical = np.array([False] * 4 + [True] * 4)
     nan = np.full(8, np.nan)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from builders import bind_pod, filter_args, mixed_inventory, pod
+from builders import bind_pod, filter_args, mixed_inventory, pod, random_bind_or_release
 
 from extender.config import Settings
 from extender.http.app import build_scheduler
@@ -60,15 +60,7 @@ async def test_answers_the_best_scored_nodes_of_the_two_call_path_over_random_st
         else:
             assert answer == [], step
         narrowed += len(answer) < len(passed)
-        if answer and rng.random() < 0.6:
-            node = rng.choice(answer)  # kube-scheduler's pick among the best: same on both
-            await bind_pod(best, p, node)
-            await bind_pod(both, p, node)
-            bound.append(p)
-        if bound and rng.random() < 0.25:
-            gone = bound.pop(rng.randrange(len(bound)))
-            await best.release(gone["metadata"]["uid"])
-            await both.release(gone["metadata"]["uid"])
+        await random_bind_or_release(rng, (best, both), p, answer, bound)
     assert narrowed > 10  # the answer did leave nodes out, not only pass everything
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from builders import bind_pod, filter_args, gpu_node, mixed_inventory, pod
+from builders import bind_pod, filter_args, gpu_node, mixed_inventory, pod, random_bind_or_release
 
 from extender import protocol
 from extender.interference import default_matrix
@@ -51,15 +51,7 @@ async def test_same_answers_and_costs_as_without_the_cache_over_bookings_and_rel
         assert protocol.encode(a) == protocol.encode(b), step
         assert cycle_costs(cached, p["metadata"]["uid"]) == cycle_costs(
             plain, p["metadata"]["uid"]), step
-        if a.NodeNames and rng.random() < 0.6:
-            node = rng.choice(a.NodeNames)
-            await bind_pod(cached, p, node)
-            await bind_pod(plain, p, node)
-            bound.append(p)
-        if bound and rng.random() < 0.25:
-            gone = bound.pop(rng.randrange(len(bound)))
-            await cached.release(gone["metadata"]["uid"])
-            await plain.release(gone["metadata"]["uid"])
+        await random_bind_or_release(rng, (cached, plain), p, a.NodeNames, bound)
     assert cached.node_verdicts.reused > 0  # the cache did answer, and alike
 
 
