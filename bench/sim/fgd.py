@@ -184,13 +184,17 @@ def run_fgd(
     lost = {"share": 0, "one": 0, "multi": 0, "cpu_only_pods": 0}
     failed_pods: list = []  # GPU pods that failed before arrived = 100 %
     breakdown = None  # where the free capacity sits when arrived reaches 100 %
+    window = losses.FailWindow()  # from the first failed GPU pod up to arrived = 100 %
     for i in range(n):
         d = sim.demand(names[i], int(cols[0][i]), int(cols[1][i]), int(cols[2][i]),
                        int(cols[3][i]), specs[i])
         if breakdown is None and arrived_milli + d.gpu_request > capacity:
             breakdown = losses.breakdown(sim, failed_pods)
+        before = arrived_milli
         arrived_milli += d.gpu_request
         placed = sim.schedule(d)
+        if arrived_milli <= capacity:
+            window.record(before, d, placed is not None, capacity)
         if placed is None:
             failed += 1
             if arrived_milli <= capacity:
@@ -215,5 +219,6 @@ def run_fgd(
         frag=bucketize(pct, frag / capacity * 100.0),
         frag_rate=bucketize(pct, np.where(idle > 0, frag / np.maximum(idle, 1) * 100.0, 0.0)),
         extra={"failed_gpu_milli_to_100": lost, "unallocated_lower_bound_gpus": bound,
-               "losses": breakdown or losses.breakdown(sim, failed_pods)},
+               "losses": {**(breakdown or losses.breakdown(sim, failed_pods)),
+                          **window.summary()}},
     )

@@ -19,6 +19,14 @@ request by pod shape (shares, one whole GPU, several GPUs) is the other view of 
 at exactly 100 % arrived the two totals are equal. ``shared_gpus`` counts the partly used GPUs
 and ``half_empty`` is the free capacity on those with at least half a GPU left (shares that
 found no partner).
+
+The window view (``FailWindow``) says when the losses happen. With no departures every pod
+before the first failed GPU pod was placed, so the unallocated capacity at 100 % is the GPU
+request that arrived from that point on (``window_arrived``) less the part of it still placed
+(``window_placed``, shares that found a sliver wide enough, whole pods on the odd empty GPU).
+``first_fail_pct`` is the arrived workload, % of capacity, at that first failure: a policy
+loses less by moving it later (packing more densely before) or by placing more inside the
+window (leaving slivers the late pods fit); ``window_placed_<shape>`` says which pods did.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from bench.sim.trace import TraceDemand
 from extender.placement.policies.fgd import node_model
 
 REASONS = ("sliver", "multi", "cpu", "model", "other")
+WINDOW = ("first_fail_pct", "window_arrived", "window_placed")
 SHAPES = ("share", "one", "multi")
 # the partly used GPUs: how many, and the free milli on those at least half empty
 SHARED = ("shared_gpus", "half_empty")
@@ -40,6 +49,34 @@ MILLI = 1000
 
 def pod_shape(d: TraceDemand) -> str:
     return "share" if d.gpu_milli < MILLI else "one" if d.num_gpu == 1 else "multi"
+
+
+class FailWindow:
+    """GPU request arriving after the first failed GPU pod (up to arrived = 100 %), and the
+    part of it placed, by pod shape (module doc)."""
+
+    def __init__(self) -> None:
+        self.first_fail_pct: float | None = None
+        self.arrived = 0
+        self.placed = Counter()
+
+    def record(self, arrived_before: int, d: TraceDemand, placed: bool, capacity: int) -> None:
+        if not d.gpu_request:
+            return
+        if self.first_fail_pct is None:
+            if placed:
+                return
+            self.first_fail_pct = 100.0 * arrived_before / capacity
+        self.arrived += d.gpu_request
+        if placed:
+            self.placed[pod_shape(d)] += d.gpu_request
+
+    def summary(self) -> dict[str, float]:
+        out = {"first_fail_pct": 100.0 if self.first_fail_pct is None else self.first_fail_pct,
+               "window_arrived": self.arrived / MILLI,
+               "window_placed": sum(self.placed.values()) / MILLI}
+        out.update({f"window_placed_{s}": self.placed[s] / MILLI for s in SHAPES})
+        return out
 
 
 def breakdown(sim, failed: list[TraceDemand]) -> dict[str, float]:
@@ -103,7 +140,7 @@ def table(runs: list) -> pd.DataFrame:
                 and "losses" in r.extra]
         row = {"workload": workload, "policy": policy, "seeds": len(mine),
                "unalloc_gpus": float(np.mean([r.unallocated_gpus_100 for r in mine]))}
-        for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES), *SHARED):
+        for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES), *SHARED, *WINDOW):
             row[k] = float(np.mean([r.extra["losses"].get(k, 0.0) for r in mine]))
         bounds = [r.extra.get("unallocated_lower_bound_gpus") for r in mine]
         row["lower_bound"] = float(np.mean(bounds)) if None not in bounds else np.nan

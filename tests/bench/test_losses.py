@@ -84,3 +84,40 @@ def test_cli_losses_prints_the_breakdown(tiny_files, tmp_path):
     assert "Where the unallocated GPUs sit" in (out / "report.md").read_text()
     again = CliRunner().invoke(main, ["losses", "--runs", str(out)])
     assert again.exit_code == 0 and "best-fit minus fgd" in again.output
+
+
+def test_the_window_after_the_first_failure_holds_every_loss(tmp_path):
+    from bench.sim.fgd import run_fgd
+
+    nodes = pd.DataFrame({"sn": [f"n{i}" for i in range(3)], "cpu_milli": 96000,
+                          "memory_mib": 262144, "gpu": 8, "model": "G2"})
+    pods = pd.DataFrame({"name": [f"p{i:03d}" for i in range(80)], "cpu_milli": 1000,
+                         "memory_mib": 1024, "num_gpu": 1,
+                         "gpu_milli": [810, 470, 1000, 650] * 20, "gpu_spec": ""})
+    nodes.to_csv(tmp_path / "n.csv", index=False)
+    pods.to_csv(tmp_path / "p.csv", index=False)
+    run = run_fgd(str(tmp_path / "p.csv"), "best-fit", 1, nodes_path=str(tmp_path / "n.csv"))
+    out = run.extra["losses"]
+    assert 0.0 < out["first_fail_pct"] < 100.0  # 810s and 650s leave slivers nothing fills
+    # no departures: what failed up to 100 % is what arrived after the first failure, less
+    # what of it still found room (up to the last pod's request: arrived moves in steps)
+    failed = sum(out[f"failed_{s}"] for s in losses.SHAPES)
+    assert out["window_arrived"] - out["window_placed"] == pytest.approx(failed)
+    assert abs(failed - run.unallocated_gpus_100) <= 1.0
+    assert out["window_placed"] == pytest.approx(
+        sum(out[f"window_placed_{s}"] for s in losses.SHAPES))
+
+
+def test_the_window_starts_at_the_first_failed_gpu_pod(sim):
+    window = losses.FailWindow()
+    fits = sim.demand("a", 1000, 1024, 1, 500, "")
+    fails = sim.demand("b", 1000, 1024, 8, 1000, "")
+    window.record(0, fits, True, 14000)
+    window.record(500, sim.demand("cpu", 1000, 1024, 0, 0, ""), False, 14000)  # no GPU
+    assert window.summary()["window_arrived"] == 0.0
+    window.record(500, fails, False, 14000)
+    window.record(8500, fits, True, 14000)
+    out = window.summary()
+    assert out["first_fail_pct"] == pytest.approx(100 * 500 / 14000)
+    assert out["window_arrived"] == 8.5 and out["window_placed"] == 0.5
+    assert out["window_placed_share"] == 0.5 and out["window_placed_multi"] == 0.0
