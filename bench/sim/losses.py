@@ -141,7 +141,9 @@ def table(runs: list) -> pd.DataFrame:
         row = {"workload": workload, "policy": policy, "seeds": len(mine),
                "unalloc_gpus": float(np.mean([r.unallocated_gpus_100 for r in mine]))}
         for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES), *SHARED, *WINDOW):
-            row[k] = float(np.mean([r.extra["losses"].get(k, 0.0) for r in mine]))
+            # runs recorded before the window view carry none: NaN, not a first failure at 0 %
+            missing = np.nan if k in WINDOW else 0.0
+            row[k] = float(np.mean([r.extra["losses"].get(k, missing) for r in mine]))
         bounds = [r.extra.get("unallocated_lower_bound_gpus") for r in mine]
         row["lower_bound"] = float(np.mean(bounds)) if None not in bounds else np.nan
         rows.append(row)

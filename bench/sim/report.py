@@ -227,7 +227,10 @@ def write_fgd(runs: list, out: Path, command: str = "") -> Path:
         lines += [
             "## Where the unallocated GPUs sit", "",
             "GPUs at arrived = 100 %, mean over seeds: free capacity by the reason the failed "
-            "pods could not use it (bench/sim/losses.py), then their request by shape.", "",
+            "pods could not use it (bench/sim/losses.py), then their request by shape; "
+            "`first_fail_pct`: arrived % at the first failed GPU pod, `window_arrived` / "
+            "`window_placed`: GPU request arriving after it up to 100 % and the part placed "
+            "(their difference is the unallocated capacity).", "",
             md_table(loss, "{:.1f}"), "",
         ]
     for workload in sorted({r.workload for r in runs}):

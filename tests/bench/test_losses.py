@@ -81,6 +81,7 @@ def test_cli_losses_prints_the_breakdown(tiny_files, tmp_path):
     assert res.exit_code == 0, res.output
     assert "| sliver | multi | cpu | model |" in res.output
     assert "best-fit minus fgd" in res.output
+    assert "| first_fail_pct | window_arrived | window_placed |" in res.output
     assert "Where the unallocated GPUs sit" in (out / "report.md").read_text()
     again = CliRunner().invoke(main, ["losses", "--runs", str(out)])
     assert again.exit_code == 0 and "best-fit minus fgd" in again.output
