@@ -5,7 +5,7 @@ share it places: did it land on an untouched GPU, and was there then a partly us
 with that much milli free (``opened_with_gap``), on a node whose CPU and host memory still fit
 the pod (``gap_fits_node``). Prints one JSON line with the counts and the losses' window view.
 
-    python bench/reports/fgd-heldout/share-heavy/count_opens.py <workload or CSV> <seed> <policy>
+    PYTHONPATH=. python bench/reports/fgd-heldout/share-heavy/count_opens.py WORKLOAD SEED POLICY
 """
 
 from __future__ import annotations
