@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from controller.status import now_iso
 from extender.queueorder import latest_start_due, slack_rank
 
 
@@ -89,9 +90,12 @@ def may_try(key: str, waiting: Iterable[Waiting], now: float, max_pass_over_s: f
         if w.key == key:
             return True, ""
         if blocks(w, now, max_pass_over_s):
-            return False, (f"queued behind {w.key}, which has waited"
-                           f" {int(now - w.waiting_since)}s for GPUs (jobs may pass a waiting"
-                           f" job for at most {int(max_pass_over_s)}s)")
+            # the same words on every pass while nothing changes: one event, not one a pass
+            ahead = ("; its latest start has come, it goes ahead of every band"
+                     if w.key in due else "")
+            return False, (f"queued behind {w.key}, waiting for GPUs since"
+                           f" {now_iso(w.waiting_since or 0.0)} (jobs may pass a waiting job"
+                           f" for at most {int(max_pass_over_s)}s){ahead}")
     return True, ""
 
 

@@ -337,3 +337,23 @@ async def test_latest_start_records_the_margins_and_admits_a_due_job_first(world
     assert any(r == "LatestStart" for _, r, _ in world.kube.events)
     load = load_entry(world.kube.jobs["long"])
     assert load.started is not None and load.due
+
+
+async def test_a_queued_job_is_told_once_whom_it_waits_behind_and_why(world):
+    """The Queued message stays the same while nothing changes (one NotAdmitted event, not
+    one a pass), names the job ahead and, when its latest start has come, says so."""
+    await occupy_one_gpu(world)
+    world.submit("big", created="2026-12-01T00:00:00Z")
+    world.submit("late", replicas=1, created="2026-12-01T00:00:02Z")
+    await world.reconcile("big")  # refused: waits for GPUs from now on
+    world.now += 301
+    first = cond(await world.reconcile("late"), "Admitted")["message"]
+    world.now += 7
+    again = cond(await world.reconcile("late"), "Admitted")["message"]
+    assert again == first and "queued behind ml/big, waiting for GPUs since" in first
+    assert "latest start" not in first
+    told = [m for _, r, m in world.kube.events if r == "NotAdmitted" and "ml/big" in m]
+    assert len(told) == 1, told
+    world.r.due = lambda now: {"ml/big": -1.0}
+    due = cond(await world.reconcile("late"), "Admitted")["message"]
+    assert "queued behind ml/big" in due and "its latest start has come" in due
