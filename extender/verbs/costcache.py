@@ -306,11 +306,27 @@ class CycleEntry:
     nodes: np.ndarray
     stamps: np.ndarray
     inventory: list[str]  # the state's GPU list (held: compared by identity)
+    # Filter's request and the passed nodes' positions in it: a prioritize of that very list
+    # (it also names the nodes filter failed) places the costs without a lookup per name.
+    request: list[str] | None = None
+    positions: np.ndarray | None = None
 
     @classmethod
     def of(cls, state: ClusterState, passed: list[str], nodes: np.ndarray,
-           costs: np.ndarray) -> CycleEntry:
-        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid)
+           costs: np.ndarray, request: list[str] | None = None,
+           positions: np.ndarray | None = None) -> CycleEntry:
+        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid, request,
+                   positions)
+
+    def costs_for(self, names: list[str], costs: np.ndarray) -> np.ndarray:
+        """``costs`` (of ``passed``) laid out over ``names``; inf where filter did not pass
+        the node (it failed there: infeasible)."""
+        if self.request is not None and names == self.request:
+            out = np.full(len(names), np.inf)
+            out[self.positions] = costs
+            return out
+        by_node = dict(zip(self.passed, costs.tolist(), strict=True))
+        return np.array([by_node.get(n, np.inf) for n in names])
 
     def changed(self, state: ClusterState) -> np.ndarray | None:
         """Positions (in ``passed``) of nodes whose bookings changed in ``state`` since; None
