@@ -310,13 +310,14 @@ class CycleEntry:
     # (it also names the nodes filter failed) places the costs without a lookup per name.
     request: list[str] | None = None
     positions: np.ndarray | None = None
+    last_stamp: int = -1  # the state's ``last_stamp`` then
 
     @classmethod
     def of(cls, state: ClusterState, passed: list[str], nodes: np.ndarray,
            costs: np.ndarray, request: list[str] | None = None,
            positions: np.ndarray | None = None) -> CycleEntry:
         return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid, request,
-                   positions)
+                   positions, getattr(state, "last_stamp", -1))
 
     def costs_for(self, names: list[str], costs: np.ndarray) -> np.ndarray:
         """``costs`` (of ``passed``) laid out over ``names``; inf where filter did not pass
@@ -333,4 +334,6 @@ class CycleEntry:
         when the inventory changed (nothing carries over)."""
         if state.gpu_uuid is not self.inventory:
             return None
+        if self.last_stamp >= 0 and getattr(state, "last_stamp", -2) == self.last_stamp:
+            return self.nodes[:0]  # no stamp given since: nothing changed
         return np.flatnonzero(state.node_stamp[self.nodes] != self.stamps)
