@@ -136,6 +136,7 @@ class LocalityIndex:
         self.zone_id = np.zeros(0, dtype=np.int64)  # 0 = unknown
         self.rack_id = np.zeros(0, dtype=np.int64)
         self.fill = np.zeros(0)
+        self._any_fill: bool | None = None  # whether some cache holds something (None: ask)
         self.cap_bytes = np.zeros(0)  # the cache's maxmemory (0 = not published)
         self.row_bytes = np.zeros(0)  # bytes per cached row, from used bytes / rows (0 = unknown)
         self.active = np.zeros(0)  # tables that running pods on the node read
@@ -171,6 +172,7 @@ class LocalityIndex:
                 self._grow_entries(grow, self.ent_col.shape[1])
             self.zone_id[i] = self.rack_id[i] = 0
             self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
+            self._any_fill = None
         return i
 
     def _grow_entries(self, n_slots: int, width: int) -> None:
@@ -207,6 +209,7 @@ class LocalityIndex:
         self.ent_col[i] = -1
         self.ent_held[i] = self.ent_readers[i] = self.ent_ids[i] = 0.0
         self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
+        self._any_fill = None
         if content is None:
             return
         self.fill[i] = content.fill
@@ -325,7 +328,11 @@ class LocalityIndex:
     def avoids(self) -> bool:
         """Whether pods without embeddings are kept off any node (some node's cache holds
         something); when not, their locality term is zero everywhere."""
-        return bool(self.weights.avoid) and bool(self.fill[:len(self.slot)].any())
+        if not self.weights.avoid:
+            return False
+        if self._any_fill is None:  # asked once per change of some node's cache, not per pod
+            self._any_fill = bool(self.fill[:len(self.slot)].any())
+        return self._any_fill
 
     def term(self, spec: EmbeddingSpec | None, demand: PodDemand, names: list[str],
              idle: np.ndarray | None = None) -> np.ndarray:
