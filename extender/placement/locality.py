@@ -70,6 +70,14 @@ from extender.placement.embedding_annotations import (  # noqa: F401 (the codec,
     parse_embedding,
 )
 from extender.placement.state import ClusterState
+from extender.placement.step_time import (
+    NetworkModel,
+    reference_seconds,
+    saved_share,
+    squeeze_share,
+)
+
+SCORES = ("time", "share")
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,14 @@ class LocalityWeights:
     id_skew: float = 1.05
     rack_label: str = DEFAULT_RACK_LABEL
     zone_label: str = LABEL_ZONE
+    # ``time``: a job declaring its ids per step and its compute per step is scored by the
+    # step time each node saves (``step_time``); ``share``: by the cached share and tiers.
+    score: str = "time"
+    network: NetworkModel = NetworkModel()
+
+    def __post_init__(self) -> None:
+        if self.score not in SCORES:
+            raise ValueError(f"locality score must be one of {SCORES}, got {self.score!r}")
 
     @property
     def enabled(self) -> bool:
@@ -294,9 +310,70 @@ class LocalityIndex:
         """What readers already on each node lose (``CacheRoomModel.squeeze``)."""
         return self.cache_room.squeeze(spec, slots)
 
+    def row_size(self) -> float:
+        """Bytes a row takes, as the caches publish it (median over nodes; 0 = unknown)."""
+        known = self.row_bytes[:len(self.slot)]
+        known = known[known > 0]
+        return float(np.median(known)) if len(known) else 0.0
+
+    def time_bonus(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray | None:
+        """Per node: the share of the job's step time it saves (``step_time.saved_share``),
+        less the step time the readers already there lose to it, times the cache weight;
+        None when the job does not declare what prices it (ids per step for every table, a
+        step's compute) or no cache has published its row size."""
+        if self.weights.score != "time" or spec.step_compute_ms is None:
+            return None
+        rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
+        if rows is None or not row_bytes:
+            return None
+        per_table, _, squeezed = self.cache_room.expected_tables(spec, slots)
+        step_bytes = rows * row_bytes
+        rack = self.shard_share(spec.store, self.rack_id, slots)
+        zone = self.shard_share(spec.store, self.zone_id, slots)
+        compute = spec.step_compute_ms / 1e3
+        net = self.weights.network
+        saved = saved_share(net, compute, per_table, step_bytes, rack, zone)
+        lost = squeeze_share(net, compute, squeezed * len(spec.tables), step_bytes, rack, zone)
+        return self.weights.cache * (saved - lost)
+
+    def reference_run_seconds(self, spec: EmbeddingSpec) -> float | None:
+        """The job's steps at its reference step time (``step_time.reference_seconds``), the
+        run time the time bonus is a share of; None when the job does not declare what prices
+        it (as ``time_bonus``) or its steps."""
+        if spec.step_compute_ms is None or not spec.steps:
+            return None
+        rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
+        if rows is None or not row_bytes:
+            return None
+        ref = reference_seconds(self.weights.network, spec.step_compute_ms / 1e3,
+                                rows * row_bytes)
+        return float(spec.steps) * ref
+
+    def tables_held(self, tables: tuple[str, ...], name: str) -> float:
+        """Share of ``tables`` of which the node's cache holds rows (0 for an unknown node)."""
+        i = self.slot.get(name)
+        if i is None or not tables or not self.ent_col.shape[1]:
+            return 0.0
+        held = {int(c) for c, h in zip(self.ent_col[i], self.ent_held[i], strict=True)
+                if c >= 0 and h >= 1}
+        return sum(self.col.get(t, -1) in held for t in tables) / len(tables)
+
+    def warm_nodes(self, tables: tuple[str, ...]) -> list[str]:
+        """Nodes whose cache holds rows of any of ``tables``."""
+        cols = [self.col[t] for t in tables if t in self.col]
+        if not cols or not self.ent_col.shape[1]:
+            return []
+        n = len(self.slot)
+        hit = (np.isin(self.ent_col[:n], cols) & (self.ent_held[:n] >= 1)).any(axis=1)
+        names = list(self.slot)
+        return [names[i] for i in np.flatnonzero(hit).tolist()]
+
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
         w = self.weights
         slots = self.slots_of(names)
+        timed = self.time_bonus(spec, slots)
+        if timed is not None:
+            return timed
         served, squeezed = self.expected(spec, slots)
         out = w.cache * np.maximum(served - squeezed, -1.0)
         # Only the misses travel to the store: the rack and zone tiers pay on what the cache
