@@ -2,7 +2,7 @@
 
 A pod declares the embedding store and tables it reads (annotation ``sparse.io/embedding``,
 JSON ``{"store": "s", "tables": ["a", "b"], "hotRows": 100000 | {"a": n},
-"idsPerStep": 4096 | {"a": n}, "steps": 100000, "required": false}``).
+"idsPerStep": 4096 | {"a": n}, "steps": 100000, "stepComputeMs": 12.5, "required": false}``).
 Each node's embedding cache publishes what it holds (``sparse.io/embedding-cache``, written by
 ``embed.publisher``), and the store's shard pods (label ``sparse.io/embedding-store=<store>``)
 say where the store runs. Per candidate node the locality *bonus*, in the policy's cost unit
@@ -34,6 +34,15 @@ weigh the share of the job's traffic the cache leaves to the store, times the sh
 store's shards there (a table's blocks are spread over all shards). Defaults 1.0 / 0.5 / 0.2
 follow Fluid's node / zone / region tiers (100 / 50 / 20), scored here from measured cache
 content instead of labels.
+
+With ``score = "time"`` (the default), when the job also declares ``stepComputeMs`` (a
+step's compute alone) and ``idsPerStep`` for every table, the bonus is instead the share of the
+job's step time the node saves (``step_time``): its step there (compute, hits at local speed,
+misses over its path to the store's shards, each table's served share as the cache fills over
+the job's steps, from the same cache model) against the step with nothing cached across
+zones, less the step time the readers already on the node lose to it, times ``cache_weight``.
+A job whose steps are fetch-bound weighs a warm node near the store heavily; a compute-bound
+one barely. The rack and zone tiers are then the network's figures (``network``), not weights.
 
 * Never overrides fit: only finite costs move; infeasible nodes stay infeasible.
 * Missing data (no annotation, unknown store, node without labels) gives no bonus: neutral.
