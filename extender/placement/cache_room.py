@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from extender.placement.cache_model import (
+    distinct_curve,
     lfu_weights,
     served_share,
     served_shares,
@@ -256,8 +257,16 @@ class CacheRoomModel:
 
     def expected(self, spec: TableDemand, slots: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Per node: (share of the job's hot-set traffic the cache is expected to serve, 0..1;
-        share of one table's traffic the tables in use there lose to it, ``squeeze``).
+        """Per node: the tables' shares (``expected_tables``) weighted by their hot rows."""
+        per_table, weights, squeezed = self.expected_tables(spec, slots)
+        return weights @ per_table / weights.sum(), squeezed
+
+    def expected_tables(self, spec: TableDemand, slots: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per table of the job and node (rows: tables), the share of its traffic the node's
+        cache is expected to serve; each table's weight (its hot rows, ones when a table's is
+        unknown); and per node the share of one table's traffic the tables in use there lose
+        to it (``squeeze``).
 
         With the cache's size known, a table's rows are capped by the LFU ``room`` it gets
         there once the job reads it too. When the job declares its ``steps`` and ids per step,
@@ -279,15 +288,16 @@ class CacheRoomModel:
         else:
             w, rooms = self._work(spec, slots), None
         rows_ = np.arange(len(slots))
-        share = np.zeros(len(slots))
-        for j, (t, h, wt) in enumerate(zip(spec.tables, hot, weights, strict=True)):
+        shares = np.zeros((len(spec.tables), len(slots)))
+        for j, (t, h) in enumerate(zip(spec.tables, hot, strict=True)):
+            share = shares[j]
             rows = w.held[rows_, w.job_at[j]]
             if math.isnan(h):
-                share += wt * (rows > 0)
+                share += rows > 0
                 continue
             d = draws.get(t)
             if rooms is None:
-                share += wt * served_share(rows, h, alpha, d)
+                share += served_share(rows, h, alpha, d)
                 continue
             room = rooms[rows_, w.job_at[j]]
             now = served_share(np.minimum(rows, room), h, alpha, d)
@@ -296,15 +306,31 @@ class CacheRoomModel:
                 fill = w.per_reader[np.where(w.col[rows_, col] >= 0, w.col[rows_, col], -1)]
                 others = np.where(w.ids[rows_, col] > 0, w.ids[rows_, col],
                                   w.readers[rows_, col] * np.nan_to_num(fill))
-                share += wt * warming(h, alpha, float(d), rows, room, d + others,
-                                      spec.steps, now)
+                share += warming(h, alpha, float(d), rows, room, d + others, spec.steps, now)
                 continue
             warm = served_share(np.minimum(h, room), h, alpha, d)
-            share += wt * np.where(np.isfinite(room), (now + warm) / 2, now)
-        share /= weights.sum()
+            share += np.where(np.isfinite(room), (now + warm) / 2, now)
         squeezed = (self._squeeze(spec, w, rooms) if rooms is not None
                     else np.zeros(len(slots)))
-        return share, squeezed
+        return shares, weights.astype(np.float64), squeezed
+
+    def fetched_rows(self, spec: TableDemand) -> np.ndarray | None:
+        """Per table of the job: the distinct rows one of its steps fetches (its declared ids
+        per step deduplicated over the table's size, published, else its hot rows:
+        ``cache_model.distinct_curve``); None unless every table declares its ids."""
+        draws = spec.ids_per_step or {}
+        if not all(draws.get(t) for t in spec.tables):
+            return None
+        ix, size = self.index, self._sizes(spec)
+        alpha = ix.weights.id_skew
+        out = []
+        for j, t in enumerate(spec.tables):
+            n = float(size[ix.col.get(t, len(ix.col) + j)])
+            if alpha == 0 or n <= 1:  # uniform ids (or no size): at most the table's rows
+                out.append(min(float(draws[t]), n) if n > 1 else float(draws[t]))
+                continue
+            out.append(float(distinct_curve(n, float(alpha), float(draws[t]))[1][-1]))
+        return np.array(out)
 
     def squeeze(self, spec: TableDemand, slots: np.ndarray) -> np.ndarray:
         """Per node: share of one table's traffic that the tables already read there lose to

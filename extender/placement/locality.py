@@ -2,7 +2,7 @@
 
 A pod declares the embedding store and tables it reads (annotation ``sparse.io/embedding``,
 JSON ``{"store": "s", "tables": ["a", "b"], "hotRows": 100000 | {"a": n},
-"idsPerStep": 4096 | {"a": n}, "steps": 100000, "required": false}``).
+"idsPerStep": 4096 | {"a": n}, "steps": 100000, "stepComputeMs": 12.5, "required": false}``).
 Each node's embedding cache publishes what it holds (``sparse.io/embedding-cache``, written by
 ``embed.publisher``), and the store's shard pods (label ``sparse.io/embedding-store=<store>``)
 say where the store runs. Per candidate node the locality *bonus*, in the policy's cost unit
@@ -34,6 +34,15 @@ weigh the share of the job's traffic the cache leaves to the store, times the sh
 store's shards there (a table's blocks are spread over all shards). Defaults 1.0 / 0.5 / 0.2
 follow Fluid's node / zone / region tiers (100 / 50 / 20), scored here from measured cache
 content instead of labels.
+
+With ``score = "time"`` (the default), when the job also declares ``stepComputeMs`` (a
+step's compute alone) and ``idsPerStep`` for every table, the bonus is instead the share of the
+job's step time the node saves (``step_time``): its step there (compute, hits at local speed,
+misses over its path to the store's shards, each table's served share as the cache fills over
+the job's steps, from the same cache model) against the step with nothing cached across
+zones, less the step time the readers already on the node lose to it, times ``cache_weight``.
+A job whose steps are fetch-bound weighs a warm node near the store heavily; a compute-bound
+one barely. The rack and zone tiers are then the network's figures (``network``), not weights.
 
 * Never overrides fit: only finite costs move; infeasible nodes stay infeasible.
 * Missing data (no annotation, unknown store, node without labels) gives no bonus: neutral.
@@ -70,6 +79,14 @@ from extender.placement.embedding_annotations import (  # noqa: F401 (the codec,
     parse_embedding,
 )
 from extender.placement.state import ClusterState
+from extender.placement.step_time import (
+    NetworkModel,
+    reference_seconds,
+    saved_share,
+    squeeze_share,
+)
+
+SCORES = ("time", "share")
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,14 @@ class LocalityWeights:
     id_skew: float = 1.05
     rack_label: str = DEFAULT_RACK_LABEL
     zone_label: str = LABEL_ZONE
+    # ``time``: a job declaring its ids per step and its compute per step is scored by the
+    # step time each node saves (``step_time``); ``share``: by the cached share and tiers.
+    score: str = "time"
+    network: NetworkModel = NetworkModel()
+
+    def __post_init__(self) -> None:
+        if self.score not in SCORES:
+            raise ValueError(f"locality score must be one of {SCORES}, got {self.score!r}")
 
     @property
     def enabled(self) -> bool:
@@ -297,9 +322,70 @@ class LocalityIndex:
         """What readers already on each node lose (``CacheRoomModel.squeeze``)."""
         return self.cache_room.squeeze(spec, slots)
 
+    def row_size(self) -> float:
+        """Bytes a row takes, as the caches publish it (median over nodes; 0 = unknown)."""
+        known = self.row_bytes[:len(self.slot)]
+        known = known[known > 0]
+        return float(np.median(known)) if len(known) else 0.0
+
+    def time_bonus(self, spec: EmbeddingSpec, slots: np.ndarray) -> np.ndarray | None:
+        """Per node: the share of the job's step time it saves (``step_time.saved_share``),
+        less the step time the readers already there lose to it, times the cache weight;
+        None when the job does not declare what prices it (ids per step for every table, a
+        step's compute) or no cache has published its row size."""
+        if self.weights.score != "time" or spec.step_compute_ms is None:
+            return None
+        rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
+        if rows is None or not row_bytes:
+            return None
+        per_table, _, squeezed = self.cache_room.expected_tables(spec, slots)
+        step_bytes = rows * row_bytes
+        rack = self.shard_share(spec.store, self.rack_id, slots)
+        zone = self.shard_share(spec.store, self.zone_id, slots)
+        compute = spec.step_compute_ms / 1e3
+        net = self.weights.network
+        saved = saved_share(net, compute, per_table, step_bytes, rack, zone)
+        lost = squeeze_share(net, compute, squeezed * len(spec.tables), step_bytes, rack, zone)
+        return self.weights.cache * (saved - lost)
+
+    def reference_run_seconds(self, spec: EmbeddingSpec) -> float | None:
+        """The job's steps at its reference step time (``step_time.reference_seconds``), the
+        run time the time bonus is a share of; None when the job does not declare what prices
+        it (as ``time_bonus``) or its steps."""
+        if spec.step_compute_ms is None or not spec.steps:
+            return None
+        rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
+        if rows is None or not row_bytes:
+            return None
+        ref = reference_seconds(self.weights.network, spec.step_compute_ms / 1e3,
+                                rows * row_bytes)
+        return float(spec.steps) * ref
+
+    def tables_held(self, tables: tuple[str, ...], name: str) -> float:
+        """Share of ``tables`` of which the node's cache holds rows (0 for an unknown node)."""
+        i = self.slot.get(name)
+        if i is None or not tables or not self.ent_col.shape[1]:
+            return 0.0
+        held = {int(c) for c, h in zip(self.ent_col[i], self.ent_held[i], strict=True)
+                if c >= 0 and h >= 1}
+        return sum(self.col.get(t, -1) in held for t in tables) / len(tables)
+
+    def warm_nodes(self, tables: tuple[str, ...]) -> list[str]:
+        """Nodes whose cache holds rows of any of ``tables``."""
+        cols = [self.col[t] for t in tables if t in self.col]
+        if not cols or not self.ent_col.shape[1]:
+            return []
+        n = len(self.slot)
+        hit = (np.isin(self.ent_col[:n], cols) & (self.ent_held[:n] >= 1)).any(axis=1)
+        names = list(self.slot)
+        return [names[i] for i in np.flatnonzero(hit).tolist()]
+
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
         w = self.weights
         slots = self.slots_of(names)
+        timed = self.time_bonus(spec, slots)
+        if timed is not None:
+            return timed
         served, squeezed = self.expected(spec, slots)
         out = w.cache * np.maximum(served - squeezed, -1.0)
         # Only the misses travel to the store: the rack and zone tiers pay on what the cache
