@@ -140,7 +140,7 @@ class _Memo:
     value: np.ndarray
 
 
-MEMO_SHAPES = 256  # pod shapes whose bonus is kept (least recently used dropped)
+MEMO_SHAPES = 64  # pod shapes whose bonus is kept (least recently used dropped)
 
 
 def gpu_amount(demand: PodDemand) -> float:

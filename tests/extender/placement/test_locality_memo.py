@@ -77,7 +77,7 @@ def test_kept_bonus_equals_a_fresh_computation(score: str, seed: int) -> None:
     for k, n in enumerate(names[:30]):
         observe(n, annotation(rng, running[n]), labels(k))
     shapes = specs(rng)
-    for round_ in range(12):
+    for round_ in range(8):
         for spec in shapes:
             # Mostly the same candidates (then most nodes' figures are kept), now and then
             # another set (other readers' ids per step: all recomputed).
