@@ -100,7 +100,9 @@ class KubeBinder:
     async def bind(self, args: BindingArgs, reservation: Reservation) -> None:
         """Create the Binding. A refusal (any non-2xx answer) raises BindError; a transport
         failure propagates as is: the Binding's outcome is then unknown."""
-        url = f"{self._host}/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/bindings"
+        # The pod's binding subresource (RBAC: create pods/binding), as kube-scheduler binds.
+        url = (f"{self._host}/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/"
+               f"{quote(args.pod_name, safe='')}/binding")
         async with self._session.post(url, data=binding_body(args, reservation),
                                       headers=await self._headers(),
                                       **self._request_options) as response:

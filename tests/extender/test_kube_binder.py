@@ -27,7 +27,7 @@ class FakeApiServer:
         self.answer: tuple[int, dict[str, Any] | None] = (201, {"kind": "Status"})
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.app = web.Application()
-        self.app.router.add_post("/api/v1/namespaces/{ns}/bindings", self.binding)
+        self.app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self.binding)
         self.app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self.read_pod)
 
     async def binding(self, request: web.Request) -> web.Response:
@@ -78,7 +78,8 @@ async def test_the_binding_names_pod_uid_node_and_carries_the_annotations(api) -
     reservation = booking(p, "n1")
     await binder.bind(bind_args(p, "n1"), reservation)
     [(method, path, headers, raw)] = fake.requests
-    assert (method, path) == ("POST", "/api/v1/namespaces/ml/bindings")
+    # The pod's binding subresource: what the chart's RBAC grants (create pods/binding).
+    assert (method, path) == ("POST", f"/api/v1/namespaces/ml/pods/{p['metadata']['name']}/binding")
     assert headers["Authorization"] == "Bearer s3cret"
     assert headers["Content-Type"] == "application/json"
     body = json.loads(raw)
