@@ -17,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from controller.errors import PodCreateError
 from controller.pods import GROUP, KIND, LABEL_JOB_UID, PLURAL, VERSION
+from extender.kube.answers import checked
 
 log = logging.getLogger("sparse.controller.kube")
 
@@ -47,13 +48,13 @@ class Kube:
         for ns in targets:
             try:
                 if ns is None:
-                    resp = await self.custom.create_cluster_custom_object(
+                    resp = await checked(self.custom.create_cluster_custom_object(
                         "kopf.dev", "v1", "clusterkopfpeerings",
-                        {**body, "kind": "ClusterKopfPeering"}, _preload_content=False)
+                        {**body, "kind": "ClusterKopfPeering"}, _preload_content=False))
                 else:
-                    resp = await self.custom.create_namespaced_custom_object(
+                    resp = await checked(self.custom.create_namespaced_custom_object(
                         "kopf.dev", "v1", ns, "kopfpeerings", {**body, "kind": "KopfPeering"},
-                        _preload_content=False)
+                        _preload_content=False))
                 resp.release()
             except ApiException as exc:
                 if exc.status != 409:
@@ -61,8 +62,8 @@ class Kube:
 
     async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            resp = await self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _preload_content=False)
+            resp = await checked(self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -70,15 +71,15 @@ class Kube:
         return json.loads(await resp.read())
 
     async def list_pods(self, namespace: str, job_uid: str) -> list[dict[str, Any]]:
-        resp = await self.core.list_namespaced_pod(
-            namespace, label_selector=f"{LABEL_JOB_UID}={job_uid}", _preload_content=False)
+        resp = await checked(self.core.list_namespaced_pod(
+            namespace, label_selector=f"{LABEL_JOB_UID}={job_uid}", _preload_content=False))
         return json.loads(await resp.read()).get("items") or []
 
     async def create_pod(self, body: dict[str, Any]) -> bool:
         """False when a pod of that name already exists (a retried reconcile)."""
         try:
-            resp = await self.core.create_namespaced_pod(
-                body["metadata"]["namespace"], body, _preload_content=False)
+            resp = await checked(self.core.create_namespaced_pod(
+                body["metadata"]["namespace"], body, _preload_content=False))
             resp.release()
         except ApiException as exc:
             if exc.status == 409:
@@ -91,8 +92,8 @@ class Kube:
     async def delete_pod(self, namespace: str, name: str) -> None:
         kwargs = {} if self.grace is None else {"grace_period_seconds": self.grace}
         try:
-            resp = await self.core.delete_namespaced_pod(name, namespace,
-                                                         _preload_content=False, **kwargs)
+            resp = await checked(self.core.delete_namespaced_pod(
+                name, namespace, _preload_content=False, **kwargs))
             resp.release()
         except ApiException as exc:
             if exc.status != 404:
@@ -100,9 +101,9 @@ class Kube:
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         try:
-            resp = await self.custom.patch_namespaced_custom_object_status(
+            resp = await checked(self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, PLURAL, name, {"status": status},
-                _content_type=MERGE, _preload_content=False)
+                _content_type=MERGE, _preload_content=False))
             resp.release()
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nothing to report on
@@ -110,8 +111,8 @@ class Kube:
 
     async def delete_job(self, namespace: str, name: str) -> None:
         try:
-            resp = await self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _preload_content=False)
+            resp = await checked(self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _preload_content=False))
             resp.release()
         except ApiException as exc:
             if exc.status != 404:
@@ -131,8 +132,8 @@ class Kube:
             "lastTimestamp": stamp, "count": 1,
         }
         try:
-            resp = await self.core.create_namespaced_event(meta["namespace"], body,
-                                                           _preload_content=False)
+            resp = await checked(self.core.create_namespaced_event(
+                meta["namespace"], body, _preload_content=False))
             resp.release()
         except ApiException as exc:  # an event is best effort
             log.debug("event %s on %s not posted: %s", reason, meta["name"], exc.status)

@@ -11,6 +11,7 @@ import time
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from extender.kube.answers import checked
 from extender.outcome import Outcome
 
 log = logging.getLogger("sparse.kube.events")
@@ -69,8 +70,8 @@ class EventRecorder:
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
         try:
-            response = await self._core.create_namespaced_event(
-                outcome.namespace, body, _preload_content=False)
+            response = await checked(self._core.create_namespaced_event(
+                outcome.namespace, body, _preload_content=False))
             response.release()
         except ApiException as exc:
             log.debug("event for %s not posted: %s", outcome.pod, exc.status)

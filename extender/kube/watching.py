@@ -17,6 +17,8 @@ from typing import Any
 import msgspec
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from extender.kube.answers import checked
+
 log = logging.getLogger("sparse.kube.watching")
 
 WATCH_TIMEOUT_S = 240  # server-side timeout of one watch request; then it is renewed
@@ -52,7 +54,7 @@ class Watcher:
         self._kwargs = list_kwargs
 
     async def relist(self) -> str:
-        response = await self._list(_preload_content=False, **self._kwargs)
+        response = await checked(self._list(_preload_content=False, **self._kwargs))
         listing = msgspec.json.decode(await response.read())
         await self._resync(listing.get("items") or [])
         return listing["metadata"]["resourceVersion"]
@@ -77,10 +79,10 @@ class Watcher:
                 resource_version = None
 
     async def _watch(self, resource_version: str) -> str | None:
-        response = await self._list(watch=True, resource_version=resource_version,
-                                    timeout_seconds=WATCH_TIMEOUT_S,
-                                    allow_watch_bookmarks=True, _preload_content=False,
-                                    **self._kwargs)
+        response = await checked(self._list(watch=True, resource_version=resource_version,
+                                            timeout_seconds=WATCH_TIMEOUT_S,
+                                            allow_watch_bookmarks=True, _preload_content=False,
+                                            **self._kwargs))
         try:
             async for line in _lines(response):
                 event = msgspec.json.decode(line)
