@@ -77,6 +77,7 @@ from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
     ARRIVAL_AWARE,
     BANDS_ONLY,
+    GANG_SHARE,
     OBSERVED_RATE,
     PATH_MARGINS,
     SLACK_ORDER,
@@ -241,7 +242,13 @@ def run_replay(
                              if rule in BANDS_ONLY else None,
                              drain_scale=drain_scale(rule, classes),
                              arrive=arrive if rule in ARRIVAL_AWARE else None,
-                             slack_order=rule in SLACK_ORDER)
+                             slack_order=rule in SLACK_ORDER,
+                             # each job's rank without the gang class: a long gang's band
+                             band_rank=queue_rank(
+                                 rule, policy, work, classes, seed, None,
+                                 queue_bands=queue_bands, declared_share=declared_share,
+                                 critical=queue_critical, cap_s=cap)
+                             if rule in GANG_SHARE else None)
                 if path else None)
     share = None
     if rule.startswith("critical-share") and policy == "sparse":
