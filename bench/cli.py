@@ -376,13 +376,19 @@ def _locality_job(args: tuple) -> object:
               help="share of jobs reading embeddings (recommendation scenario)")
 @click.option("--load", default=0.9, show_default=True, help="offered load of the arrivals")
 @click.option("--workers", "-j", default=os.cpu_count() or 1, show_default=True)
+@click.option("--score", default="time", show_default=True, type=click.Choice(["time", "share"]),
+              help="the term: step time saved per node, or the cached share and tiers")
+@click.option("--delay/--no-delay", default=False, show_default=True,
+              help="with the term, delay scheduling too (extender/placement/delay.py)")
 @click.option("--out", default=None, help="results folder (default results/locality-<time>)")
 def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
-             out) -> None:
+             score, delay, out) -> None:
     """Embedding locality: JCT and makespan with and without the locality term."""
     from bench.sim.locality_report import write_locality
+    from extender.placement.locality import LocalityWeights
 
-    kw = {"n_jobs": n_jobs, "rec_share": rec_share, "load": load, "topology": topology}
+    kw = {"n_jobs": n_jobs, "rec_share": rec_share, "load": load, "topology": topology,
+          "weights": LocalityWeights(score=score), "delay": delay}
     jobs = [(workload, sc, m, loc, s, kw) for m in mode for sc in scenario
             for loc in (False, True) for s in parse_seeds(seeds)]
     folder = _out_dir(out, "locality")

@@ -35,7 +35,8 @@ LABEL_JOB_UID = "sparse.io/job-uid"
 LABEL_INDEX = "sparse.io/replica-index"
 LABEL_ATTEMPT = "sparse.io/attempt"
 DEFAULT_SCHEDULER = "sparse-scheduler"
-ANN_EMBEDDING = "sparse.io/embedding"  # {store, tables, hotRows?, idsPerStep?, steps?, required?}
+ANN_EMBEDDING = "sparse.io/embedding"  # {store, tables, hotRows?, idsPerStep?, steps?,
+#                                        stepComputeMs?, required?}
 
 
 def worker_prefix(job_name: str, attempt: int) -> str:

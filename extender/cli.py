@@ -30,6 +30,22 @@ def main() -> None:
     """sparse: interference-aware GPU sharing for kube-scheduler."""
 
 
+def _network(path: object):
+    """The locality term's network figures from ``--locality-network`` (defaults without)."""
+    import yaml
+
+    from extender.placement.step_time import NetworkModel
+
+    if not path:
+        return NetworkModel()
+    with open(str(path)) as f:
+        raw = yaml.safe_load(f) or {}
+    try:
+        return NetworkModel.from_dict(raw.get("network", raw))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--locality-network") from None
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8888, show_default=True, type=int)
@@ -102,6 +118,13 @@ def main() -> None:
 @click.option("--locality-id-skew", default=1.05, show_default=True, type=float,
               help="Locality: Zipf exponent of the tables' ids, to score a cache by the share"
                    " of lookups its rows serve (0: by row count).")
+@click.option("--locality-score", default="time", show_default=True,
+              type=click.Choice(["time", "share"]),
+              help="Locality: score a pod declaring stepComputeMs and idsPerStep by the step time"
+                   " each node saves it (time), or always by the cached share and tiers.")
+@click.option("--locality-network", type=click.Path(exists=True, dir_okay=False),
+              help="Locality: YAML with each path's gbps and latency_ms (local, rack, zone,"
+                   " cross_zone; a topology file's 'network' section), to price the time score.")
 @click.option("--filter-best-within", type=click.FloatRange(0, 10),
               help="Filter answers only the nodes within this many score points (0-10) of the"
                    " best, for a scheduler config without prioritizeVerb: one round trip per"
@@ -127,7 +150,9 @@ def serve(**options: object) -> None:
         cache=options.pop("locality_cache_weight"), rack=options.pop("locality_rack_weight"),
         zone=options.pop("locality_zone_weight"), avoid=options.pop("locality_avoid_weight"),
         id_skew=options.pop("locality_id_skew"),  # type: ignore[arg-type]
-        rack_label=str(options.pop("rack_label")))  # type: ignore[arg-type]
+        rack_label=str(options.pop("rack_label")),  # type: ignore[arg-type]
+        score=str(options.pop("locality_score")),
+        network=_network(options.pop("locality_network")))
     settings = Settings(
         host=options["host"], port=options["port"], prefix=options["prefix"],
         nodes=options["nodes"], store=options["store"], predictions=options["predictions"],

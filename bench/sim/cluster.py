@@ -88,22 +88,14 @@ class SimCluster:
             return None
         return int(np.argmin(costs))  # first minimum = smallest node name
 
-    def schedule(self, d: TraceDemand, now: float = 0.0,
-                 embedding: EmbeddingSpec | None = None) -> Placed | None:
-        """One scheduling attempt; returns the placement or None (nothing changes then).
-        With ``locality`` set, the node costs get the extender's locality term for the pod's
-        ``embedding`` declaration, exactly as prioritize adds it."""
+    def _choose(self, d: TraceDemand, now: float, embedding: EmbeddingSpec | None
+                ) -> tuple[list[str], np.ndarray, int] | None:
+        """The GPU pod's candidate names, their costs and the chosen one's position (None:
+        nowhere fits); nothing changes."""
         cand = self.candidates(d)
         if not len(cand):
             return None
         st = self.state
-        if d.slot_count == 0:
-            costs = (self.host_costs(st, d, cand) if self.host_costs is not None
-                     else np.zeros(len(cand)))
-            j = self._pick(costs)
-            if j is None:
-                return None
-            return self._commit(d, int(cand[j]), None)
         result = fit(st, d, self.names[cand].tolist(), explain=False)
         costs = node_costs(st, d, result, self.policy)
         if self.holds is not None and self.holds.hold is not None:
@@ -113,11 +105,37 @@ class SimCluster:
             idle = idle_nodes(st, result.names) if embedding is None else None
             costs = combine(costs, self.locality.term(embedding, d, result.names, idle))
         j = self._pick(costs)
-        if j is None:
+        return None if j is None else (result.names, costs, j)
+
+    def best_node(self, d: TraceDemand, now: float = 0.0,
+                  embedding: EmbeddingSpec | None = None) -> str | None:
+        """The node ``schedule`` would place the GPU pod on now, without placing it."""
+        chosen = self._choose(d, now, embedding) if d.slot_count else None
+        return None if chosen is None else chosen[0][chosen[2]]
+
+    def schedule(self, d: TraceDemand, now: float = 0.0,
+                 embedding: EmbeddingSpec | None = None) -> Placed | None:
+        """One scheduling attempt; returns the placement or None (nothing changes then).
+        With ``locality`` set, the node costs get the extender's locality term for the pod's
+        ``embedding`` declaration, exactly as prioritize adds it."""
+        if d.slot_count == 0:
+            cand = self.candidates(d)
+            if not len(cand):
+                return None
+            costs = (self.host_costs(self.state, d, cand) if self.host_costs is not None
+                     else np.zeros(len(cand)))
+            j = self._pick(costs)
+            if j is None:
+                return None
+            return self._commit(d, int(cand[j]), None)
+        chosen = self._choose(d, now, embedding)
+        if chosen is None:
             return None
+        names, costs, j = chosen
+        st = self.state
         self.placements += 1
         self.with_choice += int(np.isfinite(costs).sum() > 1)
-        node = result.names[j]
+        node = names[j]
         a = assign(st, d, node, self.policy)
         if a is None:  # cannot happen when node_costs is finite; kept as a guard
             return None

@@ -27,7 +27,9 @@ Model (figures in ``bench/data/locality/topology.yaml``):
   starts or ends on its node. The cache's content is published through the same
   ``encode_cache`` annotation the DaemonSet writes (rows held now, readers per table), read by
   the same ``LocalityIndex``. Jobs declare ``idsPerStep`` (the ids behind the step's distinct
-  rows) and ``steps`` (their length).
+  rows), ``steps`` (their length) and ``stepComputeMs`` (a step's solo compute), so the term
+  scores each node by the step time it saves (``extender.placement.step_time``, priced with
+  this topology's ``network``).
 * Misses share the store's shards, the racks' uplinks and the zones' interconnects
   (``bench/sim/embed_net.py``, capacities under ``links`` in the topology file): whenever a
   recommendation job starts or ends, the links are re-spread over the running ones and their
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -60,7 +63,10 @@ from bench.sim.queueing import arrival_times, co_location_slowdown, placement_po
 from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
 from extender.interference.matrix import default_matrix
+from extender.placement.delay import free_in, freed_node_order, saved_seconds, should_wait
 from extender.placement.locality import EmbeddingSpec, LocalityIndex, LocalityWeights
+from extender.placement.step_time import NetworkModel
+from extender.queueorder import PREDICTION_MARGIN, latest_start_due
 
 
 def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, hi: int
@@ -95,7 +101,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                  load: float = 0.9, topology: str | None = None, policy: str = "sparse",
                  weights: LocalityWeights | None = None, mode: str = "continuous",
                  overrides: dict | None = None, length_scale: float = 1.0,
-                 readers_per_table: int | None = None) -> LocalityRun:
+                 readers_per_table: int | None = None, delay: bool = False) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
     ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
     ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
@@ -105,7 +111,11 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     in arrival order, come in groups of this many that read the same tables (a
     hyper-parameter sweep's trials, or one model retrained), each group its own copies of the
     tables it draws (same sizes, same draws), so every table has this many readers; None: the
-    file's tables, shared by popularity."""
+    file's tables, shared by popularity. ``delay``: with the term, delay scheduling too
+    (``extender.placement.delay``): a freed node goes first to the queued jobs its cache
+    serves, and a job may wait for a warm node predicted to free sooner than the run time it
+    saves; jobs whose latest start has come (``queueorder.latest_start_due``) go first and
+    never wait."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     topo = Topology.load(topology, seed, overrides)
@@ -136,7 +146,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                            {t: max(1, int(rows[t] * cfg_t["hot_share"])) for t in ts},
                            ids_per_step={t: int(step_rows(float(rows[t]), cfg_t["id_alpha"],
                                                           unique)[0]) for t in ts},
-                           steps=int(k))
+                           steps=int(k), step_compute_ms=float(cfg_j["step_compute_s"]) * 1e3)
              if ts else None for ts, k in zip(tables, n_steps, strict=True)]
 
     pol = placement_policy(policy, None, typical_tasks(jobs))
@@ -144,7 +154,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     caches = NodeCaches(topo, rows, row_bytes, float(cfg_t["id_alpha"]),
                         {t: step_rows(float(n), cfg_t["id_alpha"], unique)[0]
                          for t, n in rows.items()})
-    index = LocalityIndex(weights)
+    # The extender's term prices a node's saving with the network the replay runs on.
+    index = LocalityIndex(replace(weights or LocalityWeights(),
+                                  network=NetworkModel.from_dict(net)))
     index.set_store(topo.raw["store"]["name"], set(topo.shards()))
     for n in topo.names:
         index.observe_node(n, None, topo.labels(n))
@@ -283,9 +295,70 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     def publish(node: str) -> None:
         index.observe_node(node, caches.annotation(node, now), topo.labels(node))
 
+    delay_on = bool(delay and locality)
+    first_try = np.full(len(jobs), np.nan)  # a job's first chance to start
+    delayed = np.zeros(len(jobs), dtype=bool)  # waited for a warm node at least once
+    due = np.zeros(len(jobs), dtype=bool)
+    running_on: dict[str, set[int]] = {n: set() for n in topo.names}  # every running job
+    ref_run = np.array([index.reference_run_seconds(s) or np.nan if s else np.nan
+                        for s in specs])  # the term's reference run time (rowBytes unknown
+    # before the first cache publishes: filled in when first needed)
+    st = sim.state
+
+    def free_gpus(node: str) -> float:
+        i = st.node_index[node]
+        at = slice(int(st.node_start[i]), int(st.node_stop[i]))
+        return float((st.milli_cap[at] - st.milli_used[at]).sum()) / 1000.0
+
+    def predicted_end(k: int) -> float:
+        """When running job ``k`` ends at the rate it runs now."""
+        return last[k] + max(remaining[k], 0.0) / rate[k] if rate[k] > 0 else np.inf
+
+    def waits(j: int, d) -> bool:
+        """Delay scheduling: whether job ``j`` waits for a warm node (``should_wait``)."""
+        spec = specs[j]
+        if not delay_on or spec is None or due[j]:
+            return False
+        if np.isnan(ref_run[j]):
+            ref_run[j] = index.reference_run_seconds(spec) or np.nan
+        warm = index.warm_nodes(spec.tables) if np.isfinite(ref_run[j]) else []
+        waited = now - first_try[j]
+        near: dict[str, float] = {}  # warm nodes without room now, predicted to free in time
+        for w in warm:
+            ks = sorted(running_on[w])
+            fin = free_in(now, free_gpus(w), float(request[j]),
+                          [predicted_end(k) for k in ks], [float(request[k]) for k in ks])
+            # room there now but not chosen: the policy's costs outweigh it; waiting won't help
+            if fin > 0 and waited + fin < ref_run[j]:  # the saving is below the run time
+                near[w] = fin
+        if not near:
+            return False
+        here = sim.best_node(d, now, spec)
+        near.pop(here, None)
+        if here is None or not near:
+            return False
+        bonus = index.bonus(spec, [*near, here])
+        for fin, b in zip(near.values(), bonus[:-1].tolist(), strict=True):
+            saved = saved_seconds(b, float(bonus[-1]), float(ref_run[j]))
+            if should_wait(saved, fin, waited, bool(due[j])):
+                delayed[j] = True
+                return True
+        return False
+
+    def update_due() -> None:
+        """Latest-start due jobs (``queueorder.latest_start_due``), run times predicted as
+        the term's reference run (readers) or the solo compute (the rest)."""
+        predicted = np.where(np.isfinite(ref_run), ref_run, work)
+        due[:] = latest_start_due(now, float(n_gpus), arrive, predicted, PREDICTION_MARGIN,
+                                  predicted, request, started, done)
+
     def try_start(j: int) -> bool:
         num, milli, cpu, mem, spec = shapes[j]
         d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
+        if np.isnan(first_try[j]):
+            first_try[j] = now
+        if waits(j, d):
+            return False
         before = sim.with_choice
         placed = sim.schedule(d, now, embedding=specs[j])
         if placed is None:
@@ -293,6 +366,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         choice[j] = sim.with_choice > before
         node = str(sim.names[placed.node])
         node_of[j] = node
+        running_on[node].add(j)
         in_rack[j] = topo.tier(node) == "rack"
         started[j] = last[j] = now
         if tables[j]:
@@ -330,6 +404,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         done[j] = now
         set_rate(j)  # books the last stretch's fetch time
         sim.release(f"job-{j}")
+        running_on[node_of[j]].discard(j)
         if tables[j]:
             paths.pop(j, None)
             feed_cache(node_of[j])
@@ -342,12 +417,22 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         if g is not None:
             gpu_jobs[g].discard(j)
             refresh(g)
-        pending[:] = [k for k in pending if not try_start(k)]
+        if delay_on and pending:  # the freed node goes first to the jobs its cache serves
+            update_due()
+            order = freed_node_order([index.tables_held(tables[k], node_of[j]) for k in pending],
+                                     due[pending].tolist())
+            left = {k for k in [pending[i] for i in order] if not try_start(k)}
+            pending[:] = [k for k in pending if k in left]
+        else:
+            pending[:] = [k for k in pending if not try_start(k)]
 
-    return run_result(RunRecord(
+    result = run_result(RunRecord(
         workload=workload_name(workload), scenario=scenario, mode=mode, locality=locality,
         seed=seed, gpus=n_gpus, arrive=arrive, started=started, done=done, request=request,
         reads=np.array([bool(t) for t in tables]), steps=steps, step_bytes=step_bytes,
         fetched=fetched, missed=missed, cold=cold, cache_hit=cache_hit, in_rack=in_rack,
         choice=choice,
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0, t0=t0))
+    reads = np.array([bool(t) for t in tables])
+    result.delayed = float(delayed[reads].mean()) if reads.any() else float("nan")
+    return result

@@ -52,6 +52,7 @@ def summary(runs: list) -> pd.DataFrame:
             "rack_rec_work_on": mean(on, "store_rack_rec_work"),
             "link_stretch_off": mean(off, "link_stretch"),
             "link_stretch_on": mean(on, "link_stretch"),
+            "delayed_on": mean(on, "delayed"),
         })
     return pd.DataFrame(rows)
 
@@ -141,7 +142,9 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
              "in a rack of the store's shards; `rack_rec_work`: share of the GPU work run in "
              "those racks that reads embeddings; `link_stretch`: time-weighted stretch of the "
              "most loaded shared link "
-             "(a store shard, rack uplink, zone link, node NIC; 1 = no contention).", "",
+             "(a store shard, rack uplink, zone link, node NIC; 1 = no contention); "
+             "`delayed_on`: recommendation jobs that waited for a warm node at least once "
+             "(delay scheduling, `--delay`; 0 without it).", "",
              md_table(table, "{:.3f}"), ""]
     seeds = per_seed(runs)
     seeds.to_csv(folder / "per_seed.csv", index=False)

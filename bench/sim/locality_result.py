@@ -36,6 +36,8 @@ class LocalityRun(JctRun):
     seconds: float
     # recommendation jobs placed with more than one node to choose from (the term can act)
     placed_with_choice: float = float("nan")
+    # recommendation jobs that waited for a warm node at least once (delay scheduling)
+    delayed: float = float("nan")
     jct: list = field(default_factory=list)
 
     def row(self) -> dict:

@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from extender.placement.cache_model import (
+    distinct_curve,
     lfu_weights,
     served_share,
     served_shares,
@@ -165,7 +166,53 @@ class CacheRoomModel:
                     size[c] = max(float(held[at].max()), 1.0)
         return size
 
-    def _work(self, spec: TableDemand, slots: np.ndarray) -> _Work:
+    def rates(self, spec: TableDemand, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(per column id, one reader's ids per step; per job table, the job's), over the
+        caches of ``slots`` (``_work``'s, for all candidates: a subset of them is then scored
+        as in the whole)."""
+        ix = self.index
+        size = self._sizes(spec)
+        own_cols = np.array([ix.col.get(t, len(ix.col) + j) for j, t in enumerate(spec.tables)])
+        col = gather(ix.ent_col, slots, -1)
+        readers, ids = gather(ix.ent_readers, slots), gather(ix.ent_ids, slots)
+        return self._rates(spec, col, readers, ids, size, own_cols)
+
+    @staticmethod
+    def _rates(spec: TableDemand, col: np.ndarray, readers: np.ndarray, ids: np.ndarray,
+               size: np.ndarray, own_cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Ids per step of one reader per column: published (sum over readers), else the
+        # job's declaration for the table, else the mean of its declarations (NaN: none, the
+        # shares then count lookups and each reader weighs one id). Empty entries (column
+        # -1, no readers) add nothing.
+        tables = spec.tables
+        declared = spec.ids_per_step or {}
+        stand_in = float(np.mean(list(declared.values()))) if declared else math.nan
+        flat = np.maximum(col, 0).ravel()
+        n_ids = len(size)
+        tot_r = np.bincount(flat, readers.ravel(), minlength=n_ids)
+        tot_i = np.bincount(flat, ids.ravel(), minlength=n_ids)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_reader = np.where((tot_r > 0) & (tot_i > 0), tot_i / tot_r, math.nan)
+        unknown = np.isnan(per_reader)
+        per_reader[unknown] = stand_in
+        own = np.full(len(tables), stand_in)
+        for j, t in enumerate(tables):
+            c = int(own_cols[j])
+            if t in declared:
+                own[j] = declared[t]
+                if unknown[c]:
+                    per_reader[c] = declared[t]
+            else:
+                own[j] = per_reader[c]
+        per_reader[-1] = math.nan  # the empty entry
+        return per_reader, own
+
+    def sizes(self, spec: TableDemand) -> np.ndarray:
+        """Per column id: a table's size in rows as the term uses it (``_sizes``)."""
+        return self._sizes(spec)
+
+    def _work(self, spec: TableDemand, slots: np.ndarray,
+              rates: tuple[np.ndarray, np.ndarray] | None = None) -> _Work:
         ix = self.index
         n, n_cols, tables = len(slots), len(ix.col), spec.tables
         col = gather(ix.ent_col, slots, -1)
@@ -187,36 +234,16 @@ class CacheRoomModel:
             extra = job_at[j] < width
             col[extra, width + j] = -1
         size = self._sizes(spec)
-        # Ids per step of one reader per column: published (sum over readers), else the
-        # job's declaration for the table, else the mean of its declarations (NaN: none, the
-        # shares then count lookups and each reader weighs one id).
-        declared = spec.ids_per_step or {}
-        stand_in = float(np.mean(list(declared.values()))) if declared else math.nan
-        flat = np.maximum(col, 0).ravel()
-        n_ids = len(size)
-        tot_r = np.bincount(flat, readers.ravel(), minlength=n_ids)
-        tot_i = np.bincount(flat, ids.ravel(), minlength=n_ids)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_reader = np.where((tot_r > 0) & (tot_i > 0), tot_i / tot_r, math.nan)
-        unknown = np.isnan(per_reader)
-        per_reader[unknown] = stand_in
-        own = np.full(len(tables), stand_in)
-        for j, t in enumerate(tables):
-            c = int(own_cols[j])
-            if t in declared:
-                own[j] = declared[t]
-                if unknown[c]:
-                    per_reader[c] = declared[t]
-            else:
-                own[j] = per_reader[c]
-        per_reader[-1] = math.nan  # the empty entry
+        per_reader, own = rates if rates is not None else self._rates(spec, col, readers, ids,
+                                                                        size, own_cols)
         return _Work(col, held, readers, ids, job_at, size, per_reader, own)
 
-    def _room(self, spec: TableDemand, slots: np.ndarray, job: bool = True
+    def _room(self, spec: TableDemand, slots: np.ndarray, job: bool = True,
+              rates: tuple[np.ndarray, np.ndarray] | None = None
               ) -> tuple[_Work, np.ndarray, np.ndarray]:
         """The work arrays, the LFU room of each column per node (with the job reading its
         tables when ``job``) and the nodes' capacity in rows."""
-        w = self._work(spec, slots)
+        w = self._work(spec, slots, rates)
         cap = self.capacity_rows(slots)
         alpha = self.index.weights.id_skew
         cid = np.where(w.col >= 0, w.col, len(w.size) - 1)
@@ -254,10 +281,22 @@ class CacheRoomModel:
         served, squeezed = self.expected(spec, slots)
         return np.maximum(served - squeezed, -1.0)
 
-    def expected(self, spec: TableDemand, slots: np.ndarray
+    def expected(self, spec: TableDemand, slots: np.ndarray,
+                 rates: tuple[np.ndarray, np.ndarray] | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Per node: (share of the job's hot-set traffic the cache is expected to serve, 0..1;
-        share of one table's traffic the tables in use there lose to it, ``squeeze``).
+        """Per node: the tables' shares (``expected_tables``) weighted by their hot rows."""
+        per_table, weights, squeezed = self.expected_tables(spec, slots, rates)
+        # Summed table by table (not a matrix product): each node's figure then does not
+        # depend on which other nodes are scored with it.
+        return (weights[:, None] * per_table).sum(axis=0) / weights.sum(), squeezed
+
+    def expected_tables(self, spec: TableDemand, slots: np.ndarray,
+                        rates: tuple[np.ndarray, np.ndarray] | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per table of the job and node (rows: tables), the share of its traffic the node's
+        cache is expected to serve; each table's weight (its hot rows, ones when a table's is
+        unknown); and per node the share of one table's traffic the tables in use there lose
+        to it (``squeeze``).
 
         With the cache's size known, a table's rows are capped by the LFU ``room`` it gets
         there once the job reads it too. When the job declares its ``steps`` and ids per step,
@@ -275,19 +314,20 @@ class CacheRoomModel:
         weights = np.array(hot) if known else np.ones(len(hot))
         draws = spec.ids_per_step or {}
         if self.index.weights.cache:
-            w, rooms, _ = self._room(spec, slots)
+            w, rooms, _ = self._room(spec, slots, rates=rates)
         else:
-            w, rooms = self._work(spec, slots), None
+            w, rooms = self._work(spec, slots, rates), None
         rows_ = np.arange(len(slots))
-        share = np.zeros(len(slots))
-        for j, (t, h, wt) in enumerate(zip(spec.tables, hot, weights, strict=True)):
+        shares = np.zeros((len(spec.tables), len(slots)))
+        for j, (t, h) in enumerate(zip(spec.tables, hot, strict=True)):
+            share = shares[j]
             rows = w.held[rows_, w.job_at[j]]
             if math.isnan(h):
-                share += wt * (rows > 0)
+                share += rows > 0
                 continue
             d = draws.get(t)
             if rooms is None:
-                share += wt * served_share(rows, h, alpha, d)
+                share += served_share(rows, h, alpha, d)
                 continue
             room = rooms[rows_, w.job_at[j]]
             now = served_share(np.minimum(rows, room), h, alpha, d)
@@ -296,15 +336,31 @@ class CacheRoomModel:
                 fill = w.per_reader[np.where(w.col[rows_, col] >= 0, w.col[rows_, col], -1)]
                 others = np.where(w.ids[rows_, col] > 0, w.ids[rows_, col],
                                   w.readers[rows_, col] * np.nan_to_num(fill))
-                share += wt * warming(h, alpha, float(d), rows, room, d + others,
-                                      spec.steps, now)
+                share += warming(h, alpha, float(d), rows, room, d + others, spec.steps, now)
                 continue
             warm = served_share(np.minimum(h, room), h, alpha, d)
-            share += wt * np.where(np.isfinite(room), (now + warm) / 2, now)
-        share /= weights.sum()
+            share += np.where(np.isfinite(room), (now + warm) / 2, now)
         squeezed = (self._squeeze(spec, w, rooms) if rooms is not None
                     else np.zeros(len(slots)))
-        return share, squeezed
+        return shares, weights.astype(np.float64), squeezed
+
+    def fetched_rows(self, spec: TableDemand) -> np.ndarray | None:
+        """Per table of the job: the distinct rows one of its steps fetches (its declared ids
+        per step deduplicated over the table's size, published, else its hot rows:
+        ``cache_model.distinct_curve``); None unless every table declares its ids."""
+        draws = spec.ids_per_step or {}
+        if not all(draws.get(t) for t in spec.tables):
+            return None
+        ix, size = self.index, self._sizes(spec)
+        alpha = ix.weights.id_skew
+        out = []
+        for j, t in enumerate(spec.tables):
+            n = float(size[ix.col.get(t, len(ix.col) + j)])
+            if alpha == 0 or n <= 1:  # uniform ids (or no size): at most the table's rows
+                out.append(min(float(draws[t]), n) if n > 1 else float(draws[t]))
+                continue
+            out.append(float(distinct_curve(n, float(alpha), float(draws[t]))[1][-1]))
+        return np.array(out)
 
     def squeeze(self, spec: TableDemand, slots: np.ndarray) -> np.ndarray:
         """Per node: share of one table's traffic that the tables already read there lose to

@@ -9,6 +9,7 @@ the scheduler with :func:`decode_cache` -> :class:`CacheContent`). ``locality.py
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ class EmbeddingSpec:
     required: bool = False
     ids_per_step: Mapping[str, int] | None = None  # per table: ids one step looks up
     steps: int | None = None  # steps the job will run (its cache's warm-up is spread over them)
+    step_compute_ms: float | None = None  # a step's compute alone (no fetch): prices the saving
 
 
 def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | None:
@@ -60,8 +62,13 @@ def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | No
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
                               or steps < 1):
         raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'steps' must be a positive integer")
+    compute = doc.get("stepComputeMs")
+    if compute is not None and (isinstance(compute, bool) or not isinstance(compute, int | float)
+                                or not math.isfinite(compute) or compute < 0):
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'stepComputeMs' must be a number >= 0")
     return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required,
-                         ids_per_step or None, steps)
+                         ids_per_step or None, steps,
+                         float(compute) if compute is not None else None)
 
 
 def _per_table(doc: dict, key: str, tables: list[str]) -> dict[str, int] | None:

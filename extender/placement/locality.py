@@ -2,7 +2,7 @@
 
 A pod declares the embedding store and tables it reads (annotation ``sparse.io/embedding``,
 JSON ``{"store": "s", "tables": ["a", "b"], "hotRows": 100000 | {"a": n},
-"idsPerStep": 4096 | {"a": n}, "steps": 100000, "required": false}``).
+"idsPerStep": 4096 | {"a": n}, "steps": 100000, "stepComputeMs": 12.5, "required": false}``).
 Each node's embedding cache publishes what it holds (``sparse.io/embedding-cache``, written by
 ``embed.publisher``), and the store's shard pods (label ``sparse.io/embedding-store=<store>``)
 say where the store runs. Per candidate node the locality *bonus*, in the policy's cost unit
@@ -35,6 +35,15 @@ store's shards there (a table's blocks are spread over all shards). Defaults 1.0
 follow Fluid's node / zone / region tiers (100 / 50 / 20), scored here from measured cache
 content instead of labels.
 
+With ``score = "time"`` (the default), when the job also declares ``stepComputeMs`` (a
+step's compute alone) and ``idsPerStep`` for every table, the bonus is instead the share of the
+job's step time the node saves (``step_time``): its step there (compute, hits at local speed,
+misses over its path to the store's shards, each table's served share as the cache fills over
+the job's steps, from the same cache model) against the step with nothing cached across
+zones, less the step time the readers already on the node lose to it, times ``cache_weight``.
+A job whose steps are fetch-bound weighs a warm node near the store heavily; a compute-bound
+one barely. The rack and zone tiers are then the network's figures (``network``), not weights.
+
 * Never overrides fit: only finite costs move; infeasible nodes stay infeasible.
 * Missing data (no annotation, unknown store, node without labels) gives no bonus: neutral.
 * ``required: true``: filter keeps only nodes in a rack of the store's shards (opt-in).
@@ -47,7 +56,8 @@ content instead of labels.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +80,14 @@ from extender.placement.embedding_annotations import (  # noqa: F401 (the codec,
     parse_embedding,
 )
 from extender.placement.state import ClusterState
+from extender.placement.step_time import (
+    NetworkModel,
+    reference_seconds,
+    saved_share,
+    squeeze_share,
+)
+
+SCORES = ("time", "share")
 
 
 @dataclass(frozen=True)
@@ -81,10 +99,48 @@ class LocalityWeights:
     id_skew: float = 1.05
     rack_label: str = DEFAULT_RACK_LABEL
     zone_label: str = LABEL_ZONE
+    # ``time``: a job declaring its ids per step and its compute per step is scored by the
+    # step time each node saves (``step_time``); ``share``: by the cached share and tiers.
+    score: str = "time"
+    network: NetworkModel = NetworkModel()
+
+    def __post_init__(self) -> None:
+        if self.score not in SCORES:
+            raise ValueError(f"locality score must be one of {SCORES}, got {self.score!r}")
 
     @property
     def enabled(self) -> bool:
         return bool(self.cache or self.rack or self.zone or self.avoid)
+
+
+def spec_key(spec: EmbeddingSpec) -> tuple[Hashable, ...]:
+    """What a pod's declaration contributes to its bonus, hashable: one key per pod shape
+    (``required`` only filters)."""
+    def items(m: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted((m or {}).items()))
+    return (spec.store, spec.tables, items(spec.hot_rows), items(spec.ids_per_step),
+            spec.steps, spec.step_compute_ms)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise: equal, NaN equal to NaN."""
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+@dataclass
+class _Memo:
+    """One pod shape's bonus per node slot, valid where the slot's stamp is the one it was
+    computed at and the cluster-wide inputs (``inputs``) are unchanged; per table (column
+    id), the readers' ids per step and the size it was computed with."""
+
+    inputs: tuple[Hashable, ...]
+    per_reader: np.ndarray
+    size: np.ndarray
+    stamp: np.ndarray  # per slot: the node's stamp the value was computed at (-1: none)
+    value: np.ndarray
+
+
+MEMO_SHAPES = 64  # pod shapes whose bonus is kept (least recently used dropped)
 
 
 def gpu_amount(demand: PodDemand) -> float:
@@ -136,6 +192,7 @@ class LocalityIndex:
         self.zone_id = np.zeros(0, dtype=np.int64)  # 0 = unknown
         self.rack_id = np.zeros(0, dtype=np.int64)
         self.fill = np.zeros(0)
+        self._any_fill: bool | None = None  # whether some cache holds something (None: ask)
         self.cap_bytes = np.zeros(0)  # the cache's maxmemory (0 = not published)
         self.row_bytes = np.zeros(0)  # bytes per cached row, from used bytes / rows (0 = unknown)
         self.active = np.zeros(0)  # tables that running pods on the node read
@@ -150,6 +207,12 @@ class LocalityIndex:
         self._ids: dict[str, int] = {}
         self._seen: dict[str, tuple[str | None, str | None, str | None]] = {}
         self.store_nodes: dict[str, frozenset[str]] = {}
+        # Per slot, a stamp that changes whenever the node's labels or cache do: a pod
+        # shape's bonus is recomputed only for the nodes whose stamp moved (``bonus``).
+        self.stamp = np.zeros(0, dtype=np.int64)
+        self._clock = 0
+        self._memo: OrderedDict[tuple[Hashable, ...], _Memo] = OrderedDict()
+        self._row_size: tuple[int, float] | None = None  # (clock, value)
         # What the caches hold and would hold for a job: a unit of its own, reading these arrays.
         self.cache_room = CacheRoomModel(self)
 
@@ -169,9 +232,16 @@ class LocalityIndex:
                 for attr in ("fill", "cap_bytes", "row_bytes", "active"):
                     setattr(self, attr, np.resize(getattr(self, attr), grow))
                 self._grow_entries(grow, self.ent_col.shape[1])
+                self.stamp = np.resize(self.stamp, grow)
+            self._touch(i)
             self.zone_id[i] = self.rack_id[i] = 0
             self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
+            self._any_fill = None
         return i
+
+    def _touch(self, i: int) -> None:
+        self._clock += 1
+        self.stamp[i] = self._clock
 
     def _grow_entries(self, n_slots: int, width: int) -> None:
         for attr in ("ent_col", "ent_held", "ent_readers", "ent_ids"):
@@ -198,6 +268,7 @@ class LocalityIndex:
             return False
         self._seen[name] = key
         i = self._slot(name)
+        self._touch(i)
         self.zone_id[i] = self._id(key[1] and f"zone:{key[1]}")
         self.rack_id[i] = self._id(key[2] and f"rack:{key[1]}/{key[2]}")
         self._set_cache(i, decode_cache(key[0]))
@@ -207,6 +278,7 @@ class LocalityIndex:
         self.ent_col[i] = -1
         self.ent_held[i] = self.ent_readers[i] = self.ent_ids[i] = 0.0
         self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
+        self._any_fill = None
         if content is None:
             return
         self.fill[i] = content.fill
@@ -245,6 +317,7 @@ class LocalityIndex:
         i = self.slot.get(name)
         if i is not None:
             self._seen.pop(name, None)
+            self._touch(i)
             self.zone_id[i] = self.rack_id[i] = 0
             self._set_cache(i, None)
 
@@ -294,10 +367,133 @@ class LocalityIndex:
         """What readers already on each node lose (``CacheRoomModel.squeeze``)."""
         return self.cache_room.squeeze(spec, slots)
 
+    def row_size(self) -> float:
+        """Bytes a row takes, as the caches publish it (median over nodes; 0 = unknown)."""
+        if self._row_size is not None and self._row_size[0] == self._clock:
+            return self._row_size[1]
+        known = self.row_bytes[:len(self.slot)]
+        known = known[known > 0]
+        value = float(np.median(known)) if len(known) else 0.0
+        self._row_size = (self._clock, value)
+        return value
+
+    def time_bonus(self, spec: EmbeddingSpec, slots: np.ndarray,
+                   rates: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | None:
+        """Per node: the share of the job's step time it saves (``step_time.saved_share``),
+        less the step time the readers already there lose to it, times the cache weight;
+        None when the job does not declare what prices it (ids per step for every table, a
+        step's compute) or no cache has published its row size."""
+        if self.weights.score != "time" or spec.step_compute_ms is None:
+            return None
+        rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
+        if rows is None or not row_bytes:
+            return None
+        per_table, _, squeezed = self.cache_room.expected_tables(spec, slots, rates)
+        step_bytes = rows * row_bytes
+        rack = self.shard_share(spec.store, self.rack_id, slots)
+        zone = self.shard_share(spec.store, self.zone_id, slots)
+        compute = spec.step_compute_ms / 1e3
+        net = self.weights.network
+        saved = saved_share(net, compute, per_table, step_bytes, rack, zone)
+        lost = squeeze_share(net, compute, squeezed * len(spec.tables), step_bytes, rack, zone)
+        return self.weights.cache * (saved - lost)
+
+    def reference_run_seconds(self, spec: EmbeddingSpec) -> float | None:
+        """The job's steps at its reference step time (``step_time.reference_seconds``), the
+        run time the time bonus is a share of; None when the job does not declare what prices
+        it (as ``time_bonus``) or its steps."""
+        if spec.step_compute_ms is None or not spec.steps:
+            return None
+        rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
+        if rows is None or not row_bytes:
+            return None
+        ref = reference_seconds(self.weights.network, spec.step_compute_ms / 1e3,
+                                rows * row_bytes)
+        return float(spec.steps) * ref
+
+    def tables_held(self, tables: tuple[str, ...], name: str) -> float:
+        """Share of ``tables`` of which the node's cache holds rows (0 for an unknown node)."""
+        i = self.slot.get(name)
+        if i is None or not tables or not self.ent_col.shape[1]:
+            return 0.0
+        held = {int(c) for c, h in zip(self.ent_col[i], self.ent_held[i], strict=True)
+                if c >= 0 and h >= 1}
+        return sum(self.col.get(t, -1) in held for t in tables) / len(tables)
+
+    def warm_nodes(self, tables: tuple[str, ...]) -> list[str]:
+        """Nodes whose cache holds rows of any of ``tables``."""
+        cols = [self.col[t] for t in tables if t in self.col]
+        if not cols or not self.ent_col.shape[1]:
+            return []
+        n = len(self.slot)
+        hit = (np.isin(self.ent_col[:n], cols) & (self.ent_held[:n] >= 1)).any(axis=1)
+        names = list(self.slot)
+        return [names[i] for i in np.flatnonzero(hit).tolist()]
+
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
-        w = self.weights
+        """Per name, the locality bonus (the module's formula). Kept per pod shape and node:
+        only nodes whose labels or cache changed since are recomputed, and those holding a
+        table whose size or readers' ids per step (over the candidates) moved; any change
+        of the cluster-wide inputs (``_inputs``) recomputes all. So the figures equal a
+        fresh computation's."""
         slots = self.slots_of(names)
-        served, squeezed = self.expected(spec, slots)
+        rates = self.cache_room.rates(spec, slots)
+        key, size = spec_key(spec), self.cache_room.sizes(spec)
+        inputs = self._inputs(spec, rates, size)
+        memo = self._memo.get(key)
+        n_slots = len(self.stamp)
+        if memo is None or memo.inputs != inputs:
+            memo = _Memo(inputs, rates[0], size, np.full(n_slots, -1, dtype=np.int64),
+                         np.zeros(n_slots))
+            self._memo[key] = memo
+            while len(self._memo) > MEMO_SHAPES:
+                self._memo.popitem(last=False)
+        else:
+            self._memo.move_to_end(key)
+            moved = ~(same(memo.per_reader, rates[0]) & same(memo.size, size))
+            if moved.any():  # only the nodes holding those tables need them
+                hold = np.isin(self.ent_col[:len(memo.stamp)], np.flatnonzero(moved))
+                memo.stamp[hold.any(axis=1)] = -1
+                memo.per_reader, memo.size = rates[0], size
+        if len(memo.stamp) < n_slots:
+            memo.stamp = np.concatenate([memo.stamp, np.full(n_slots - len(memo.stamp), -1)])
+            memo.value = np.resize(memo.value, n_slots)
+        at = np.maximum(slots, 0)
+        stale = (slots < 0) | (memo.stamp[at] != self.stamp[at]) if n_slots else slots < 0
+        if not stale.any():
+            return memo.value[slots]
+        out = memo.value[at] if n_slots else np.zeros(len(slots))
+        redo = slots[stale]
+        fresh = self._fresh_bonus(spec, redo, rates)
+        out[stale] = fresh
+        known = redo >= 0
+        memo.value[redo[known]] = fresh[known]
+        memo.stamp[redo[known]] = self.stamp[redo[known]]
+        return out
+
+    def _inputs(self, spec: EmbeddingSpec, rates: tuple[np.ndarray, np.ndarray],
+                size: np.ndarray) -> tuple[Hashable, ...]:
+        """What every node's bonus depends on besides its own labels and cache: the job's
+        tables (their sizes, readers' ids per step, the job's), the tables known, the row
+        size, where the store's shards run, the entries' width, the weights."""
+        n_cols = len(self.col)
+        own = [self.col.get(t, n_cols + j) for j, t in enumerate(spec.tables)]
+        shards = self.slots_of(sorted(self.store_nodes.get(spec.store, ())))
+        shards = shards[shards >= 0]
+        # One reader's ids per step of a table weigh only on the nodes holding it (``bonus``
+        # recomputes those); the job's own (its declaration, else that figure) on all.
+        return (n_cols, tuple(own), rates[1].tobytes(),
+                size[own].tobytes(), self.total[[c for c in own if c < n_cols]].tobytes(),
+                self.ent_col.shape[1], self.row_size(), shards.tobytes(),
+                self.rack_id[shards].tobytes(), self.zone_id[shards].tobytes(), self.weights)
+
+    def _fresh_bonus(self, spec: EmbeddingSpec, slots: np.ndarray,
+                     rates: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        w = self.weights
+        timed = self.time_bonus(spec, slots, rates)
+        if timed is not None:
+            return timed
+        served, squeezed = self.cache_room.expected(spec, slots, rates)
         out = w.cache * np.maximum(served - squeezed, -1.0)
         # Only the misses travel to the store: the rack and zone tiers pay on what the cache
         # does not serve (a node serving all the job's rows gains nothing from the store's rack).
@@ -325,7 +521,11 @@ class LocalityIndex:
     def avoids(self) -> bool:
         """Whether pods without embeddings are kept off any node (some node's cache holds
         something); when not, their locality term is zero everywhere."""
-        return bool(self.weights.avoid) and bool(self.fill[:len(self.slot)].any())
+        if not self.weights.avoid:
+            return False
+        if self._any_fill is None:  # asked once per change of some node's cache, not per pod
+            self._any_fill = bool(self.fill[:len(self.slot)].any())
+        return self._any_fill
 
     def term(self, spec: EmbeddingSpec | None, demand: PodDemand, names: list[str],
              idle: np.ndarray | None = None) -> np.ndarray:

@@ -61,6 +61,9 @@ class ClusterState:
         self.profiles = None
         # Changes on a node's GPUs give it a fresh stamp (caches of per-node results key on it).
         self.node_stamp = np.full(len(nodes), next(_STAMPS), dtype=np.int64)
+        # The last stamp given here (stamps are unique process-wide): equal to what a cache
+        # saw, no node's stamp changed since (a check of one int, not of every node).
+        self.last_stamp = int(self.node_stamp[0]) if len(nodes) else 0
         self.reservations: dict[str, Reservation] = {}
         self.orphans: dict[str, Reservation] = {}
         self.version = -1  # ledger version these bookings reflect
@@ -119,13 +122,13 @@ class ClusterState:
                     pods.remove(entry)
                 if not pods:
                     self.resident_pods.pop(i, None)
-            self.node_stamp[self.gpu_node[i]] = next(_STAMPS)
+            self.node_stamp[self.gpu_node[i]] = self.last_stamp = next(_STAMPS)
 
     def touch(self, nodes: np.ndarray) -> None:
         """Renew the nodes' stamps: something a policy reads of them (their CPU or memory
         left) changed without a GPU booking."""
         for i in np.asarray(nodes, dtype=np.int64).tolist():
-            self.node_stamp[i] = next(_STAMPS)
+            self.node_stamp[i] = self.last_stamp = next(_STAMPS)
 
     def apply(self, reservation: Reservation) -> None:
         if reservation.pod_uid in self.reservations or reservation.pod_uid in self.orphans:

@@ -157,9 +157,10 @@ class CostCache:
             self._entries.clear()
         if any(t.epoch is None for t in terms):
             self.bypassed += 1
+        subs: dict[bytes, GpuMasks] = {}  # this call's masks of stale nodes, shared by terms
         return add_terms(len(masks.gpus), [
             t.compute(state, demand, masks) if t.key is None
-            else self._term(policy, t, state, demand, masks) for t in terms])
+            else self._term(policy, t, state, demand, masks, subs) for t in terms])
 
     @staticmethod
     def terms_of(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
@@ -178,9 +179,9 @@ class CostCache:
         return [CostTerm(key, tuple(epoch), policy.costs)]
 
     def _term(self, policy: Policy, term: CostTerm, state: ClusterState, demand: PodDemand,
-              masks: GpuMasks) -> TermValues:
+              masks: GpuMasks, subs: dict[bytes, GpuMasks]) -> TermValues:
         raw = self._filled((id(policy), term.key), term.epoch, term.raw or term.compute,
-                           state, demand, masks)
+                           state, demand, masks, subs)
         if term.finish is None:
             return _gather(raw, masks)
         if masks.nodes is None:
@@ -193,15 +194,16 @@ class CostCache:
         # mix's popularities): a plain gather per call, no weighting.
         done = self._filled((id(policy), term.key, "finished"),
                             (*term.epoch, *term.finish_epoch), finish, state, demand, masks,
-                            within=raw)
+                            subs, within=raw)
         return _gather(done, masks)
 
     def _filled(self, entry_key: tuple, epoch: tuple[object, ...],
                 compute: Callable[[ClusterState, PodDemand, GpuMasks], TermValues],
                 state: ClusterState, demand: PodDemand, masks: GpuMasks,
-                within: _Entry | None = None) -> _Entry:
+                subs: dict[bytes, GpuMasks], within: _Entry | None = None) -> _Entry:
         """The entry, valid on every candidate node: the stale ones computed now. ``within``:
-        the entry this one is made from (only nodes valid there may be filled)."""
+        the entry this one is made from (only nodes valid there may be filled); ``subs``: the
+        masks of stale node sets made in this call (the terms' stale nodes mostly agree)."""
         entry = self._entries.get(entry_key)
         if entry is None:
             entry = _Entry(len(state.gpu_uuid), len(state.node_names))
@@ -230,7 +232,7 @@ class CostCache:
                 unknown &= within.stamp == state.node_stamp
             stale = np.flatnonzero(unknown)
         if len(stale):
-            sub = gpu_masks(state, demand, stale)
+            sub = _stale_masks(state, demand, stale, masks, subs)
             before = entry.nbytes
             entry.store(sub.gpus, *compute(state, demand, sub), every=sub.every)
             entry.stamp[stale] = state.node_stamp[stale]
@@ -248,6 +250,21 @@ class CostCache:
                 len(self._entries) > room
                 or sum(e.nbytes for e in self._entries.values()) > self.budget_bytes):
             self._entries.popitem(last=False)
+
+
+def _stale_masks(state: ClusterState, demand: PodDemand, stale: np.ndarray, masks: GpuMasks,
+                 subs: dict[bytes, GpuMasks]) -> GpuMasks:
+    """The masks of the ``stale`` nodes: the caller's own where they are its very nodes (a
+    node's refill after a bind, the whole inventory), else made once per call. Terms read
+    only the GPUs and their owners of the masks (``CostTerm``), not the pod-specific parts."""
+    nodes = masks.nodes
+    if nodes is not None and len(nodes) == len(stale) and np.array_equal(nodes, stale):
+        return masks
+    key = stale.tobytes()
+    sub = subs.get(key)
+    if sub is None:
+        sub = subs[key] = gpu_masks(state, demand, stale)
+    return sub
 
 
 def _gather(entry: _Entry, masks: GpuMasks) -> TermValues:
@@ -289,15 +306,34 @@ class CycleEntry:
     nodes: np.ndarray
     stamps: np.ndarray
     inventory: list[str]  # the state's GPU list (held: compared by identity)
+    # Filter's request and the passed nodes' positions in it: a prioritize of that very list
+    # (it also names the nodes filter failed) places the costs without a lookup per name.
+    request: list[str] | None = None
+    positions: np.ndarray | None = None
+    last_stamp: int = -1  # the state's ``last_stamp`` then
 
     @classmethod
     def of(cls, state: ClusterState, passed: list[str], nodes: np.ndarray,
-           costs: np.ndarray) -> CycleEntry:
-        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid)
+           costs: np.ndarray, request: list[str] | None = None,
+           positions: np.ndarray | None = None) -> CycleEntry:
+        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid, request,
+                   positions, getattr(state, "last_stamp", -1))
+
+    def costs_for(self, names: list[str], costs: np.ndarray) -> np.ndarray:
+        """``costs`` (of ``passed``) laid out over ``names``; inf where filter did not pass
+        the node (it failed there: infeasible)."""
+        if self.request is not None and names == self.request:
+            out = np.full(len(names), np.inf)
+            out[self.positions] = costs
+            return out
+        by_node = dict(zip(self.passed, costs.tolist(), strict=True))
+        return np.array([by_node.get(n, np.inf) for n in names])
 
     def changed(self, state: ClusterState) -> np.ndarray | None:
         """Positions (in ``passed``) of nodes whose bookings changed in ``state`` since; None
         when the inventory changed (nothing carries over)."""
         if state.gpu_uuid is not self.inventory:
             return None
+        if self.last_stamp >= 0 and getattr(state, "last_stamp", -2) == self.last_stamp:
+            return self.nodes[:0]  # no stamp given since: nothing changed
         return np.flatnonzero(state.node_stamp[self.nodes] != self.stamps)

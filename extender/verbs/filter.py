@@ -104,7 +104,8 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
                       else best_nodes(passed, scores_from_costs(total), s.filter_best_within))
         else:
             s.cycle_costs.put(demand.uid, s.clock(),
-                              CycleEntry.of(state, passed, result.nodes[fitting], costs))
+                              CycleEntry.of(state, passed, result.nodes[fitting], costs,
+                                            names, fitting))
     return protocol.filter_result(passed, failed, result.unresolvable, args)
 
 

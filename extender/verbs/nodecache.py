@@ -63,6 +63,8 @@ class _Entry:
         self.fits = np.zeros(n_nodes, dtype=bool)
         self.cost_stamp = np.zeros(n_nodes, dtype=np.int64)
         self.cost = np.full(n_nodes, np.inf)
+        # (failing nodes and their stamps, failed, unresolvable): the last reasons given
+        self.reasons: tuple[tuple[bytes, bytes], dict[str, str], dict[str, str]] | None = None
         self.terms: tuple[Hashable, ...] = ()  # the policy's term keys the costs were made of
         self.epoch: tuple[object, ...] = ()  # the global inputs they read (held: no id reuse)
 
@@ -138,9 +140,24 @@ class NodeVerdicts:
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         if not fits.all():  # the reasons, summarised over exactly the failing nodes
-            bad = fit(state, demand, [candidates[i] for i in np.flatnonzero(~fits).tolist()])
-            failed, unresolvable = bad.failed, bad.unresolvable
+            failed, unresolvable = self._reasons(entry, state, demand, candidates, nodes,
+                                                 stamps, np.flatnonzero(~fits))
         return Verdicts(nodes, list(candidates), fits, failed, unresolvable, key, entry)
+
+    @staticmethod
+    def _reasons(entry: _Entry, state: ClusterState, demand: PodDemand, candidates: list[str],
+                 nodes: np.ndarray, stamps: np.ndarray, bad: np.ndarray
+                 ) -> tuple[dict[str, str], dict[str, str]]:
+        """``fit``'s reasons for the failing candidates (positions ``bad``), kept while the
+        same nodes fail at the same stamps: the words read only those nodes (a node's name
+        is fixed by its index within one inventory) and the shape. Copies: callers add to
+        them."""
+        sign = (nodes[bad].tobytes(), stamps[bad].tobytes())
+        kept = entry.reasons
+        if kept is None or kept[0] != sign:
+            explained = fit(state, demand, [candidates[i] for i in bad.tolist()])
+            kept = entry.reasons = (sign, explained.failed, explained.unresolvable)
+        return dict(kept[1]), dict(kept[2])
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, v: Verdicts,
               fitting: np.ndarray) -> np.ndarray:

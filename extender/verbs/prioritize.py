@@ -84,9 +84,8 @@ async def run(s: Scheduler, args: ExtenderArgs) -> list[HostPriority]:
     if cached is not None and costs is not None:
         passed = cached.passed
         if passed != args.node_names:  # normally the very list filter passed
-            by_node = dict(zip(passed, costs.tolist(), strict=True))
             # nodes filter rejected are absent: infeasible, score 0
-            costs = np.array([by_node.get(n, np.inf) for n in args.node_names])
+            costs = cached.costs_for(args.node_names, costs)
         costs = with_locality(s, pod, s.pending_demand(pod.metadata.uid), args.node_names,
                               costs)
         return host_priorities(args.node_names, scores_from_costs(costs))

@@ -275,3 +275,12 @@ def test_sweep_report_from_runs_pairs_with_and_without(tmp_path):
     assert table["seeds"].tolist() == [2]
     assert table["jct_ratio"].tolist() == pytest.approx([0.85])  # (0.9 + 0.8) / 2
     assert "not grouped" in (tmp_path / "report" / "sweep.md").read_text()
+
+
+def test_delay_scheduling_runs_the_same_trace_and_counts_who_waited():
+    off = run_locality(seed=5, locality=False, n_jobs=60, mode="high-load")
+    on = run_locality(seed=5, locality=True, n_jobs=60, mode="high-load", delay=True)
+    assert on.jobs == off.jobs and on.jct_mean > 0
+    assert off.delayed == 0.0 and 0.0 <= on.delayed <= 1.0
+    term_only = run_locality(seed=5, locality=True, n_jobs=60, mode="high-load")
+    assert term_only.delayed == 0.0

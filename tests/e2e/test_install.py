@@ -486,3 +486,56 @@ def test_agent_token_changes_only_its_own_node(cluster, installed, tmp_path) -> 
                         expect=(200, 202, 404))
         for node in ("vap-node-a", "vap-node-b"):
             cluster.delete_node(node)
+
+
+# ------------------------------------------------------------------------------ extender binding
+
+
+def test_extender_binds_with_only_the_charts_rbac(cluster, installed, tmp_path) -> None:
+    """The extender's binder, authenticated as the chart's extender ServiceAccount, binds a pod
+    and reads it back on the real API server: the RBAC rules the chart grants are the ones the
+    binder's requests need (pods/binding create, pods get)."""
+    import asyncio
+
+    from extender.kube.binder import KubeBinder
+    from extender.kube.client import make_api_client
+    from extender.ledger.rules import Allocation, Reservation
+    from extender.protocol import BindingArgs
+
+    review = cluster.request(
+        "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/sparse-extender/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+         "spec": {"expirationSeconds": 600}})
+    kubeconfig = _token_kubeconfig(cluster, review["status"]["token"],
+                                   tmp_path / "extender.kubeconfig")
+    cluster.delete_node("bind-node")
+    _bare_node(cluster, "bind-node")
+    _delete_pod(cluster, "bound-by-extender")
+    created = cluster.request("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bound-by-extender"},
+        "spec": {"schedulerName": "nobody", "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "main", "image": "registry.invalid/train:1"}]}})
+    uid = created["metadata"]["uid"]
+    reservation = Reservation(uid, "default", "bound-by-extender", "bind-node",
+                              (Allocation("GPU-bind-0", "main", 4096, 250),),
+                              job_class="deepfm", whole_gpus=())
+
+    async def bind_and_read() -> Any:
+        api = await make_api_client(kubeconfig, in_cluster=False)
+        try:
+            binder = KubeBinder(api)
+            await binder.bind(BindingArgs(pod_name="bound-by-extender", pod_namespace="default",
+                                          pod_uid=uid, node="bind-node"), reservation)
+            return await binder.fetch_pod("default", "bound-by-extender")
+        finally:
+            await api.close()
+
+    try:
+        pod = asyncio.run(bind_and_read())
+        assert pod is not None
+        stored = cluster.request("GET", "/api/v1/namespaces/default/pods/bound-by-extender")
+        assert stored["spec"]["nodeName"] == "bind-node"
+        assert "GPU-bind-0" in stored["metadata"]["annotations"]["sparse.io/gpu-uuids"]
+    finally:
+        _delete_pod(cluster, "bound-by-extender")
+        cluster.delete_node("bind-node")

@@ -32,6 +32,10 @@ def test_bad_arguments_are_cli_errors(tmp_path):
     bad.write_text("nodes: [{name: a, gpu: 2, gpu-mem: 16, model: X, uuids: [one]}]")
     result = runner.invoke(main, ["serve", "--nodes", str(bad)])
     assert result.exit_code == 1 and "exactly 2 UUIDs" in result.output
+    net = tmp_path / "net.yaml"
+    net.write_text("network: {rack: {gbps: 0, latency_ms: 1}}")
+    result = runner.invoke(main, ["serve", "--nodes", str(bad), "--locality-network", str(net)])
+    assert result.exit_code == 2 and "gbps must be > 0" in result.output
 
 
 def openssl(*args: str, cwd: Path) -> None:

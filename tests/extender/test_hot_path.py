@@ -180,3 +180,19 @@ def _demand(milli: int):
     return PodDemand(uid=f"d-{milli}", namespace="ml", name="d", containers=(c,), whole_gpus=0,
                      share_milli=milli, share_mem_mib=2000, job_class="cnn",
                      share_containers=(c,))
+
+
+async def test_prioritize_of_filters_whole_request_scores_the_failed_nodes_as_afresh() -> None:
+    s = _scheduler()
+    for gpu in range(4):  # gpu-3's compute all booked: the pod fails there
+        await _book(s, f"full-{gpu}", "gpu-3", gpu=gpu, milli=1000)
+    await _book(s, "old", "gpu-1")
+    args = _args("p-3")
+    assert (await s.filter(args)).NodeNames == [n for n in NAMES if n != "gpu-3"]
+    reused = await s.prioritize(args)  # the request filter got, gpu-3 in it
+    assert s.cycle_costs.hits == 1
+    s.cycle_costs.take("p-3", s.clock())
+    fresh = await s.prioritize(args)
+    assert [(h.Host, h.Score) for h in reused] == [(h.Host, h.Score) for h in fresh]
+    scores = {h.Host: h.Score for h in reused}
+    assert scores["gpu-3"] == 0 and max(scores.values()) == 10

@@ -88,3 +88,40 @@ async def test_a_node_whose_gpus_change_is_judged_on_its_new_gpus() -> None:
     answer = await s.filter(filter_args(pod(**big), ("a", "e")))
     assert answer.NodeNames == ["e"]
     assert "GPU size" in answer.FailedAndUnresolvableNodes["a"]
+
+
+async def test_reasons_are_kept_while_the_failing_nodes_stay_as_they_were(monkeypatch) -> None:
+    import extender.verbs.nodecache as nodecache
+
+    explained: list[list[str]] = []
+    real_fit = nodecache.fit
+
+    def counting_fit(state, demand, names, explain=True):  # type: ignore[no-untyped-def]
+        if explain:
+            explained.append(list(names))
+        return real_fit(state, demand, names, explain)
+
+    monkeypatch.setattr(nodecache, "fit", counting_fit)
+    s = cluster()
+
+    async def place(p: dict, node: str) -> None:
+        assert node in (await s.filter(filter_args(p, NODES))).NodeNames
+        await bind_pod(s, p, node)
+
+    whole = pod(gpus=1)
+    await place(whole, "d")  # d's one GPU taken: d fails for whole-GPU pods
+    explained.clear()
+    first = await s.filter(filter_args(pod(gpus=1), NODES))
+    second = await s.filter(filter_args(pod(gpus=1), NODES))
+    assert first.FailedNodes == second.FailedNodes and "d" in first.FailedNodes
+    assert explained == [["d"]]  # asked once; the second answer's words were kept
+    second.FailedNodes.clear()  # an answer's dicts are its own
+    await place(pod(gpus=1), "a")  # a passing node changed: d's words stand
+    assert "d" in (await s.filter(filter_args(pod(gpus=1), NODES))).FailedNodes
+    assert explained == [["d"]]
+    await s.release(whole["metadata"]["uid"])  # the failing node changed: asked again
+    third = await s.filter(filter_args(pod(gpus=1), NODES))
+    assert "d" not in third.FailedNodes and "d" in third.NodeNames
+    await place(pod(gpus=1), "d")
+    assert "d" in (await s.filter(filter_args(pod(gpus=1), NODES))).FailedNodes
+    assert explained == [["d"], ["d"]]

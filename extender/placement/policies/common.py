@@ -117,6 +117,14 @@ def segment_sum(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
     return cs[hi] - cs[lo]
 
 
+def node_sums(values: np.ndarray, owner: np.ndarray, n: int, alike: int = 0) -> np.ndarray:
+    """``segment_sum``; where every node has ``alike`` GPUs (runs of one length), a row sum
+    of the reshaped values (a few operations, not a dozen: a node's refill after a bind)."""
+    if alike:
+        return values.reshape(n, alike, *values.shape[1:]).sum(axis=1, dtype=np.float64)
+    return segment_sum(values, owner, n)
+
+
 def node_milli_left(state: ClusterState, masks: GpuMasks, n: int) -> np.ndarray:
     """U_n: GPU milli left summed over each candidate node's GPUs."""
     return segment_sum(state.milli_free[masks.gpus], masks.owner, n)

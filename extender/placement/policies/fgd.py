@@ -28,12 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from extender.demand import PodDemand
-from extender.placement.fit import GpuMasks
+from extender.placement.fit import GpuMasks, candidate_gpus
 from extender.placement.policies.common import (
     TIE,
     candidate_nodes,
     host_of,
     local_index,
+    node_sums,
     pod_cpu,
     pod_mem,
     segment_sum,
@@ -133,13 +134,13 @@ class FragModel:
         _, stamps, count_ge, lt, u = memo
         nodes = np.flatnonzero(state.node_stamp != stamps)
         if len(nodes):
-            counts = state.node_stop[nodes] - state.node_start[nodes]
-            owner = np.repeat(np.arange(len(nodes)), counts)
-            gpus = np.repeat(state.node_start[nodes], counts) + (
-                np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+            gpus, owner, alike = candidate_gpus(state, nodes)
             sub = (state.milli_cap[gpus] - state.milli_used[gpus]).astype(np.float64)
-            count_ge[nodes], lt[nodes] = self.aggregates(sub, owner, len(nodes))
-            u[nodes] = segment_sum(sub, owner, len(nodes))
+            a, b = self.gpu_terms(sub)
+            # Sums of whole numbers (slots, milli): exact in any order, as the full pass's.
+            count_ge[nodes] = node_sums(a, owner, len(nodes), alike)
+            lt[nodes] = node_sums(b, owner, len(nodes), alike)
+            u[nodes] = node_sums(sub, owner, len(nodes), alike)
             stamps[nodes] = state.node_stamp[nodes]
         return count_ge, lt, u
 
@@ -200,12 +201,12 @@ class FragModel:
         all of U_n."""
         t = self.tasks
         copies = np.floor(slots / np.maximum(t.num, 1))
-        with np.errstate(invalid="ignore"):
-            cpu_copies = np.floor(np.maximum(cpu_left, 0)[..., None] / self._cpu)
+        # x / NaN is a quiet NaN (no floating-point error: x >= 0 and finite, the divisors
+        # positive or NaN), so no errstate is needed, which costs more than the division.
+        cpu_copies = np.floor(np.maximum(cpu_left, 0)[..., None] / self._cpu)
         copies = np.fmin(copies, cpu_copies)  # NaN (a shape asking no CPU): GPUs decide
         if self._mem is not None and mem_left is not None:
-            with np.errstate(invalid="ignore"):
-                copies = np.fmin(copies, np.floor(np.maximum(mem_left, 0)[..., None] / self._mem))
+            copies = np.fmin(copies, np.floor(np.maximum(mem_left, 0)[..., None] / self._mem))
         ok = (t.milli > 0) & node_model_ok
         used = np.where(ok, np.maximum(copies, 0) * t.num * t.milli, 0.0)
         per = u_total[..., None] - used
@@ -226,6 +227,11 @@ class FragModel:
         host = host_of(state)
         return self.frag(count_ge, lt, u, host.cpu_left[nodes].astype(np.float64), mok,
                          self.mem_left(host, nodes))
+
+
+# At most this many share GPUs are priced row by row in ``FGD.deltas`` (per task), without
+# first folding the GPUs of one node with the same milli left into one row.
+FEW_GPUS = 64
 
 
 def node_model(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
@@ -260,13 +266,17 @@ class FGD:
         return (self.model,)
 
     def deltas(
-        self, state: ClusterState, demand: PodDemand, masks: GpuMasks, per_task: bool = False
+        self, state: ClusterState, demand: PodDemand, masks: GpuMasks, per_task: bool = False,
+        share: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(share_delta per candidate GPU, whole_delta per candidate node): F_n - F_n'.
-        share_delta is computed where ``masks.share`` holds (0 elsewhere). ``per_task``: for
-        each typical task (a trailing axis), before the popularities weigh them."""
+        share_delta is computed where ``share`` (by default ``masks.share``) holds (0
+        elsewhere). ``per_task``: for each typical task (a trailing axis), before the
+        popularities weigh them."""
         fm = self.model
-        nodes = candidate_nodes(state, masks)
+        # Alike candidates (each with its GPUs): positions are the masks' own nodes.
+        nodes = (masks.nodes if masks.alike and masks.nodes is not None
+                 else candidate_nodes(state, masks))
         all_ge, all_lt, all_u = fm.state_aggregates(state)
         count_ge, lt, u = all_ge[nodes], all_lt[nodes], all_u[nodes]
         host = host_of(state)
@@ -286,25 +296,33 @@ class FGD:
         else:  # a share alone: whole-GPU costs are never read
             whole_delta = np.zeros((len(nodes), *tail))
         share_delta = np.zeros((len(masks.gpus), *tail))
-        sel = np.flatnonzero(masks.share)
+        sel = np.flatnonzero(masks.share if share is None else share)
         if demand.has_share and len(sel):
             share_gpus = masks.gpus[sel]  # milli_free of these only (not of every GPU)
             left_all = state.milli_cap[share_gpus] - state.milli_used[share_gpus]
-            # GPUs of one node with the same milli left give the same node after the share.
-            keys, first, inverse = np.unique(
-                masks.owner[sel] * 2048 + left_all, return_index=True, return_inverse=True)
-            o = masks.owner[sel][first]
-            left = left_all[first].astype(np.float64)
+            owner = masks.owner[sel]
+            if per_task and len(sel) <= FEW_GPUS:
+                # Few GPUs (a node's refill after a bind): each its own row. Row by row the
+                # same arithmetic (no weighted sum across tasks here), one sort fewer.
+                o, left, inverse = owner, left_all.astype(np.float64), None
+            else:
+                # GPUs of one node with the same milli left give the same node after it.
+                keys, first, inverse = np.unique(
+                    owner * 2048 + left_all, return_index=True, return_inverse=True)
+                o = owner[first]
+                left = left_all[first].astype(np.float64)
             m_p = float(demand.share_milli)
             new = left - m_p
             a_old, b_old = fm.gpu_terms(left)
             a_new, b_new = fm.gpu_terms(new)
             full_a, full_b = fm.full_delta
             cge = count_ge[o] + w * full_a - a_old + a_new
-            lt2 = lt[o] + w * full_b - b_old + b_new
+            # The fill measure reads no second aggregate (``frag``): not summed for nothing.
+            lt2 = None if fm.fill else lt[o] + w * full_b - b_old + b_new
             after = fm.frag(cge, lt2, u[o] - 1000.0 * w - m_p, cpu[o] - c_p, mok[o],
                             None if mem_after is None else mem_after[o], per_task)
-            share_delta[sel] = (before[o] - after)[inverse.reshape(-1)]
+            delta = before[o] - after
+            share_delta[sel] = delta if inverse is None else delta[inverse.reshape(-1)]
         return share_delta, whole_delta
 
     def costs(

@@ -81,7 +81,6 @@ Known-class pods still count unknown residents at the mean.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -238,8 +237,7 @@ class Sparse:
         if not len(gpus):
             return np.zeros(0), np.zeros(0)
         room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
-        share_delta, whole_delta = self._frag.deltas(state, demand,
-                                                     dataclasses.replace(masks, share=room))
+        share_delta, whole_delta = self._frag.deltas(state, demand, masks, share=room)
         # dF >= -F_n >= -(GPUs per node): the offset keeps costs >= 0 (the core's
         # infeasibility test needs that) and is the same for every node.
         offset = float((state.node_stop - state.node_start).max(initial=1))
@@ -255,8 +253,7 @@ class Sparse:
         None for the slots the demand has none of."""
         gpus = masks.gpus
         room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
-        share, whole = self._frag.deltas(state, demand, dataclasses.replace(masks, share=room),
-                                         per_task=True)
+        share, whole = self._frag.deltas(state, demand, masks, per_task=True, share=room)
         has_whole = demand.whole_gpus or not demand.has_share
         return (share if demand.has_share else None,
                 whole[masks.owner] if has_whole else None)

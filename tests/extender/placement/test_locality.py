@@ -363,3 +363,16 @@ def test_fetched_row_curves_are_computed_once_per_table():
     cache_model.served_shares(np.full(41, 1e4), np.arange(41), np.append(sizes, 2e6), 1.05,
                               np.append(draws, 5e4))
     assert len(cache_model._BANK.at) == held + 1  # one new table, one new curve
+
+
+def test_pods_without_embeddings_avoid_nodes_once_a_cache_holds_something_and_no_longer():
+    ix = LocalityIndex()
+    ix.observe_node("a", None, None)
+    assert not ix.avoids()  # no cache holds anything: the term is zero
+    ix.observe_node("b", cache({"t": 500}, {"t": 1000}, used=50, cap=100), None)
+    assert ix.avoids()  # asked again after the change, not the answer kept from before
+    ix.observe_node("b", cache({}, used=0, cap=100), None)
+    assert not ix.avoids()
+    ix.observe_node("c", cache({"t": 5}, {"t": 1000}, used=10, cap=100), None)
+    assert ix.avoids()
+    assert not LocalityIndex(LocalityWeights(avoid=0.0)).avoids()

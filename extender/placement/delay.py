@@ -1,0 +1,74 @@
+"""Delay scheduling for embedding readers: wait briefly for a warm node, and give a freed node
+to the queued job its cache serves. Pure, no I/O; the locality replay (``bench/sim/locality.py``)
+calls it, and so can the extender's queue adapters.
+
+Delay scheduling (Zaharia, Borthakur, Sen Sarma, Elmeleegy, Shenker and Stoica, "Delay
+scheduling: a simple technique for achieving locality and fairness in cluster scheduling",
+EuroSys 2010): a job that cannot start where its data is waits a little for such a slot
+instead of starting at once elsewhere, and a freed slot goes first to a queued job whose data
+it holds. Their wait bound ``D`` is a fixed number of scheduling chances; here it is derived
+per job from the locality term's own prediction instead of set by hand: a job waits for a warm
+node only while the wait so far plus the predicted time until that node frees is less than the
+run time the node saves it (``saved_seconds``: the step time saved, ``step_time``, over the
+job's steps). Waiting longer than that would end the job later than starting cold now, so the
+bound is a fraction of its predicted run time, the fraction being what the warm node saves.
+
+Nothing starves: a job's whole wait is bounded by that saving, counted from its first chance
+to start, and a job whose latest start has come (``queueorder.latest_start_due``) never waits
+and goes first on a freed node whatever its cache says (``freed_node_order``); of the others,
+only one job per freed node skips ahead of the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def saved_seconds(bonus_there: float, bonus_here: float, reference_run_s: float) -> float:
+    """Run time the node ``there`` saves over ``here``: the locality term's bonuses are shares
+    of the job's reference step time, so their difference times the job's reference run time
+    (its steps x that step) is seconds; 0 when ``there`` saves nothing more."""
+    if not reference_run_s > 0:
+        return 0.0
+    return max(float(bonus_there) - float(bonus_here), 0.0) * float(reference_run_s)
+
+
+def should_wait(saved_s: float, free_in_s: float, waited_s: float, due: bool) -> bool:
+    """Whether a job that could start now waits for a warm node instead: not when its latest
+    start has come (``due``); else while its whole wait (``waited_s`` since its first chance to
+    start, plus ``free_in_s`` until the warm node is predicted to have room) stays under the
+    run time that node saves it (``saved_s``)."""
+    if due or not saved_s > 0 or not np.isfinite(free_in_s):
+        return False
+    return max(waited_s, 0.0) + max(free_in_s, 0.0) < saved_s
+
+
+def free_in(now: float, free_gpus: float, need_gpus: float, ends: Sequence[float],
+            gpus: Sequence[float]) -> float:
+    """Seconds until a node has ``need_gpus`` free: it has ``free_gpus`` now and its running
+    jobs are predicted to end at ``ends`` freeing ``gpus`` each; inf when they never add up.
+    (Whole-node arithmetic: how the freed shares pack on the node's GPUs is left to fit.)"""
+    have = float(free_gpus)
+    if have >= need_gpus:
+        return 0.0
+    for end, g in sorted(zip(ends, gpus, strict=True)):
+        have += float(g)
+        if have >= need_gpus - 1e-9:
+            return max(float(end) - now, 0.0)
+    return float("inf")
+
+
+def freed_node_order(held: Sequence[float], due: Sequence[bool]) -> list[int]:
+    """The order in which queued jobs (in queue order) try when a node frees: jobs whose latest
+    start has come first, as the queue had them; then the one job whose tables the node's cache
+    holds most (the first in the queue among equals; none when the cache holds none of any),
+    skipping ahead of the queue's head as delay scheduling lets one local task skip; then the
+    rest in queue order. Only one job skips per freed node, so the queue order holds."""
+    first = [k for k in range(len(held)) if due[k]]
+    rest = [k for k in range(len(held)) if not due[k]]
+    best = max(rest, key=lambda k: (float(held[k]), -k), default=None)
+    if best is None or not float(held[best]) > 0:
+        return first + rest
+    return first + [best] + [k for k in rest if k != best]
