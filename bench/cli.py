@@ -268,7 +268,7 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
                                  "critical-path", "drain-path", "drain-rate", "critical-share",
                                  "critical-share-sf", "critical-path-bands",
                                  "error-bound-path", "error-bound-drain", "arrival-drain",
-                                 "arrival-slack"]),
+                                 "arrival-slack", "gang-share"]),
               help="queue order; product: sparse by predicted-duration band (the "
               "chart's default order), the stock schedulers FIFO; fifo / bands (longest band "
               "first) / bands-shortest-first / bands-critical-first (the critical bands "
@@ -285,7 +285,9 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
               "time from each job's prediction x its family's median error); "
               "critical-share: the critical bands get GPUs in "
               "proportion to their predicted work, longest first inside (-sf: shortest "
-              "first), the rest shortest first")
+              "first), the rest shortest first; arrival-slack: the controller's latest-start "
+              "promotion; gang-share (sparse's product): that, the long gangs ahead only "
+              "while below their share of the GPUs")
 @click.option("--queue-bands", default=4, show_default=True, type=click.IntRange(1, 16),
               help="predicted-duration bands (log-spaced over the trace's durations)")
 @click.option("--pass-over", "pass_over", default=None, type=click.FloatRange(min=0),

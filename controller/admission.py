@@ -35,7 +35,7 @@ async def admit(ctx: PassContext, demand: Demand, attempt: int) -> None:
     due = ctx.due(ctx.now)
     record_due(ctx, due)
     allowed, why = may_try(job_key(ctx.job), ctx.waiting(), ctx.now, ctx.config.max_pass_over_s,
-                           due)
+                           due, ctx.gangs_first(ctx.now))
     if not allowed and s.get("phase") != st.ADMITTED:  # admitted: finish what was started
         not_admitted(ctx, "Queued", why)
         return

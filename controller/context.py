@@ -61,9 +61,11 @@ class PassContext:
     def __init__(self, kube: KubeApi, gangs: GangApi, config: Config,
                  waiting: Callable[[], Iterable[Waiting]], job: dict[str, Any],
                  now: float,
-                 due: Callable[[float], Mapping[str, float]] = lambda now: {}) -> None:
+                 due: Callable[[float], Mapping[str, float]] = lambda now: {},
+                 gangs_first: Callable[[float], bool] = lambda now: True) -> None:
         self.kube, self.gangs, self.config, self.waiting = kube, gangs, config, waiting
         self.due = due  # the waiting jobs whose latest start has come (queue.due_slack)
+        self.gangs_first = gangs_first  # whether the long gangs go first (queue.gang_share)
         self.job = job
         self.meta, self.spec = job["metadata"], job["spec"]
         self.ns = self.meta.get("namespace") or "default"

@@ -62,6 +62,8 @@ def record_queue_band(ctx: PassContext, demand: Demand) -> None:
         entry["predictedSeconds"] = round(seconds)
         if bands.order == "latest-start":  # how far it may really run, and its expected run
             entry.update(error_margins(ctx.spec.get("family"), demand.job_class))
+            if bands.is_critical_gang(band, gang):  # its place while the gangs hold their share
+                entry["bandPriority"] = bands.priority(band)
         why = (f"predicted {seconds / 3600:.2f} h = {steps} steps x"
                f" {demand.step_s:.3g} s per step")
         if bands.is_critical_gang(band, gang):

@@ -21,7 +21,7 @@ import kopf
 from controller.gangs import GangClient
 from controller.kube import Kube
 from controller.pods import GROUP, KIND, LABEL_JOB_UID, PLURAL, VERSION
-from controller.queue import Load, Waiting, due_slack
+from controller.queue import Load, Waiting, due_slack, gang_share
 from controller.reconcile import Config, Reconciler, load_entry, waiting_entry
 
 log = logging.getLogger("sparse.controller")
@@ -64,6 +64,14 @@ class Holder:
         gpus = sum(g for store in self.gpus.values() for g in store)
         return due_slack([x for store in self.loads.values() for x in store], now, gpus)
 
+    def gangs_first(self, now: float) -> bool:
+        """Whether the long gangs go ahead of every band (latest-start: while below their
+        share of the GPUs; otherwise always)."""
+        if self.loads is None or self.gpus is None:
+            return True
+        gpus = sum(g for store in self.gpus.values() for g in store)
+        return gang_share([x for store in self.loads.values() for x in store], now, gpus)
+
 
 def make_settings() -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
@@ -102,7 +110,8 @@ def make_registry(options: Options, holder: Holder) -> kopf.OperatorRegistry:
                                              namespaces=options.namespaces)
         holder.gangs = GangClient(options.extender_url, ca_file=options.extender_ca)
         holder.reconciler = Reconciler(holder.kube, holder.gangs, options.config,
-                                       waiting=holder.waiting, due=holder.due)
+                                       waiting=holder.waiting, due=holder.due,
+                                       gangs_first=holder.gangs_first)
         log.info("job controller started (extender %s)", options.extender_url)
 
     @kopf.on.cleanup(registry=registry)

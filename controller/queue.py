@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.status import now_iso
-from extender.queueorder import latest_start_due, slack_rank
+from extender.queueorder import gangs_ahead, latest_start_due, slack_rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,9 @@ class Waiting:
     waiting_since: float | None  # first refused admission of this attempt; None: not tried
     ever_fits: bool = True
     priority: int = 0  # the job's queue band priority: higher waits ahead
+    # a long gang's own band priority (latest-start): its place while the long gangs hold
+    # their share of the GPUs (``gang_share``); None: not a long gang
+    band_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class Load:
     started: float | None = None
     finished: bool = False
     due: bool = False  # its latest start came before: it stays ahead until it starts
+    gang: bool = False  # a long gang (the class ahead of every band while below its share)
 
 
 def due_slack(loads: Iterable[Load], now: float, gpus: float) -> dict[str, float]:
@@ -73,20 +77,41 @@ def due_slack(loads: Iterable[Load], now: float, gpus: float) -> dict[str, float
             **{r.key: slack_rank(pred[i], margin[i]) for i, r in enumerate(rows) if due[i]}}
 
 
-def queue_key(w: Waiting, due: Mapping[str, float]) -> tuple:
-    """A waiting job's place: the due jobs first, least slack first; then by band, FIFO."""
+def gang_share(loads: Iterable[Load], now: float, gpus: float) -> bool:
+    """Whether the long gangs go ahead of every band now (extender/queueorder.py
+    ``gangs_ahead``): while the GPUs the running long gangs book are below their share of
+    the predicted work left x the cluster's ``gpus``."""
+    rows = list(loads)
+    if not rows or not any(r.gang for r in rows):
+        return False
+    nan = math.nan
+    pred = np.array([nan if r.predicted_s is None else r.predicted_s for r in rows])
+    return gangs_ahead(
+        now, gpus, np.array([r.created for r in rows]),
+        pred * np.array([r.median for r in rows]), np.array([r.gpus for r in rows]),
+        np.array([nan if r.started is None else r.started for r in rows]),
+        np.array([0.0 if r.finished else nan for r in rows]),
+        np.array([r.gang for r in rows]))
+
+
+def queue_key(w: Waiting, due: Mapping[str, float], gangs_first: bool = True) -> tuple:
+    """A waiting job's place: the due jobs first, least slack first; then by band, FIFO; a
+    long gang by its own band unless the long gangs go first (``gang_share``)."""
     slack = due.get(w.key)
     if slack is not None:
         return (0, slack, 0.0, w.created, w.key)
-    return (1, 0.0, -w.priority, w.created, w.key)
+    priority = w.priority if gangs_first or w.band_priority is None else w.band_priority
+    return (1, 0.0, -priority, w.created, w.key)
 
 
 def may_try(key: str, waiting: Iterable[Waiting], now: float, max_pass_over_s: float,
-            due: Mapping[str, float] | None = None) -> tuple[bool, str]:
+            due: Mapping[str, float] | None = None,
+            gangs_first: bool = True) -> tuple[bool, str]:
     """(True, "") when ``key`` may ask for admission now, else (False, why). ``due``: the
-    jobs whose latest start has come (``due_slack``), ahead of every band."""
+    jobs whose latest start has come (``due_slack``), ahead of every band; ``gangs_first``:
+    whether the long gangs go ahead of every band (``gang_share``) or wait in their bands."""
     due = due or {}
-    for w in sorted(waiting, key=lambda w: queue_key(w, due)):
+    for w in sorted(waiting, key=lambda w: queue_key(w, due, gangs_first)):
         if w.key == key:
             return True, ""
         if blocks(w, now, max_pass_over_s):

@@ -48,7 +48,9 @@ def waiting_entry(job: dict[str, Any]) -> Waiting | None:
     return Waiting(key=job_key(job), created=created,
                    waiting_since=st.parse_iso(status.get("waitingSince")),
                    ever_fits=status.get("everFits", True) is not False,
-                   priority=int(band.get("priority") or 0))
+                   priority=int(band.get("priority") or 0),
+                   band_priority=(None if band.get("bandPriority") is None
+                                  else int(band["bandPriority"])))
 
 
 def load_entry(job: dict[str, Any]) -> Load | None:
@@ -71,15 +73,18 @@ def load_entry(job: dict[str, Any]) -> Load | None:
                 started=(None if status.get("phase") in (None, st.PENDING)  # a restart waits
                          else st.parse_iso(status.get("admittedAt") or status.get("startTime"))),
                 finished=status.get("phase") in st.FINISHED,
-                due=bool(band.get("dueSince")))
+                due=bool(band.get("dueSince")),
+                gang=band.get("bandPriority") is not None)
 
 
 class Reconciler:
     def __init__(self, kube: KubeApi, gangs: GangApi, config: Config | None = None, *,
                  waiting: Callable[[], Iterable[Waiting]] = lambda: (),
                  clock: Callable[[], float] = time.time,
-                 due: Callable[[float], Mapping[str, float]] = lambda now: {}) -> None:
+                 due: Callable[[float], Mapping[str, float]] = lambda now: {},
+                 gangs_first: Callable[[float], bool] = lambda now: True) -> None:
         self.kube = kube
+        self.gangs_first = gangs_first
         self.gangs = gangs
         self.config = config or Config()
         self.waiting = waiting
@@ -100,7 +105,7 @@ class Reconciler:
             if fresh["metadata"].get("deletionTimestamp"):
                 return  # cleanup() runs from the finalizer
             ctx = PassContext(self.kube, self.gangs, self.config, self.waiting, fresh,
-                              self.clock(), self.due)
+                              self.clock(), self.due, self.gangs_first)
             try:
                 await _step(ctx)
             finally:

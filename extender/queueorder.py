@@ -25,7 +25,9 @@ workers, 2 or more) cannot backfill into GPUs as they free one by one; behind a 
 smaller jobs that refill every GPU as it frees, it starves until the backlog ends, and a long
 one then sets the makespan alone. So a gang whose band is critical (as above, in every order)
 goes ahead of every band: class ``<prefix>-gang``, priority ``base + count``. Short gangs keep
-their band.
+their band. With ``latest-start`` the long gangs stay ahead only while the GPUs they run on
+are below their share of the predicted work left (``gangs_ahead``); otherwise they wait in
+their bands (the job controller's admission queue, controller/queue.py ``gang_share``).
 
 The job controller (controller/reconcile.py) and the simulator (bench/sim/recmix_replay.py)
 both call :meth:`DurationBands.band` and :meth:`DurationBands.priority`; the chart installs the
@@ -250,6 +252,40 @@ def latest_start_due(now: float, gpus: float, submitted: np.ndarray, predicted: 
     drain = drain_time(backlog, gpus, arriving)
     bound = np.where(known, predicted, 0.0) * np.asarray(margin, dtype=np.float64)
     return waiting & known & (bound >= drain)
+
+
+def gangs_ahead(now: float, gpus: float, submitted: np.ndarray, expected: np.ndarray,
+                booked: np.ndarray, started: np.ndarray, finished: np.ndarray,
+                gang: np.ndarray) -> bool:
+    """Whether the long gangs (``gang``: per job, a gang in a critical band, the class ahead
+    of every band) go ahead of every band now: only while the GPUs the running long gangs
+    book are below the long gangs' share of the predicted work left x the cluster's
+    ``gpus``. The work is counted as ``latest_start_due``'s drain counts it: each job's
+    ``expected`` run time (NaN: unknown, not counted; a running job's remainder) x the GPUs
+    it ``booked``, of the jobs submitted by ``now``, waiting or running (``started``,
+    ``finished``: NaN when not yet). Otherwise a waiting long gang waits in its own band:
+    where long gangs are most of the work, taking them all first would run the queue
+    longest first for most of it (mean JCT); holding their share they drain with the rest
+    (makespan). No long gang, no work left: False; nothing running: True while any long
+    gang has work left."""
+    gang = np.asarray(gang, dtype=bool)
+    if not gpus > 0 or not gang.any():
+        return False
+    expected = np.asarray(expected, dtype=np.float64)
+    started = np.asarray(started, dtype=np.float64)
+    booked = np.asarray(booked, dtype=np.float64)
+    known = np.isfinite(expected) & (expected > 0)
+    ended = np.isfinite(np.asarray(finished, dtype=np.float64))
+    running = np.isfinite(started) & ~ended
+    waiting = ~np.isfinite(started) & ~ended & (np.asarray(submitted, np.float64) <= now)
+    left = np.where(running, np.maximum(np.where(known, expected, 0.0) - (now - started), 0.0),
+                    np.where(known, expected, 0.0))
+    work = np.where(known & (running | waiting), left * booked, 0.0)
+    total = float(work.sum())
+    if not total > 0:
+        return False
+    share = float(work[gang].sum()) / total
+    return float(booked[running & gang].sum()) < share * float(gpus)
 
 
 def slack_rank(predicted: float, margin: float) -> float:

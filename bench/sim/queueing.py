@@ -18,6 +18,7 @@ from extender.placement.policies import REGISTRY
 from extender.queueorder import (
     PREDICTION_MARGIN,
     DurationBands,
+    gangs_ahead,
     latest_start_come,
     latest_start_due,
     slack_rank,
@@ -28,38 +29,44 @@ QUEUE_ORDERS = ("product", "fifo", "bands", "bands-shortest-first", "bands-criti
                 "longest-first", "shortest-first-hold", "critical-path", "drain-path",
                 "drain-rate", "critical-share", "critical-share-sf",
                 "critical-path-bands", "error-bound-path", "error-bound-drain",
-                "arrival-drain", "arrival-slack")
+                "arrival-drain", "arrival-slack", "gang-share")
 # sparse's queue shortest-first (the gang rule included; its banded queue comes with the
 # extender's holds, placement/holds.py); ``critical-path`` adds the latest-start promotion
 # (``CriticalPath``). The stock schedulers stay FIFO under both, as shipped.
 HOLD_ORDERS = ("shortest-first-hold", "critical-path", "drain-path",
                "drain-rate", "critical-share", "critical-share-sf", "critical-path-bands",
-               "error-bound-path", "error-bound-drain", "arrival-drain", "arrival-slack")
+               "error-bound-path", "error-bound-drain", "arrival-drain", "arrival-slack",
+               "gang-share")
 # the orders with latest-start promotion and their margin on the predicted duration:
 # ``critical-path`` the predictor's x2, ``drain-path`` the point estimate (a job is promoted
 # only once it would otherwise end after everything else)
 PATH_MARGINS = {"critical-path": PREDICTION_MARGIN, "drain-path": 1.0, "drain-rate": 1.0,
                 "critical-path-bands": PREDICTION_MARGIN, "error-bound-path": None,
-                "error-bound-drain": None, "arrival-drain": None, "arrival-slack": None}
+                "error-bound-drain": None, "arrival-drain": None, "arrival-slack": None,
+                "gang-share": None}
 # ``error-bound-path``: each job's margin is its family's (else job class's, else all rows')
 # measured bound of the step-time under-estimate (predictor/step_bounds.py), not a global x2;
 # ``error-bound-drain``: that, and the drain time from each job's predicted work x its
 # family's median error (an unbiased drain, where the others sum the raw predictions)
-MEDIAN_DRAIN = ("error-bound-drain", "arrival-drain", "arrival-slack")
+MEDIAN_DRAIN = ("error-bound-drain", "arrival-drain", "arrival-slack", "gang-share")
 # ``arrival-drain``: ``error-bound-drain`` with the drain time of the work submitted so far,
 # shrinking at the cluster's GPUs less the work arriving per second over the last drain
 # horizon (queueorder.drain_time); ``arrival-slack``: that, the promoted jobs least slack
 # (longest predicted x margin) first
-ARRIVAL_AWARE = ("arrival-drain", "arrival-slack")
-SLACK_ORDER = ("arrival-slack",)
+ARRIVAL_AWARE = ("arrival-drain", "arrival-slack", "gang-share")
+SLACK_ORDER = ("arrival-slack", "gang-share")
+# ``gang-share``: ``arrival-slack``, and the long gangs ahead of every band only while the
+# GPUs they run on are below their share of the predicted work left (queueorder.gangs_ahead)
+GANG_SHARE = ("gang-share",)
 # ``critical-path-bands``: only jobs of the critical bands are promoted
 BANDS_ONLY = ("critical-path-bands",)
 # ``drain-rate``: the drain time at the rate the cluster has really retired predicted work
 OBSERVED_RATE = ("drain-rate",)
 PRODUCT_BAND_ORDER = "latest-start"  # sparse's band order as shipped (the chart's default)
 # what the job controller does with it, in the replay's terms: shortest-first bands with the
-# extender's holds, and the arrival-aware latest-start promotion, least slack first
-PRODUCT_RULE = "arrival-slack"
+# extender's holds, the arrival-aware latest-start promotion, least slack first, and the
+# long gangs ahead while below their share of the GPUs
+PRODUCT_RULE = "gang-share"
 
 
 def queue_rule(queue_order: str, policy: str) -> str:
@@ -161,7 +168,7 @@ class CriticalPath:
                  queue: RankedQueue, margin: float | np.ndarray = PREDICTION_MARGIN,
                  observed_rate: bool = False, eligible: np.ndarray | None = None,
                  drain_scale: float | np.ndarray = 1.0, arrive: np.ndarray | None = None,
-                 slack_order: bool = False) -> None:
+                 slack_order: bool = False, band_rank: np.ndarray | None = None) -> None:
         self.observed_rate = observed_rate
         # submission times: the drain counts only the work submitted by now, shrinking at
         # the GPUs less the observed arrivals (None: every job's work, at the GPUs)
@@ -180,6 +187,12 @@ class CriticalPath:
         # the jobs that may be promoted (None: every job with a prediction)
         self.eligible = self.known if eligible is None else self.known & np.asarray(eligible)
         self.promoted = np.zeros(len(self.predicted), dtype=bool)
+        # the long gangs' share (queueorder.gangs_ahead): each job's rank without the gang
+        # class; the long gangs are those whose queue rank differs (None: gangs always ahead)
+        self.band_rank = None if band_rank is None else np.asarray(band_rank, dtype=np.int64)
+        self.gang_rank = queue.rank.copy()
+        self.gang = (self.known & (self.band_rank != self.gang_rank) if band_rank is not None
+                     else np.zeros(len(self.predicted), dtype=bool))
 
     def backlog(self, now: float, started: np.ndarray, done: np.ndarray) -> float:
         """Predicted GPU-seconds left: the waiting jobs' whole expected work and the running
@@ -228,9 +241,26 @@ class CriticalPath:
             # longest first; with slack_order the longest it may really run (least slack)
             bound = slack_rank(self.predicted[j], self.margin[j] if self.slack_order else 1.0)
             q.rank[j] = self.floor + int(bound)
-        if new:
+        if self.share_gangs(now, started, done) or new:
             q.jobs.sort(key=lambda k: (q.rank[k], q.seq[k]))
         return len(new)
+
+    def share_gangs(self, now: float, started: np.ndarray, done: np.ndarray) -> bool:
+        """The waiting long gangs not promoted take the gang class while the long gangs are
+        below their share of the GPUs (``gangs_ahead``, the controller's rule), their band
+        otherwise; True when a rank changed."""
+        if self.band_rank is None or not self.gang.any():
+            return False
+        arrive = np.zeros(len(self.predicted)) if self.arrive is None else self.arrive
+        ahead = gangs_ahead(now, self.n_gpus, arrive, self.expected, self.gpus, started, done,
+                            self.gang)
+        ranks = self.gang_rank if ahead else self.band_rank
+        changed = False
+        for j in self.queue.jobs:
+            if self.gang[j] and not self.promoted[j] and self.queue.rank[j] != ranks[j]:
+                self.queue.rank[j] = ranks[j]
+                changed = True
+        return changed
 
 
 class CriticalShare:

@@ -22,13 +22,14 @@ Rules (all seeded by the run's seed):
   schedulers (every policy but ``sparse``) queue FIFO; ``sparse`` queues as its job controller
   sets it (extender/queueorder.py, the function the controller calls): by the band of the
   job's predicted duration, shortest first, FIFO within a band, a job whose latest start has
-  come ahead of them all (the chart's ``latest-start``: ``arrival-slack`` below). The
+  come ahead of them all (the chart's ``latest-start``: ``gang-share`` below). The
   predicted duration is what the product could know, declared steps x the predictor's step
   time, so it carries the predictor's measured step-time error (bench/sim/duration_error.py);
   a job that declares no steps (probability ``1 - declared_share``) gets the controller's
   default band.
-  A long job that needs several whole GPUs at once goes ahead of every band (the controller's
-  gang rule, extender/queueorder.py). ``queue_bands`` bands, log-spaced over [60 s, the
+  A long job that needs several whole GPUs at once goes ahead of every band while the long
+  gangs run on fewer GPUs than their share of the predicted work left (the controller's gang
+  rule, extender/queueorder.py ``gangs_ahead``). ``queue_bands`` bands, log-spaced over [60 s, the
   duration cap]. ``pass_over_s``: the controller's bounded backfill (controller/queue.py),
   off by default; with it, a job that could fit the empty cluster and has waited that long
   since first refused stops every job behind it in sparse's queue. ``fifo`` and ``bands*``
@@ -44,7 +45,8 @@ Rules (all seeded by the run's seed):
   shortest first (``CriticalShare``); ``error-bound-path`` / ``-drain``: promotion at each
   job family's error bound (and its median in the drain); ``arrival-drain``: that, the drain
   of the work submitted so far, net of the arrivals (``latest_start_due``);
-  ``arrival-slack``: that, least slack first. Wherever sparse's queue is banded (``product``
+  ``arrival-slack``: that, least slack first; ``gang-share``: that, with the long gangs'
+  share. Wherever sparse's queue is banded (``product``
   included) it has
   the extender's hold (extender/placement/holds.py: the first gang the queue cannot place
   holds the node where it starts soonest; other jobs take GPUs there only if predicted, x
@@ -77,6 +79,7 @@ from bench.sim.fgd import typical_tasks
 from bench.sim.queueing import (
     ARRIVAL_AWARE,
     BANDS_ONLY,
+    GANG_SHARE,
     OBSERVED_RATE,
     PATH_MARGINS,
     SLACK_ORDER,
@@ -241,7 +244,13 @@ def run_replay(
                              if rule in BANDS_ONLY else None,
                              drain_scale=drain_scale(rule, classes),
                              arrive=arrive if rule in ARRIVAL_AWARE else None,
-                             slack_order=rule in SLACK_ORDER)
+                             slack_order=rule in SLACK_ORDER,
+                             # each job's rank without the gang class: a long gang's band
+                             band_rank=queue_rank(
+                                 rule, policy, work, classes, seed, None,
+                                 queue_bands=queue_bands, declared_share=declared_share,
+                                 critical=queue_critical, cap_s=cap)
+                             if rule in GANG_SHARE else None)
                 if path else None)
     share = None
     if rule.startswith("critical-share") and policy == "sparse":

@@ -249,6 +249,37 @@ def test_critical_path_bands_promotes_only_jobs_of_the_critical_bands():
     assert bands.promote(0.0, nan, nan) == 1 and queue.jobs == [2, 0, 1]
 
 
+def test_gang_share_puts_the_long_gangs_in_their_band_once_they_hold_their_share():
+    from bench.sim.queueing import CriticalPath
+
+    # ranks: job 0 and 1 long gangs (class -5, band -1), jobs 2, 3 short one-GPU jobs (-4)
+    rank = np.array([-5, -5, -4, -4], dtype=np.int64)
+    queue = RankedQueue(rank.copy())
+    for j in range(4):
+        queue.wait(j)
+    predicted = np.array([1_000.0, 1_000.0, 100.0, 100.0])
+    gpus = np.array([2.0, 2.0, 1.0, 1.0])
+    nan = np.full(4, np.nan)
+    path = CriticalPath(predicted, gpus, 2, queue, 1.0, arrive=np.zeros(4),
+                        band_rank=np.array([-1, -1, -4, -4], dtype=np.int64))
+    assert path.gang.tolist() == [True, True, False, False]
+    # nothing runs: the gangs (4,000 of 4,200 GPU-s) go first
+    path.promote(0.0, nan, nan)
+    assert queue.jobs[:2] == [0, 1]
+    # job 0 runs on both GPUs (>= 0.95 x 2): job 1 waits in its band, behind the short ones
+    queue.jobs.remove(0)
+    started = np.array([0.0, np.nan, np.nan, np.nan])
+    path.promote(10.0, started, nan)
+    assert queue.jobs == [2, 3, 1]
+    # without the band ranks the gangs always go first (the other orders)
+    plain = RankedQueue(rank.copy())
+    for j in (1, 2, 3):
+        plain.wait(j)
+    CriticalPath(predicted, gpus, 2, plain, 1.0, arrive=np.zeros(4)).promote(10.0, started,
+                                                                              nan)
+    assert plain.jobs == [1, 2, 3]
+
+
 def test_every_promotion_and_share_order_queues_sparse_shortest_first_and_stock_fifo():
     from bench.sim.queueing import HOLD_ORDERS, PATH_MARGINS, banded_queue
 

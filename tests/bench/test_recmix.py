@@ -227,6 +227,7 @@ def test_sparse_as_shipped_queues_in_the_charts_default_order():
     values = yaml.safe_load((Path(__file__).resolve().parents[2] / "charts" / "sparse"
                              / "values.yaml").read_text())
     assert values["controller"]["queueOrder"] == PRODUCT_BAND_ORDER == "latest-start"
-    # the controller's latest-start is the replay's arrival-aware, least-slack promotion
-    assert queue_rule("product", "sparse") == "arrival-slack"
+    # the controller's latest-start is the replay's arrival-aware, least-slack promotion,
+    # with the long gangs ahead while below their share of the GPUs
+    assert queue_rule("product", "sparse") == "gang-share"
     assert queue_rule("product", "kube-shared") == "product"

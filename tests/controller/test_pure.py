@@ -224,9 +224,52 @@ def test_latest_start_puts_due_jobs_ahead_of_every_band_least_slack_first():
                      100.0, 4.0) == {}
 
 
+def test_long_gangs_wait_in_their_band_once_they_hold_their_share_of_the_gpus():
+    from controller.queue import Load, gang_share
+
+    # 4 GPUs; a long gang of 2 runs, another waits; two one-GPU jobs wait
+    loads = [Load("ml/gang-a", created=0, predicted_s=1_000, gpus=2, started=0.0, gang=True),
+             Load("ml/gang-b", created=0, predicted_s=1_000, gpus=2, gang=True),
+             Load("ml/short1", created=0, predicted_s=100),
+             Load("ml/short2", created=0, predicted_s=100)]
+    # the gangs are 3,800 / 4,000 GPU-s left: 2 GPUs < 0.95 x 4, they go first
+    assert gang_share(loads, 100.0, 4.0)
+    # on 2 GPUs the running gang holds 2 >= 0.95 x 2: they wait in their band
+    assert not gang_share(loads, 100.0, 2.0)
+    # no long gang, nothing at all: the rule does not apply
+    assert not gang_share([Load("ml/x", created=0, predicted_s=10)], 0.0, 4.0)
+    assert not gang_share([], 0.0, 4.0)
+    waiting = [Waiting("ml/gang-b", created=0, waiting_since=None, priority=1004,
+                       band_priority=1000),
+               Waiting("ml/short1", created=5, waiting_since=0, priority=1003)]
+    # gangs first: the gang is at the head of the queue
+    assert may_try("ml/gang-b", waiting, now=400, max_pass_over_s=300)[0]
+    # in their band, the gang is behind the short job, which has waited past the bound
+    ok, why = may_try("ml/gang-b", waiting, now=400, max_pass_over_s=300, gangs_first=False)
+    assert not ok and "ml/short1" in why
+    assert may_try("ml/short1", waiting, now=400, max_pass_over_s=300, gangs_first=False)[0]
+
+
 def test_node_gpu_count_reads_allocatable_gpus():
     from controller.operator import node_gpu_count
 
     assert node_gpu_count({"allocatable": {"nvidia.com/gpu": "8"}}) == 8.0
     assert node_gpu_count({"allocatable": {"cpu": "4"}}) == 0.0
     assert node_gpu_count({"allocatable": {"nvidia.com/gpu": "x"}}) == 0.0 == node_gpu_count({})
+
+
+def test_the_operator_asks_the_gang_share_only_with_the_latest_start_indexes():
+    from controller.operator import Holder
+    from controller.queue import Load
+
+    holder = Holder()
+    assert holder.gangs_first(0.0)  # other orders: the long gangs always go first
+    holder.loads = {"ml/gang": [Load("ml/gang", created=0, predicted_s=1_000, gpus=2,
+                                     started=0.0, gang=True)],
+                    "ml/next": [Load("ml/next", created=0, predicted_s=1_000, gpus=2,
+                                     gang=True)],
+                    "ml/one": [Load("ml/one", created=0, predicted_s=1_000)]}
+    holder.gpus = {"n1": [4.0]}
+    assert holder.gangs_first(0.0)  # 2 GPUs < 4,000 / 5,000 x 4
+    holder.gpus = {"n1": [2.0]}
+    assert not holder.gangs_first(0.0)  # 2 GPUs >= 0.8 x 2

@@ -285,6 +285,31 @@ async def test_a_long_gang_of_whole_gpus_gets_the_class_ahead_of_every_band(worl
     assert (await world.reconcile("short-gang"))["queueBand"]["name"] == "sparse-duration-0"
     world.submit("one", replicas=1, steps=10**7, **whole)  # one GPU: never starves
     assert (await world.reconcile("one"))["queueBand"]["name"] == "sparse-duration-3"
+    assert "bandPriority" not in s["queueBand"]  # longest-first: the gangs always go first
+
+
+async def test_latest_start_records_a_long_gangs_own_band_for_its_share(world):
+    from controller.reconcile import Config, load_entry, waiting_entry
+    from extender.queueorder import DurationBands
+
+    bands = DurationBands.log_spaced(60, 14_400, 4, order="latest-start")
+    world.r.config = Config(slot_ttl_s=60, max_pass_over_s=300, bands=bands)
+    whole = {"template": {"spec": {"containers": [{"name": "trainer", "image": "x",
+                                                   "resources": {"limits": {
+                                                       "nvidia.com/gpu": 1}}}]}}}
+    world.submit("gang", replicas=2, steps=10**7, **whole)
+    s = await world.reconcile("gang")
+    band = s["queueBand"]
+    assert band["priority"] == bands.gang_priority()
+    assert band["bandPriority"] == bands.priority(3)  # latest-start: 3 is taken last
+    job = {"metadata": {"name": "gang", "namespace": "ml"}, "status": {"queueBand": band}}
+    assert waiting_entry(job).band_priority == bands.priority(3)
+    assert load_entry(job).gang
+    world.submit("single", replicas=1, steps=10**7, **whole)
+    one = await world.reconcile("single")
+    assert "bandPriority" not in one["queueBand"]
+    assert not load_entry({"metadata": {"name": "single", "namespace": "ml"},
+                           "status": one}).gang
 
 
 async def test_job_without_steps_or_with_bad_steps_gets_the_default_band(world):

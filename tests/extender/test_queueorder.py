@@ -184,3 +184,35 @@ def test_a_job_is_due_when_it_may_outlast_the_drain_of_the_submitted_work():
                             np.ones(3), nan, nan)
     assert not flow.any()
     assert slack_rank(600.0, 3.0) < slack_rank(1_000.0, 1.0)
+
+
+def test_long_gangs_go_first_only_while_below_their_share_of_the_gpus():
+    import numpy as np
+
+    from extender.queueorder import gangs_ahead
+
+    nan = np.full(4, np.nan)
+    expected = np.array([1_000.0, 1_000.0, 500.0, 500.0])  # GPU-s: 4,000 gang, 1,000 others
+    booked = np.array([2.0, 2.0, 1.0, 1.0])
+    gang = np.array([True, True, False, False])
+    args = dict(submitted=np.zeros(4), expected=expected, booked=booked, finished=nan)
+    # nothing running: the gangs (80 % of the work) go first
+    assert gangs_ahead(0.0, 10.0, started=nan, gang=gang, **args)
+    # one gang runs on 2 of 10 GPUs at t = 0: 2 < 0.8 x 10, still ahead
+    running = np.array([0.0, np.nan, np.nan, np.nan])
+    assert gangs_ahead(0.0, 10.0, started=running, gang=gang, **args)
+    # on 2 GPUs the running gang holds 2 >= 0.8 x 2: the waiting gang keeps its band
+    assert not gangs_ahead(0.0, 2.0, started=running, gang=gang, **args)
+    # no gang, or only gangs (ahead until they hold every GPU), or no work left
+    assert not gangs_ahead(0.0, 10.0, started=nan, gang=np.zeros(4, bool), **args)
+    assert gangs_ahead(0.0, 10.0, started=running, gang=np.ones(4, bool), **args)
+    assert not gangs_ahead(0.0, 2.0, started=np.array([0.0, 0.0, nan[0], nan[0]]),
+                           gang=np.ones(4, bool), **args)
+    done = np.zeros(4)
+    assert not gangs_ahead(0.0, 10.0, started=np.zeros(4), gang=gang,
+                           **{**args, "finished": done})
+    # a running gang past its expected end counts no work left; unknown jobs are not counted
+    late = gangs_ahead(2_000.0, 4.0, started=running, gang=gang,
+                       **{**args, "expected": np.array([1_000.0, np.nan, 500.0, 500.0])})
+    assert not late  # the gangs' share is 0 (the one waiting gang unknown): 2 GPUs >= 0
+    assert not gangs_ahead(0.0, 0.0, started=nan, gang=gang, **args)
