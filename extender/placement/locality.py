@@ -56,8 +56,7 @@ one barely. The rack and zone tiers are then the network's figures (``network``)
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +78,7 @@ from extender.placement.embedding_annotations import (  # noqa: F401 (the codec,
     encode_cache,
     parse_embedding,
 )
+from extender.placement.locality_memo import BonusMemo
 from extender.placement.state import ClusterState
 from extender.placement.step_time import (
     NetworkModel,
@@ -111,36 +111,6 @@ class LocalityWeights:
     @property
     def enabled(self) -> bool:
         return bool(self.cache or self.rack or self.zone or self.avoid)
-
-
-def spec_key(spec: EmbeddingSpec) -> tuple[Hashable, ...]:
-    """What a pod's declaration contributes to its bonus, hashable: one key per pod shape
-    (``required`` only filters)."""
-    def items(m: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
-        return tuple(sorted((m or {}).items()))
-    return (spec.store, spec.tables, items(spec.hot_rows), items(spec.ids_per_step),
-            spec.steps, spec.step_compute_ms)
-
-
-def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Element-wise: equal, NaN equal to NaN."""
-    return (a == b) | (np.isnan(a) & np.isnan(b))
-
-
-@dataclass
-class _Memo:
-    """One pod shape's bonus per node slot, valid where the slot's stamp is the one it was
-    computed at and the cluster-wide inputs (``inputs``) are unchanged; per table (column
-    id), the readers' ids per step and the size it was computed with."""
-
-    inputs: tuple[Hashable, ...]
-    per_reader: np.ndarray
-    size: np.ndarray
-    stamp: np.ndarray  # per slot: the node's stamp the value was computed at (-1: none)
-    value: np.ndarray
-
-
-MEMO_SHAPES = 64  # pod shapes whose bonus is kept (least recently used dropped)
 
 
 def gpu_amount(demand: PodDemand) -> float:
@@ -208,10 +178,10 @@ class LocalityIndex:
         self._seen: dict[str, tuple[str | None, str | None, str | None]] = {}
         self.store_nodes: dict[str, frozenset[str]] = {}
         # Per slot, a stamp that changes whenever the node's labels or cache do: a pod
-        # shape's bonus is recomputed only for the nodes whose stamp moved (``bonus``).
+        # shape's bonus is recomputed only for the nodes whose stamp moved (``BonusMemo``).
         self.stamp = np.zeros(0, dtype=np.int64)
         self._clock = 0
-        self._memo: OrderedDict[tuple[Hashable, ...], _Memo] = OrderedDict()
+        self._kept = BonusMemo(self)  # each pod shape's bonus per node, while valid
         self._row_size: tuple[int, float] | None = None  # (clock, value)
         # What the caches hold and would hold for a job: a unit of its own, reading these arrays.
         self.cache_room = CacheRoomModel(self)
@@ -431,63 +401,11 @@ class LocalityIndex:
         return [names[i] for i in np.flatnonzero(hit).tolist()]
 
     def bonus(self, spec: EmbeddingSpec, names: list[str]) -> np.ndarray:
-        """Per name, the locality bonus (the module's formula). Kept per pod shape and node:
-        only nodes whose labels or cache changed since are recomputed, and those holding a
-        table whose size or readers' ids per step (over the candidates) moved; any change
-        of the cluster-wide inputs (``_inputs``) recomputes all. So the figures equal a
-        fresh computation's."""
-        slots = self.slots_of(names)
-        rates = self.cache_room.rates(spec, slots)
-        key, size = spec_key(spec), self.cache_room.sizes(spec)
-        inputs = self._inputs(spec, rates, size)
-        memo = self._memo.get(key)
-        n_slots = len(self.stamp)
-        if memo is None or memo.inputs != inputs:
-            memo = _Memo(inputs, rates[0], size, np.full(n_slots, -1, dtype=np.int64),
-                         np.zeros(n_slots))
-            self._memo[key] = memo
-            while len(self._memo) > MEMO_SHAPES:
-                self._memo.popitem(last=False)
-        else:
-            self._memo.move_to_end(key)
-            moved = ~(same(memo.per_reader, rates[0]) & same(memo.size, size))
-            if moved.any():  # only the nodes holding those tables need them
-                hold = np.isin(self.ent_col[:len(memo.stamp)], np.flatnonzero(moved))
-                memo.stamp[hold.any(axis=1)] = -1
-                memo.per_reader, memo.size = rates[0], size
-        if len(memo.stamp) < n_slots:
-            memo.stamp = np.concatenate([memo.stamp, np.full(n_slots - len(memo.stamp), -1)])
-            memo.value = np.resize(memo.value, n_slots)
-        at = np.maximum(slots, 0)
-        stale = (slots < 0) | (memo.stamp[at] != self.stamp[at]) if n_slots else slots < 0
-        if not stale.any():
-            return memo.value[slots]
-        out = memo.value[at] if n_slots else np.zeros(len(slots))
-        redo = slots[stale]
-        fresh = self._fresh_bonus(spec, redo, rates)
-        out[stale] = fresh
-        known = redo >= 0
-        memo.value[redo[known]] = fresh[known]
-        memo.stamp[redo[known]] = self.stamp[redo[known]]
-        return out
+        """Per name, the locality bonus (the module's formula), kept per pod shape and node
+        (``locality_memo.BonusMemo``): equal to a fresh computation's."""
+        return self._kept.bonus(spec, names)
 
-    def _inputs(self, spec: EmbeddingSpec, rates: tuple[np.ndarray, np.ndarray],
-                size: np.ndarray) -> tuple[Hashable, ...]:
-        """What every node's bonus depends on besides its own labels and cache: the job's
-        tables (their sizes, readers' ids per step, the job's), the tables known, the row
-        size, where the store's shards run, the entries' width, the weights."""
-        n_cols = len(self.col)
-        own = [self.col.get(t, n_cols + j) for j, t in enumerate(spec.tables)]
-        shards = self.slots_of(sorted(self.store_nodes.get(spec.store, ())))
-        shards = shards[shards >= 0]
-        # One reader's ids per step of a table weigh only on the nodes holding it (``bonus``
-        # recomputes those); the job's own (its declaration, else that figure) on all.
-        return (n_cols, tuple(own), rates[1].tobytes(),
-                size[own].tobytes(), self.total[[c for c in own if c < n_cols]].tobytes(),
-                self.ent_col.shape[1], self.row_size(), shards.tobytes(),
-                self.rack_id[shards].tobytes(), self.zone_id[shards].tobytes(), self.weights)
-
-    def _fresh_bonus(self, spec: EmbeddingSpec, slots: np.ndarray,
+    def fresh_bonus(self, spec: EmbeddingSpec, slots: np.ndarray,
                      rates: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
         w = self.weights
         timed = self.time_bonus(spec, slots, rates)

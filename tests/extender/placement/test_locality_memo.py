@@ -93,7 +93,7 @@ def test_kept_bonus_equals_a_fresh_computation(score: str, seed: int) -> None:
                 else:
                     fresh.observe_node(*h[1:])
             # The computation itself, nothing kept, on an index rebuilt from the same events.
-            recomputed = fresh._fresh_bonus(spec, fresh.slots_of(cand))
+            recomputed = fresh.fresh_bonus(spec, fresh.slots_of(cand))
             assert np.array_equal(kept, recomputed), (round_, spec)
             assert np.array_equal(kept, ix.bonus(spec, cand))  # and again, all kept
         # Between rounds: some caches republish, mostly rows only (a cache warming), now and

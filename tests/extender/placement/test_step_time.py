@@ -108,7 +108,7 @@ def test_time_bonus_ranks_warm_near_first_and_scales_with_the_fetch_share():
     assert np.all(compute_bound < 0.01) and compute_bound[0] > compute_bound[3]
     # Without a declared compute the term is the cached share and tiers, as before.
     share = LocalityIndex(LocalityWeights(score="share"))
-    share.__dict__.update({k: v for k, v in ix.__dict__.items() if k != "weights"})
+    share.__dict__.update({k: v for k, v in ix.__dict__.items() if k not in ("weights", "_kept")})
     assert ix.bonus(spec(None), names) == pytest.approx(share.bonus(spec(1.0), names))
     assert ix.reference_run_seconds(spec(None)) is None
     ref = ix.reference_run_seconds(spec(1.0))
