@@ -71,9 +71,18 @@ def job_manifest(name: str, **overrides: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def crds(cluster: e2e_cluster.LocalCluster) -> e2e_cluster.LocalCluster:
     cluster.kubectl("apply", "-f", str(CRDS))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/recommenddljobs.sparse.io",
-                    "--timeout=60s")
-    return cluster
+    # Right after the API server starts on a busy machine, kubectl's discovery may not know
+    # the CRD type yet and the wait fails at once (not a timeout): ask again until a deadline.
+    deadline = time.monotonic() + 180
+    while True:
+        done = cluster.kubectl("wait", "--for=condition=Established",
+                               "crd/recommenddljobs.sparse.io", "--timeout=60s", check=False,
+                               timeout=90)
+        if done.returncode == 0:
+            return cluster
+        if time.monotonic() > deadline:
+            raise AssertionError(f"CRD not established: {done.stderr.strip()}")
+        time.sleep(1)
 
 
 @pytest.fixture
