@@ -83,14 +83,16 @@ def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy
                ) -> np.ndarray:
     """Optimal assignment cost per candidate node (inf where the pod does not fit); equals
     ``assign(...).cost`` node by node, without a solver call for the common shapes."""
-    return node_costs_and_choices(state, demand, result, policy)[0]
+    return node_costs_and_choices(state, demand, result, policy, choose=False)[0]
 
 
 def node_costs_and_choices(state: ClusterState, demand: PodDemand, result: FitResult,
-                           policy: Policy) -> tuple[np.ndarray, np.ndarray | None]:
+                           policy: Policy, choose: bool = True
+                           ) -> tuple[np.ndarray, np.ndarray | None]:
     """``node_costs`` and, for a pod of one slot on alike nodes, the GPU (state index) that
     ``assign`` picks on each node from the same costs (-1 where it picks none): the first
-    GPU of least cost, as the solver picks for one row. None for other shapes."""
+    GPU of least cost, as the solver picks for one row. None for other shapes (and
+    without ``choose``)."""
     masks = result.masks
     n = len(result.nodes)
     out = np.full(n, np.inf)
@@ -118,6 +120,9 @@ def node_costs_and_choices(state: ClusterState, demand: PodDemand, result: FitRe
         out = runs[:, 0].copy()
         for j in range(1, masks.alike):
             np.minimum(out, runs[:, j], out=out)
+        if not choose:
+            out[~result.fits] = np.inf
+            return out, None
         # assign's solver sees INFEASIBLE (not inf) where a GPU is unusable, and refuses
         # a pick that costs INFEASIBLE / 2 or more: no choice there.
         pick = runs.argmin(axis=1)
