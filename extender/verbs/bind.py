@@ -1,7 +1,9 @@
 """bind: re-plan on the current ledger, book every GPU or none, then create the Binding.
 
 A conflict (another replica booked first) re-plans on fresh state a few times; any failure
-answers ``Error`` so the scheduler retries, and the booking is rolled back.
+answers ``Error`` so the scheduler retries, and the booking is rolled back. On a node unchanged
+since filter priced it for the pod's shape, the first attempt takes the GPU filter's pricing
+picked there (``NodeVerdicts.choice``), exactly what the re-plan would pick.
 
 The answer is the truth: success only once the booking is confirmed (bound, no expiry). The
 Binding call is abandoned after ``bind_timeout_s`` and an unbound booking lives that long past
