@@ -124,6 +124,7 @@ class Scheduler:
         self.locality = locality or LocalityIndex()  # node caches, racks, store shards
         self.cost_cache = CostCache()
         self.node_verdicts = NodeVerdicts(self.cost_cache)  # filter's fit and cost per node
+        self.bind_reuse = True  # bind takes filter's pick on a node unchanged since (exact)
         self.views = LedgerView(self, ClusterState.build(inventory, matrix))
         self.pending = PendingPods()  # filter-time pods and demands, for bind
         self.holds = HoldBook()  # a node held for a waiting gang (verbs/holdfilter.py)

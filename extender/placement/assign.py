@@ -83,12 +83,22 @@ def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy
                ) -> np.ndarray:
     """Optimal assignment cost per candidate node (inf where the pod does not fit); equals
     ``assign(...).cost`` node by node, without a solver call for the common shapes."""
+    return node_costs_and_choices(state, demand, result, policy, choose=False)[0]
+
+
+def node_costs_and_choices(state: ClusterState, demand: PodDemand, result: FitResult,
+                           policy: Policy, choose: bool = True
+                           ) -> tuple[np.ndarray, np.ndarray | None]:
+    """``node_costs`` and, for a pod of one slot on alike nodes, the GPU (state index) that
+    ``assign`` picks on each node from the same costs (-1 where it picks none): the first
+    GPU of least cost, as the solver picks for one row. None for other shapes (and
+    without ``choose``)."""
     masks = result.masks
     n = len(result.nodes)
     out = np.full(n, np.inf)
     if n == 0 or not result.fits.any():
         note_unplaced(policy, demand)
-        return out
+        return out, None
     share_cost, whole_cost = policy.costs(state, demand, masks)
     w = demand.whole_gpus
     if w and demand.has_share:  # mixed pods: rare, solve each fitting node exactly
@@ -99,7 +109,7 @@ def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy
                             masks.share[sel])
             )
             out[i] = solved[1] if solved else np.inf
-        return out
+        return out, None
     if masks.alike and (demand.has_share or w == 1):
         # One GPU to pick per node, and alike nodes are runs of one length: a running minimum
         # over the runs' columns, a few times faster than ufunc.at or a sort (and the same
@@ -110,6 +120,16 @@ def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy
         out = runs[:, 0].copy()
         for j in range(1, masks.alike):
             np.minimum(out, runs[:, j], out=out)
+        if not choose:
+            out[~result.fits] = np.inf
+            return out, None
+        # assign's solver sees INFEASIBLE (not inf) where a GPU is unusable, and refuses
+        # a pick that costs INFEASIBLE / 2 or more: no choice there.
+        pick = runs.argmin(axis=1)
+        choices = masks.gpus.reshape(n, masks.alike)[np.arange(n), pick]
+        ok = result.fits & (out < INFEASIBLE / 2)
+        out[~result.fits] = np.inf
+        return out, np.where(ok, choices, -1)
     elif demand.has_share:
         sel = masks.share
         np.minimum.at(out, masks.owner[sel], share_cost[sel])
@@ -126,7 +146,7 @@ def node_costs(state: ClusterState, demand: PodDemand, result: FitResult, policy
     else:
         out[result.fits] = 0.0
     out[~result.fits] = np.inf
-    return out
+    return out, None
 
 
 def reservation_for(

@@ -1,7 +1,9 @@
 """bind: re-plan on the current ledger, book every GPU or none, then create the Binding.
 
 A conflict (another replica booked first) re-plans on fresh state a few times; any failure
-answers ``Error`` so the scheduler retries, and the booking is rolled back.
+answers ``Error`` so the scheduler retries, and the booking is rolled back. On a node unchanged
+since filter priced it for the pod's shape, the first attempt takes the GPU filter's pricing
+picked there (``NodeVerdicts.choice``), exactly what the re-plan would pick.
 
 The answer is the truth: success only once the booking is confirmed (bound, no expiry). The
 Binding call is abandoned after ``bind_timeout_s`` and an unbound booking lives that long past
@@ -27,6 +29,7 @@ from extender.placement import Assignment, ClusterState, assign, fit, reservatio
 from extender.placement.state import gpu_fraction
 from extender.protocol import BindingArgs, BindingResult
 from extender.verbs import gang
+from extender.verbs.costcache import CachedPolicy
 from extender.verbs.reasons import summarize
 
 if TYPE_CHECKING:
@@ -166,7 +169,18 @@ async def reserve(s: Scheduler, args: BindingArgs) -> tuple[Reservation, float |
         if attempt or existing is not None or state is not s.state:
             with stages.stage("ledger"):  # after a conflict: read the store itself
                 state = await s.view(fresh=attempt > 0)
-        choice = assign(state, demand, args.node, s.costing_policy)
+        choice = None
+        if s.bind_reuse and not attempt and existing is None and state is s.state:
+            # filter's pick on a node unchanged since: what assign answers, without the work
+            told, choice = s.node_verdicts.choice(s.policy, state, demand, args.node)
+            policy = (CachedPolicy(s.policy, s.cost_cache, note=False) if told
+                      else s.costing_policy)
+        else:
+            policy = s.costing_policy
+        if choice is None:
+            choice = assign(state, demand, args.node, policy)
+        else:
+            s.node_verdicts.bind_reused += 1
         if choice is None:
             why = fit(state, demand, [args.node])
             reason = summarize(why.failed, why.unresolvable) or "does not fit"

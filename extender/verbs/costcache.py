@@ -135,6 +135,10 @@ class CostCache:
         self.computed_nodes = 0  # nodes the policy was asked about (per cached term)
         self.reused_gpus = 0  # candidate GPUs answered from the cache (per cached term)
         self.bypassed = 0  # calls with a term that reads more than the nodes' own state
+        # Moves whenever a kept node's values may be made again (an entry made, reset or
+        # dropped): while it stands, a node unchanged since it was priced reads the very
+        # values it was priced with (``NodeVerdicts.choice``).
+        self.generation = 0
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks,
               note: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -155,6 +159,7 @@ class CostCache:
         if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
             self._inventory = state.gpu_uuid
             self._entries.clear()
+            self.generation += 1
         if any(t.epoch is None for t in terms):
             self.bypassed += 1
         subs: dict[bytes, GpuMasks] = {}  # this call's masks of stale nodes, shared by terms
@@ -208,9 +213,11 @@ class CostCache:
         if entry is None:
             entry = _Entry(len(state.gpu_uuid), len(state.node_names))
             self._entries[entry_key] = entry
+            self.generation += 1
         self._entries.move_to_end(entry_key)
         if not entry.holds(epoch):  # a global input changed: every node is stale
             entry.reset(epoch)
+            self.generation += 1
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
         if masks.nodes is not None:  # the candidate nodes (distinct): compare per node
             nodes = masks.nodes
@@ -250,6 +257,7 @@ class CostCache:
                 len(self._entries) > room
                 or sum(e.nbytes for e in self._entries.values()) > self.budget_bytes):
             self._entries.popitem(last=False)
+            self.generation += 1
 
 
 def _stale_masks(state: ClusterState, demand: PodDemand, stale: np.ndarray, masks: GpuMasks,

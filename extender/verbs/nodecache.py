@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from extender.demand import PodDemand
-from extender.placement import ClusterState, Policy, fit, node_costs
+from extender.placement import Assignment, ClusterState, Policy, fit, node_costs
+from extender.placement.assign import node_costs_and_choices
 from extender.placement.fit import FitResult, gpu_masks
 from extender.verbs.costcache import (
     CACHED_POLICIES,
@@ -63,6 +64,10 @@ class _Entry:
         self.fits = np.zeros(n_nodes, dtype=bool)
         self.cost_stamp = np.zeros(n_nodes, dtype=np.int64)
         self.cost = np.full(n_nodes, np.inf)
+        # The GPU assign picks with those costs (one-slot pods on alike nodes; -1: none
+        # kept) and the cost cache's generation then (see ``NodeVerdicts.choice``).
+        self.choice = np.full(n_nodes, -1, dtype=np.int64)
+        self.generation = np.full(n_nodes, -1, dtype=np.int64)
         # (failing nodes and their stamps, failed, unresolvable): the last reasons given
         self.reasons: tuple[tuple[bytes, bytes], dict[str, str], dict[str, str]] | None = None
         self.terms: tuple[Hashable, ...] = ()  # the policy's term keys the costs were made of
@@ -80,6 +85,7 @@ class NodeVerdicts:
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._inventory: list[str] | None = None  # the state's GPU list (held: compared by id)
         self.reused = 0  # candidate verdicts (fit or cost) answered from the cache
+        self.bind_reused = 0  # binds that took the GPU kept here instead of assign's
         self.computed = 0  # node verdicts (fit or cost) computed
 
     @staticmethod
@@ -207,7 +213,48 @@ class NodeVerdicts:
         sub = FitResult(nodes=nodes, names=[], fits=np.ones(len(nodes), dtype=bool),
                         masks=gpu_masks(state, demand, nodes), failed={}, unresolvable={})
         unnoted = CachedPolicy(policy, self.cost_cache, note=False)  # the filter noted it
-        entry.cost[nodes] = node_costs(state, demand, sub, unnoted)
+        entry.cost[nodes], choices = node_costs_and_choices(state, demand, sub, unnoted)
         entry.cost_stamp[nodes] = state.node_stamp[nodes]
+        entry.choice[nodes] = -1 if choices is None else choices
+        entry.generation[nodes] = self.cost_cache.generation
         self.computed += len(nodes)
 
+
+    def choice(self, policy: Policy, state: ClusterState, demand: PodDemand, node: str
+               ) -> tuple[bool, Assignment | None]:
+        """What ``assign(state, demand, node, costing policy)`` answers, from the GPU kept when
+        the node was last priced for this shape, where that is exactly what assign would pick
+        now: the node not booked or released since (its stamp), its fit and cost current, the
+        policy's terms and global inputs the same objects, none reading more than the nodes' own
+        state, and no value of the cost cache made again since (``CostCache.generation``):
+        assign would read the very per-GPU costs the choice was made from. None otherwise
+        (assign decides). First: whether the policy was told of the pod here, as assign's
+        costs tell it (then call assign without a note); it is told only where assign would
+        go through the cost cache, which tells it once."""
+        key = shape_key(demand)
+        host = getattr(state, "host", None)
+        i = state.node_index.get(node)
+        if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
+                or (host is not None and not host.stamped) or i is None
+                or state.node_stop[i] <= state.node_start[i]):
+            return False, None  # assign's costs bypass the cost cache, or fail at once
+        note = getattr(policy, "note", None)
+        if note is not None:
+            note(demand)
+        entry = self._entries.get(key)
+        if entry is None or state.gpu_uuid is not self._inventory:
+            return True, None
+        stamp = state.node_stamp[i]
+        gpu = int(entry.choice[i])
+        if (gpu < 0 or entry.cost_stamp[i] != stamp or entry.fit_stamp[i] != stamp
+                or not entry.fits[i] or entry.generation[i] != self.cost_cache.generation):
+            return True, None
+        # Terms kept in the cost cache are read from it; the others (no key) are node-local
+        # and computed per GPU, as the node verdicts' costs already take them to be.
+        told = self._terms(policy, state, demand, key)
+        if told is None or not entry.costs_hold(*told):
+            return True, None
+        uuid = state.gpu_uuid[gpu]
+        share = uuid if demand.has_share else None
+        whole = () if demand.has_share else (uuid,)
+        return True, Assignment(node=node, whole=whole, share=share, cost=float(entry.cost[i]))
