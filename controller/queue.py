@@ -111,7 +111,8 @@ def may_try(key: str, waiting: Iterable[Waiting], now: float, max_pass_over_s: f
     jobs whose latest start has come (``due_slack``), ahead of every band; ``gangs_first``:
     whether the long gangs go ahead of every band (``gang_share``) or wait in their bands."""
     due = due or {}
-    for w in sorted(waiting, key=lambda w: queue_key(w, due, gangs_first)):
+    rows = list(waiting)
+    for w in sorted(rows, key=lambda w: queue_key(w, due, gangs_first)):
         if w.key == key:
             return True, ""
         if blocks(w, now, max_pass_over_s):
@@ -120,8 +121,20 @@ def may_try(key: str, waiting: Iterable[Waiting], now: float, max_pass_over_s: f
                      if w.key in due else "")
             return False, (f"queued behind {w.key}, waiting for GPUs since"
                            f" {now_iso(w.waiting_since or 0.0)} (jobs may pass a waiting job"
-                           f" for at most {int(max_pass_over_s)}s){ahead}")
+                           f" for at most {int(max_pass_over_s)}s){ahead}"
+                           f"{in_own_band(key, rows, due, gangs_first)}")
     return True, ""
+
+
+def in_own_band(key: str, waiting: Iterable[Waiting], due: Mapping[str, float],
+                gangs_first: bool) -> str:
+    """Why a long gang queues behind shorter jobs although its class is above every band:
+    the running long gangs hold their share of the GPUs (``gang_share``); "" otherwise."""
+    own = next((w for w in waiting if w.key == key), None)
+    if gangs_first or own is None or own.band_priority is None or key in due:
+        return ""
+    return (f"; the running long gangs hold their share of the GPUs, so this gang waits in"
+            f" its band (priority {own.band_priority}) until they do not")
 
 
 def blocks(w: Waiting, now: float, max_pass_over_s: float) -> bool:

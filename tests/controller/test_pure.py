@@ -247,6 +247,12 @@ def test_long_gangs_wait_in_their_band_once_they_hold_their_share_of_the_gpus():
     # in their band, the gang is behind the short job, which has waited past the bound
     ok, why = may_try("ml/gang-b", waiting, now=400, max_pass_over_s=300, gangs_first=False)
     assert not ok and "ml/short1" in why
+    assert "long gangs hold their share" in why and "priority 1000" in why
+    # the short job is told nothing about the gangs' share
+    short_why = may_try("ml/short1", [*waiting[::-1], Waiting("ml/short0", created=1,
+                                                             waiting_since=0, priority=1003)],
+                        now=400, max_pass_over_s=300, gangs_first=False)[1]
+    assert "ml/short0" in short_why and "share" not in short_why
     assert may_try("ml/short1", waiting, now=400, max_pass_over_s=300, gangs_first=False)[0]
 
 
