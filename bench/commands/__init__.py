@@ -1,0 +1,1 @@
+"""The sparse-bench commands, one module each; `bench.cli` registers them on its group."""
