@@ -342,7 +342,11 @@ async def test_chart_scheduler_places_webhook_pod_on_agent_node(cluster, core, w
     _bare_node(cluster, "agent-node-b")
     _agent(cluster, "agent-node-a")
     _agent(cluster, "agent-node-b")
-    ext = Extender(tmp_path, cluster.kubeconfig, tls=_extender_tls(cluster, tmp_path)).start()
+    # As installed: the extender authenticates as the chart's ServiceAccount, so every call it
+    # makes (watches, holds, events, the Binding) must be one the chart's RBAC grants.
+    ext = Extender(tmp_path, _token_kubeconfig(cluster, _extender_token(cluster),
+                                               tmp_path / "extender.kubeconfig"),
+                   tls=_extender_tls(cluster, tmp_path)).start()
     # HTTPS only: a plain-HTTP client gets no answer from the scheduling port.
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{ext.port}/healthz", timeout=5)
@@ -365,6 +369,8 @@ async def test_chart_scheduler_places_webhook_pod_on_agent_node(cluster, core, w
         await e2e_cluster.wait_for_pod_event(
             core, "placed", lambda e: e["reason"] == "Scheduled"
             and e["source"] == "sparse-scheduler")
+        log = ext.log_path.read_text().lower()
+        assert "forbidden" not in log and "http 403" not in log, ext.tail()
     finally:
         cluster.stop_scheduler()
         ext.stop()
@@ -401,6 +407,15 @@ def _agent_token(cluster, pod: dict[str, Any] | None) -> str:
     review = cluster.request(
         "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/sparse-agent/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+    return review["status"]["token"]
+
+
+def _extender_token(cluster) -> str:
+    """TokenRequest for the chart's extender ServiceAccount."""
+    review = cluster.request(
+        "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/sparse-extender/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+         "spec": {"expirationSeconds": 600}})
     return review["status"]["token"]
 
 
@@ -502,11 +517,7 @@ def test_extender_binds_with_only_the_charts_rbac(cluster, installed, tmp_path) 
     from extender.ledger.rules import Allocation, Reservation
     from extender.protocol import BindingArgs
 
-    review = cluster.request(
-        "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/sparse-extender/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-         "spec": {"expirationSeconds": 600}})
-    kubeconfig = _token_kubeconfig(cluster, review["status"]["token"],
+    kubeconfig = _token_kubeconfig(cluster, _extender_token(cluster),
                                    tmp_path / "extender.kubeconfig")
     cluster.delete_node("bind-node")
     _bare_node(cluster, "bind-node")
