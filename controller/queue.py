@@ -65,14 +65,10 @@ def due_slack(loads: Iterable[Load], now: float, gpus: float) -> dict[str, float
               if r.due and r.started is None and not r.finished and r.predicted_s}
     if not gpus > 0:
         return before
-    nan = math.nan
-    pred = np.array([nan if r.predicted_s is None else r.predicted_s for r in rows])
+    created, pred, expected, booked, started, finished = _columns(rows)
     margin = np.array([r.margin for r in rows])
-    due = latest_start_due(
-        now, gpus, np.array([r.created for r in rows]), pred, margin,
-        pred * np.array([r.median for r in rows]), np.array([r.gpus for r in rows]),
-        np.array([nan if r.started is None else r.started for r in rows]),
-        np.array([0.0 if r.finished else nan for r in rows]))
+    due = latest_start_due(now, gpus, created, pred, margin, expected, booked, started,
+                           finished)
     return {**before,
             **{r.key: slack_rank(pred[i], margin[i]) for i, r in enumerate(rows) if due[i]}}
 
@@ -84,14 +80,21 @@ def gang_share(loads: Iterable[Load], now: float, gpus: float) -> bool:
     rows = list(loads)
     if not rows or not any(r.gang for r in rows):
         return False
+    created, _, expected, booked, started, finished = _columns(rows)
+    return gangs_ahead(now, gpus, created, expected, booked, started, finished,
+                       np.array([r.gang for r in rows]))
+
+
+def _columns(rows: list[Load]) -> tuple[np.ndarray, ...]:
+    """The loads as the pure rules read them: submitted, predicted run time, expected run
+    time (predicted x the family's median error), GPUs booked, started and finished (NaN:
+    unknown / not yet)."""
     nan = math.nan
     pred = np.array([nan if r.predicted_s is None else r.predicted_s for r in rows])
-    return gangs_ahead(
-        now, gpus, np.array([r.created for r in rows]),
-        pred * np.array([r.median for r in rows]), np.array([r.gpus for r in rows]),
-        np.array([nan if r.started is None else r.started for r in rows]),
-        np.array([0.0 if r.finished else nan for r in rows]),
-        np.array([r.gang for r in rows]))
+    return (np.array([r.created for r in rows]), pred,
+            pred * np.array([r.median for r in rows]), np.array([r.gpus for r in rows]),
+            np.array([nan if r.started is None else r.started for r in rows]),
+            np.array([0.0 if r.finished else nan for r in rows]))
 
 
 def queue_key(w: Waiting, due: Mapping[str, float], gangs_first: bool = True) -> tuple:
