@@ -172,6 +172,23 @@ async def random_bind_or_release(rng: Any, twins: Iterable[Scheduler], p: dict[s
             await s.release(gone["metadata"]["uid"])
 
 
+def random_book_or_release(rng: Any, state: Any, demand: Any, fitting: list[str],
+                           policy: Any, booked: list[str]) -> None:
+    """One random step of the tests that drive a ``ClusterState`` directly: 30 % of the time
+    (when something is booked) release one booked pod, else book ``demand`` on one node of
+    ``fitting`` as ``assign`` places it there (pod UIDs kept in ``booked``)."""
+    from extender.placement import assign, reservation_for
+
+    if booked and rng.random() < 0.3:
+        state.unapply(booked.pop(rng.randrange(len(booked))))
+    elif fitting:
+        choice = assign(state, demand, rng.choice(fitting), policy)
+        assert choice is not None
+        r = reservation_for(demand, choice, state, 0.0, None)
+        state.apply(r)
+        booked.append(r.pod_uid)
+
+
 async def post_verb(client: Any, verb: str, payload: dict[str, Any]) -> Any:
     """POST ``payload`` to the test client's ``/scheduler/<verb>``; the answer must be a 200."""
     resp = await client.post(f"/scheduler/{verb}", data=json.dumps(payload).encode(),

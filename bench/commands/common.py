@@ -80,3 +80,17 @@ def fgd_job(args: tuple) -> object:
 
     workload, policy, seed, tune, nodes = args
     return run_fgd(workload, policy, seed, tune=tune, nodes_path=nodes)
+
+
+def run_fgd_protocol(workloads, policies, seeds: str, tune: float, nodes: str | None,
+                     workers: int, folder: Path) -> list:
+    """Every workload x policy x seed under the FGD protocol (``all`` = the 13 published
+    workloads), kept in ``folder/runs.jsonl`` as each finishes; ``fgd`` and ``losses`` run it."""
+    from bench.sim.trace import WORKLOADS
+
+    if "all" in workloads:
+        workloads = WORKLOADS
+    jobs = [(w, p, s, tune, nodes) for w in workloads for p in policies
+            for s in parse_seeds(seeds)]
+    return run_all(jobs, fgd_job, workers, lambda j: f"{j[0]} {j[1]} seed {j[2]}",
+                   folder / "runs.jsonl")

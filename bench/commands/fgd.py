@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from bench.commands.common import DEFAULT_POLICIES, fgd_job, out_dir, parse_seeds, run_all
+from bench.commands.common import DEFAULT_POLICIES, out_dir, run_fgd_protocol
 
 
 @click.command()
@@ -25,14 +25,8 @@ from bench.commands.common import DEFAULT_POLICIES, fgd_job, out_dir, parse_seed
 def fgd(workloads, nodes, policies, seeds, tune, workers, out) -> None:
     """FGD paper protocol: allocation and fragmentation vs arrived workload."""
     from bench.sim.report import write_fgd
-    from bench.sim.trace import WORKLOADS
 
-    if "all" in workloads:
-        workloads = WORKLOADS
-    jobs = [(w, p, s, tune, nodes) for w in workloads for p in policies
-            for s in parse_seeds(seeds)]
     folder = out_dir(out, "fgd")
-    runs = run_all(jobs, fgd_job, workers, lambda j: f"{j[0]} {j[1]} seed {j[2]}",
-                   folder / "runs.jsonl")
+    runs = run_fgd_protocol(workloads, policies, seeds, tune, nodes, workers, folder)
     path = write_fgd(runs, folder, "sparse-bench " + shlex.join(sys.argv[1:]))
     click.echo(f"report: {path}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from bench.commands.common import fgd_job, out_dir, parse_seeds, run_all
+from bench.commands.common import out_dir, run_fgd_protocol
 
 
 def _read_runs(sources) -> list:
@@ -46,19 +46,13 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
     and each policy minus FGD from the same seeds."""
     from bench.sim import losses as lo
     from bench.sim.report import md_table, write_fgd
-    from bench.sim.trace import WORKLOADS
 
     if sources:
         runs = _read_runs(sources)
         folder = Path(out) if out else None
     else:
-        if "all" in workloads:
-            workloads = WORKLOADS
-        jobs = [(w, p, s, tune, nodes) for w in workloads for p in policies
-                for s in parse_seeds(seeds)]
         folder = out_dir(out, "losses")
-        runs = run_all(jobs, fgd_job, workers, lambda j: f"{j[0]} {j[1]} seed {j[2]}",
-                       folder / "runs.jsonl")
+        runs = run_fgd_protocol(workloads, policies, seeds, tune, nodes, workers, folder)
     tab = lo.table(runs)
     if not len(tab):
         raise click.ClickException("no run carries a loss breakdown (re-run with `fgd`)")

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_proc import Controller
 from test_jobs import (  # noqa: F401 (crds, stack: fixtures)
     SLOT_TTL,
     condition,
@@ -34,7 +33,7 @@ from test_jobs import (  # noqa: F401 (crds, stack: fixtures)
     wait_for,
     worker_pods,
 )
-from test_latest_start import BANDS, PREFIX, phase, priority_classes, steps_for
+from test_latest_start import BANDS, latest_start_controller, phase, steps_for
 
 pytestmark = pytest.mark.e2e
 
@@ -65,14 +64,7 @@ def apply(env: Any, name: str, replicas: int, seconds: float) -> None:
 def test_a_long_gang_waits_in_its_band_while_the_running_gangs_hold_their_share(
         stack: Any, tmp_path: Path) -> None:  # noqa: F811 (the fixture)
     env, c = stack, stack.cluster
-    c.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(x)
-                                                        for x in priority_classes()))
-    env.ctl.stop()
-    env.ctl = Controller(tmp_path, c.kubeconfig, env.ext.url, slot_ttl=SLOT_TTL,
-                         name="gang-share", max_pass_over=0,
-                         extra=("--queue-order", "latest-start", "--queue-band-range", "1:1000",
-                                "--priority-class-prefix", PREFIX)).start()
-    try:
+    with latest_start_controller(env, tmp_path, "gang-share"):
         gpu_node(c)  # 4 GPUs
         long_band = BANDS.band(GANG_S)
         assert BANDS.is_critical_gang(long_band, 2) and BANDS.band(LONG_ONE_S) == long_band
@@ -121,7 +113,3 @@ def test_a_long_gang_waits_in_its_band_while_the_running_gangs_hold_their_share(
         assert len(pods) == 2
         assert {p["spec"]["priorityClassName"] for p in pods} == {BANDS.gang_class_name()}
         assert "dueSince" not in band(env, "gang-b")
-    finally:
-        c.kubectl("delete", "priorityclass", *(x["metadata"]["name"]
-                                               for x in priority_classes()),
-                  "--ignore-not-found", check=False)

@@ -398,25 +398,24 @@ def _as(cluster, token: str, method: str, path: str, body: Any = None,
         return err.code, json.loads(err.read() or b"{}")
 
 
-def _agent_token(cluster, pod: dict[str, Any] | None) -> str:
-    """TokenRequest for the chart's agent ServiceAccount, bound to ``pod`` when given."""
+def _sa_token(cluster, account: str, pod: dict[str, Any] | None = None) -> str:
+    """TokenRequest for one of the chart's ServiceAccounts, bound to ``pod`` when given."""
     spec: dict[str, Any] = {"expirationSeconds": 600}
     if pod is not None:
         spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod",
                                   "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
     review = cluster.request(
-        "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/sparse-agent/token",
+        "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
     return review["status"]["token"]
 
 
+def _agent_token(cluster, pod: dict[str, Any] | None) -> str:
+    return _sa_token(cluster, "sparse-agent", pod)
+
+
 def _extender_token(cluster) -> str:
-    """TokenRequest for the chart's extender ServiceAccount."""
-    review = cluster.request(
-        "POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/sparse-extender/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-         "spec": {"expirationSeconds": 600}})
-    return review["status"]["token"]
+    return _sa_token(cluster, "sparse-extender")
 
 
 def _token_kubeconfig(cluster, token: str, path: Path) -> Path:

@@ -12,6 +12,8 @@ predicted run times, and the wait for the promotion, are seconds.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,17 +85,31 @@ def queued_behind_long(env: Any, name: str) -> bool:
         admitted.get("message", "") and "latest start has come" in admitted["message"]
 
 
-def test_a_long_job_whose_latest_start_has_come_is_admitted_ahead_of_shorter_ones(
-        stack: Any, tmp_path: Path) -> None:  # noqa: F811 (the fixture)
-    env, c = stack, stack.cluster
+@contextmanager
+def latest_start_controller(env: Any, tmp_path: Path, name: str) -> Iterator[None]:
+    """The bands' PriorityClasses and, in place of the stack's controller, one ordering by
+    latest start (bands over 1-1,000 s, admission exactly in queue order); the classes are
+    removed afterwards."""
+    c = env.cluster
     c.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(x)
                                                         for x in priority_classes()))
     env.ctl.stop()
     env.ctl = Controller(tmp_path, c.kubeconfig, env.ext.url, slot_ttl=SLOT_TTL,
-                         name="latest-start", max_pass_over=0,
+                         name=name, max_pass_over=0,
                          extra=("--queue-order", "latest-start", "--queue-band-range", "1:1000",
                                 "--priority-class-prefix", PREFIX)).start()
     try:
+        yield
+    finally:
+        c.kubectl("delete", "priorityclass", *(x["metadata"]["name"]
+                                               for x in priority_classes()),
+                  "--ignore-not-found", check=False)
+
+
+def test_a_long_job_whose_latest_start_has_come_is_admitted_ahead_of_shorter_ones(
+        stack: Any, tmp_path: Path) -> None:  # noqa: F811 (the fixture)
+    env, c = stack, stack.cluster
+    with latest_start_controller(env, tmp_path, "latest-start"):
         gpu_node(c)  # 4 GPUs, one worker of DLRM per GPU
         # 1. Running work takes every GPU (predicted 10 s; it runs on past that).
         c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest(
@@ -143,7 +159,3 @@ def test_a_long_job_whose_latest_start_has_come_is_admitted_ahead_of_shorter_one
         delete_job(env, "long")
         wait_for(env, lambda: all(phase(env, n) in ("Admitted", "Scheduled") for n in SHORTS),
                  90, "the short jobs admitted")
-    finally:
-        c.kubectl("delete", "priorityclass", *(x["metadata"]["name"]
-                                               for x in priority_classes()),
-                  "--ignore-not-found", check=False)

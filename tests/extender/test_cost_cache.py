@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from builders import pod
+from builders import pod, random_book_or_release
 
 from bench.latency.cluster import half_occupancy, synthetic_inventory
 from extender.demand import pod_demand
@@ -49,14 +49,7 @@ def test_cached_costs_equal_the_policy_through_bookings_and_releases(policy_name
         np.testing.assert_allclose(node_costs(view, demand, result, cached), expected,
                                    rtol=1e-12, atol=1e-12)
         fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
-        if booked and rng.random() < 0.3:
-            state.unapply(booked.pop(rng.randrange(len(booked))))
-        elif fitting:
-            choice = assign(state, demand, rng.choice(fitting), policy)
-            assert choice is not None
-            r = reservation_for(demand, choice, state, 0.0, None)
-            state.apply(r)
-            booked.append(r.pod_uid)
+        random_book_or_release(rng, state, demand, fitting, policy, booked)
     if policy_name in ("sparse", "fgd"):
         assert cache.reused_gpus > 4 * cache.computed_nodes  # it did save work
 

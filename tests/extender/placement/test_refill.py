@@ -7,12 +7,12 @@ import random
 
 import numpy as np
 import pytest
-from builders import pod
+from builders import pod, random_book_or_release
 
 from bench.latency.cluster import half_occupancy, synthetic_inventory
 from extender.demand import pod_demand
 from extender.interference import default_matrix
-from extender.placement import ClusterState, assign, fit, make_policy, reservation_for
+from extender.placement import ClusterState, fit, make_policy
 from extender.placement.fit import gpu_masks
 from extender.placement.policies.fgd import FEW_GPUS, FragModel
 from extender.protocol import pod_from_dict
@@ -35,14 +35,7 @@ def random_steps(seed: int, steps: int, nodes: int = 30, gpus: int = 4):
         yield state, policy, demand
         result = fit(state, demand, names, explain=False)
         fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
-        if booked and rng.random() < 0.3:
-            state.unapply(booked.pop(rng.randrange(len(booked))))
-        elif fitting:
-            choice = assign(state, demand, rng.choice(fitting), policy)
-            assert choice is not None
-            r = reservation_for(demand, choice, state, 0.0, None)
-            state.apply(r)
-            booked.append(r.pod_uid)
+        random_book_or_release(rng, state, demand, fitting, policy, booked)
 
 
 @pytest.mark.parametrize("fill", [True, False])
