@@ -56,8 +56,19 @@ def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> No
     tab = lo.table(runs)
     if not len(tab):
         raise click.ClickException("no run carries a loss breakdown (re-run with `fgd`)")
+    snap = [c for c in lo.SNAP_COLUMNS if c in tab.columns]
+    ids = ["workload", "policy", "seeds"]
     click.echo("GPUs, mean over seeds; free capacity by reason, then failed request by shape:")
-    click.echo(md_table(tab, "{:.1f}"))
+    click.echo(md_table(tab.drop(columns=snap), "{:.1f}"))
+    if tab[snap].notna().any().any():
+        for prefix, when in (("fail_", "when the first whole-GPU pod fails"),
+                             ("end_", "at arrived = 100 %")):
+            cols = ["whole_fail_pct"] * (prefix == "fail_") + [
+                c for c in snap if c.startswith(prefix)]
+            part = tab[ids + cols].rename(columns={c: c.removeprefix(prefix) for c in cols})
+            click.echo(f"\nfree GPU capacity {when}, against the GPU pods arriving from that "
+                       "failure to 100 % (bench/sim/losses.py snapshot):")
+            click.echo(md_table(part, "{:.1f}"))
     for policy in sorted(set(tab.policy) - {"fgd"}):
         diff = lo.against(tab, policy)
         if len(diff):

@@ -185,11 +185,18 @@ def run_fgd(
     failed_pods: list = []  # GPU pods that failed before arrived = 100 %
     breakdown = None  # where the free capacity sits when arrived reaches 100 %
     window = losses.FailWindow()  # from the first failed GPU pod up to arrived = 100 %
+    # the free capacity when the first whole-GPU pod fails and at 100 %, against the GPU pods
+    # arriving from that failure up to 100 % (losses.snapshot)
+    request = (order["num_gpu"] * order["gpu_milli"]).to_numpy(dtype=np.int64)
+    last = int(np.searchsorted(np.cumsum(request), capacity, side="right"))
+    coming: list | None = None
+    snaps: dict[str, float] = {}
     for i in range(n):
         d = sim.demand(names[i], int(cols[0][i]), int(cols[1][i]), int(cols[2][i]),
                        int(cols[3][i]), specs[i])
         if breakdown is None and arrived_milli + d.gpu_request > capacity:
             breakdown = losses.breakdown(sim, failed_pods)
+            snaps.update(_snapshot("end_", sim, coming))
         before = arrived_milli
         arrived_milli += d.gpu_request
         placed = sim.schedule(d)
@@ -203,6 +210,12 @@ def run_fgd(
                 lost[shape] += 1 if shape == "cpu_only_pods" else d.gpu_request
                 if d.gpu_request:
                     failed_pods.append(d)
+                if coming is None and d.gpu_milli >= 1000:
+                    coming = [sim.demand(names[j], int(cols[0][j]), int(cols[1][j]),
+                                         int(cols[2][j]), int(cols[3][j]), specs[j])
+                              for j in range(i, last)]
+                    snaps.update(_snapshot("fail_", sim, coming, d))
+                    snaps["whole_fail_pct"] = 100.0 * before / capacity
         else:
             new = float(frag_model.node_frag(sim.state, np.array([placed.node]))[0])
             frag_total += new - node_frag[placed.node]
@@ -220,5 +233,14 @@ def run_fgd(
         frag_rate=bucketize(pct, np.where(idle > 0, frag / np.maximum(idle, 1) * 100.0, 0.0)),
         extra={"failed_gpu_milli_to_100": lost, "unallocated_lower_bound_gpus": bound,
                "losses": {**(breakdown or losses.breakdown(sim, failed_pods)),
-                          **window.summary()}},
+                          **window.summary(),
+                          **(snaps or _snapshot("end_", sim, coming))}},
     )
+
+
+def _snapshot(prefix: str, sim: SimCluster, coming: list | None, failing=None
+              ) -> dict[str, float]:
+    """``losses.snapshot`` with its keys prefixed; no whole-GPU pod failed: nothing to say."""
+    if coming is None:
+        return {}
+    return {prefix + k: v for k, v in losses.snapshot(sim, coming, failing).items()}

@@ -140,9 +140,10 @@ def table(runs: list) -> pd.DataFrame:
                 and "losses" in r.extra]
         row = {"workload": workload, "policy": policy, "seeds": len(mine),
                "unalloc_gpus": float(np.mean([r.unallocated_gpus_100 for r in mine]))}
-        for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES), *SHARED, *WINDOW):
-            # runs recorded before the window view carry none: NaN, not a first failure at 0 %
-            missing = np.nan if k in WINDOW else 0.0
+        for k in (*REASONS, "unused", *(f"failed_{s}" for s in SHAPES), *SHARED, *WINDOW,
+                  *SNAP_COLUMNS):
+            # runs recorded before a view carry none: NaN, not a first failure at 0 %
+            missing = np.nan if k in WINDOW or k in SNAP_COLUMNS else 0.0
             row[k] = float(np.mean([r.extra["losses"].get(k, missing) for r in mine]))
         bounds = [r.extra.get("unallocated_lower_bound_gpus") for r in mine]
         row["lower_bound"] = float(np.mean(bounds)) if None not in bounds else np.nan
@@ -164,3 +165,86 @@ def against(tab: pd.DataFrame, policy: str = "sparse", base: str = "fgd") -> pd.
         row.update({c: float(a[c].iloc[0] - b[c].iloc[0]) for c in cols})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# The snapshot view (``snapshot``): the free capacity at one moment, against the GPU pods still
+# to arrive (up to arrived = 100 %), first reason that applies per GPU.
+SNAP = ("free", "sliver_min", "sliver_median", "host", "model", "multi", "usable_partly",
+        "usable_empty", "empty", "empty_host", "host_any")
+# at the first failed whole-GPU pod (fail_) and at arrived = 100 % (end_), both against the
+# GPU pods arriving between the two
+SNAP_COLUMNS = ("whole_fail_pct", *(f"fail_{k}" for k in SNAP), *(f"end_{k}" for k in SNAP))
+
+
+def snapshot(sim, upcoming: list[TraceDemand], failing: TraceDemand | None = None
+             ) -> dict[str, float]:
+    """Free GPU capacity (GPUs) split by what the pods still to come (``upcoming``, GPU pods)
+    can make of it, first reason that applies per GPU:
+
+        sliver_min     partly used GPU whose remainder is below the smallest coming share
+        sliver_median  partly used, remainder at least that but below the median coming share
+                       (by pod count): only the few small shares can take it
+        host           some coming pod fits the GPU's free milli (and the node's untouched
+                       GPU count), but none of those fits the node's CPU or host memory left
+        model          ... fits the host too, but no such pod may use the node's GPU model
+        multi          untouched GPU no coming pod fits: too few untouched GPUs on its node
+        usable_partly  a coming pod could still take it, partly used GPU
+        usable_empty   a coming pod could still take it, untouched GPU
+
+    and, across those: ``empty`` the untouched GPUs' capacity, ``empty_host`` the part of it
+    on nodes whose CPU or memory cannot host ``failing`` (the pod that just failed),
+    ``host_any`` the free capacity on nodes that cannot host the median coming GPU pod's CPU
+    or memory (GPUs stranded by the other resources, whatever their remainder)."""
+    st, host = sim.state, sim.host
+    free = st.milli_free.astype(np.float64)
+    out = {k: 0.0 for k in SNAP}
+    out["free"] = float(free.sum()) / MILLI
+    untouched = st.milli_used == 0
+    out["empty"] = float(free[untouched].sum()) / MILLI
+    nodes = np.arange(len(st.node_names))
+    if failing is not None:
+        bad = (host.cpu_left < failing.cpu_milli) | (host.mem_left < failing.host_mem_mib)
+        out["empty_host"] = float(free[untouched & bad[st.gpu_node]].sum()) / MILLI
+    pods = [d for d in upcoming if d.gpu_request]
+    if not pods:
+        out["usable_empty"] = out["empty"]
+        out["usable_partly"] = out["free"] - out["empty"]
+        return out
+    share_sizes = np.array([d.gpu_milli for d in pods if d.gpu_milli < MILLI], dtype=np.float64)
+    smallest = share_sizes.min() if len(share_sizes) else MILLI
+    median = np.median(share_sizes) if len(share_sizes) else MILLI
+    cpu_med = np.median([d.cpu_milli for d in pods])
+    mem_med = np.median([d.host_mem_mib for d in pods])
+    short = (host.cpu_left < cpu_med) | (host.mem_left < mem_med)
+    out["host_any"] = float(free[short[st.gpu_node]].sum()) / MILLI
+    groups = Counter((d.cpu_milli, d.host_mem_mib, d.num_gpu, d.gpu_milli, d.allowed_models)
+                     for d in pods)
+    keys = list(groups)
+    cpu = np.array([k[0] for k in keys])
+    mem = np.array([k[1] for k in keys])
+    num = np.array([k[2] for k in keys])
+    milli = np.array([k[3] for k in keys])
+    model = node_model(st, nodes)
+    model_ok = np.ones((len(nodes), len(keys)), dtype=bool)
+    for j, k in enumerate(keys):
+        if k[4] is not None:
+            model_ok[:, j] = np.isin(model, [i for i, m in enumerate(st.models) if m in k[4]])
+    host_ok = (host.cpu_left[:, None] >= cpu) & (host.mem_left[:, None] >= mem)
+    free_count = np.bincount(st.gpu_node, weights=untouched, minlength=len(nodes))
+    gpus = np.flatnonzero(free > 0)
+    g_node = st.gpu_node[gpus]
+    size_ok = np.where(milli >= MILLI, untouched[gpus, None] & (free_count[g_node, None] >= num),
+                       free[gpus, None] >= milli)
+    size_host = size_ok & host_ok[g_node]
+    fits = size_host & model_ok[g_node]
+    partly = ~untouched[gpus]
+    r = free[gpus]
+    label = np.where(fits.any(axis=1), np.where(partly, 5, 6), 4)  # usable / other
+    label = np.where(~size_host.any(axis=1), 3, label)  # host
+    label = np.where(~size_ok.any(axis=1), 7, label)  # untouched, too few on the node
+    label = np.where(partly & (r < median), 2, label)
+    label = np.where(partly & (r < smallest), 1, label)
+    for code, name in ((1, "sliver_min"), (2, "sliver_median"), (3, "host"), (4, "model"),
+                       (5, "usable_partly"), (6, "usable_empty"), (7, "multi")):
+        out[name] = float(r[label == code].sum()) / MILLI
+    return out
