@@ -69,6 +69,16 @@ remainder together (a 320 then a 160), which is how a GPU's last slivers are act
 a share goes where the coming sizes close the gap rather than where the gap is merely
 smallest. It acts on shares only; whole GPUs are priced by the fragmentation term.
 
+``price_weight`` (``share_price.py``) prices the same move by the mix's best packing: the dual
+prices of the linear program that packs the learned mix's share sizes into the fewest GPUs say
+what a share of each size is worth, and a share placed on a GPU with ``L`` milli free costs
+the worth of the sizes that ``L`` could still take less what ``L - s`` can (in GPUs). Filling
+by popularity assumes every gap will be offered its share of the small sizes; when the mix has
+more gaps than small shares to close them (a share-heavy mix: every 160 goes beside an 810),
+the prices make such gaps worth nothing, so a 320 opens a GPU (or joins a 650) rather than
+leaving 210 beside a 470 that was waiting for its partner. Where both places are part of a
+best packing the prices tie and the other terms decide.
+
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
 matrix), which also steers pods of unknown class.
@@ -92,6 +102,7 @@ from extender.placement.policies.common import pod_cpu, pod_mem
 from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.remainder import remainder_cost, waste_table
+from extender.placement.policies.share_price import price_cost, value_table
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 from extender.placement.policies.waiting import WaitingPods, drain_costs
@@ -115,12 +126,14 @@ class Sparse:
     fill: bool = True
     drain_weight: float = 1.0
     remainder_weight: float = 1.0
+    price_weight: float = 1.0
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
     _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
     _waiting: WaitingPods = field(default_factory=WaitingPods, repr=False, compare=False)
     _waste: dict = field(default_factory=dict, repr=False, compare=False)  # per mix, memo
+    _value: dict = field(default_factory=dict, repr=False, compare=False)  # per mix, memo
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
@@ -184,6 +197,8 @@ class Sparse:
             terms.append(CostTerm(None, (), self._cpu_term))
         if self.remainder_weight and demand.has_share and not demand.whole_gpus:
             terms.append(CostTerm(None, (), self._remainder_term))
+        if self.price_weight and demand.has_share and not demand.whole_gpus:
+            terms.append(CostTerm(None, (), self._price_term))
         if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
             terms.append(CostTerm(None, None, self._drain_term))  # reads the waiting pods
         if self.order_weight:  # two multiplications: cheaper than a cache lookup
@@ -293,6 +308,28 @@ class Sparse:
             row = self.remainder_weight * (1.0 + remainder_cost(self._waste["table"], left,
                                                                 size))
             self._waste[size] = row
+        gpus = masks.gpus
+        left = state.milli_cap[gpus] - state.milli_used[gpus]
+        np.clip(left, 0, len(row) - 1, out=left)
+        return row[left], None
+
+    def _price_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
+                    ) -> TermValues:
+        """The mix's worth the share takes from each GPU, priced by the mix's best packing
+        (``share_price.py``); whole-GPU slots get nothing. A row per share size, built once
+        per re-read of the mix, as the remainder term's."""
+        model = self._frag.model
+        if self._value.get("model") is not model:
+            start = self._value.get("packings", ())  # the last mix's: a warm start
+            self._value.clear()
+            self._value["model"] = model
+            self._value["table"], self._value["packings"] = value_table(model.tasks, start)
+        size = int(demand.share_milli)
+        row = self._value.get(size)
+        if row is None:
+            left = np.arange(len(self._value["table"]))
+            row = self.price_weight * price_cost(self._value["table"], left, size)
+            self._value[size] = row
         gpus = masks.gpus
         left = state.milli_cap[gpus] - state.milli_used[gpus]
         np.clip(left, 0, len(row) - 1, out=left)
