@@ -127,3 +127,18 @@ def price_cost(value: np.ndarray, left: np.ndarray, share_milli: int) -> np.ndar
     left = np.clip(np.asarray(left, dtype=np.int64), 0, MILLI)
     after = np.clip(left - int(share_milli), 0, MILLI)
     return value[left] - value[after]
+
+
+def host_share(tasks: TypicalTasks, cpu_left: np.ndarray, mem_left: np.ndarray
+               ) -> np.ndarray:
+    """Per node: the part of the mix's shares (by popularity) whose CPU and host memory fit
+    what the node has left; 1 where the mix has no shares. A GPU's free milli is worth that
+    part of ``value``: the shares the node cannot host cannot use it."""
+    share = (tasks.num <= 1) & (tasks.milli > 0) & (tasks.milli < MILLI)
+    total = tasks.p[share].sum()
+    if total <= 0:
+        return np.ones(len(cpu_left))
+    fits = np.asarray(cpu_left, dtype=np.float64)[:, None] >= tasks.cpu[share][None, :]
+    if tasks.mem is not None:
+        fits &= np.asarray(mem_left, dtype=np.float64)[:, None] >= tasks.mem[share][None, :]
+    return (fits @ tasks.p[share]) / total

@@ -102,7 +102,7 @@ from extender.placement.policies.common import pod_cpu, pod_mem
 from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.remainder import remainder_cost, waste_table
-from extender.placement.policies.share_price import price_cost, value_table
+from extender.placement.policies.share_price import host_share, value_table
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 from extender.placement.policies.waiting import WaitingPods, drain_costs
@@ -316,24 +316,29 @@ class Sparse:
     def _price_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                     ) -> TermValues:
         """The mix's worth the share takes from each GPU, priced by the mix's best packing
-        (``share_price.py``); whole-GPU slots get nothing. A row per share size, built once
-        per re-read of the mix, as the remainder term's."""
+        (``share_price.py``), counting on each node only the mix's shares its CPU and host
+        memory can still take (before the pod, and after it for what the pod leaves);
+        whole-GPU slots get nothing. The value table is built once per re-read of the mix."""
         model = self._frag.model
         if self._value.get("model") is not model:
             start = self._value.get("packings", ())  # the last mix's: a warm start
             self._value.clear()
             self._value["model"] = model
             self._value["table"], self._value["packings"] = value_table(model.tasks, start)
-        size = int(demand.share_milli)
-        row = self._value.get(size)
-        if row is None:
-            left = np.arange(len(self._value["table"]))
-            row = self.price_weight * price_cost(self._value["table"], left, size)
-            self._value[size] = row
+        value = self._value["table"]
         gpus = masks.gpus
         left = state.milli_cap[gpus] - state.milli_used[gpus]
-        np.clip(left, 0, len(row) - 1, out=left)
-        return row[left], None
+        np.clip(left, 0, len(value) - 1, out=left)
+        after = np.clip(left - int(demand.share_milli), 0, len(value) - 1)
+        host = getattr(state, "host", None)
+        if host is None:  # no host view: every node hosts every share of the mix
+            return self.price_weight * (value[left] - value[after]), None
+        nodes, inverse = np.unique(state.gpu_node[gpus], return_inverse=True)
+        cpu, mem = host.cpu_left[nodes], host.mem_left[nodes]
+        tasks = model.tasks
+        before = host_share(tasks, cpu, mem)[inverse]
+        then = host_share(tasks, cpu - pod_cpu(demand), mem - pod_mem(demand))[inverse]
+        return self.price_weight * (before * value[left] - then * value[after]), None
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                   ) -> TermValues:
