@@ -9,8 +9,14 @@ from builders import gpu_node, inventory
 from bench.sim.trace import make_demand
 from extender.interference import default_matrix
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
+from extender.placement.policies.common import HostView
 from extender.placement.policies.fgd import TypicalTasks
-from extender.placement.policies.share_price import price_cost, share_prices, value_table
+from extender.placement.policies.share_price import (
+    host_share,
+    price_cost,
+    share_prices,
+    value_table,
+)
 from extender.placement.policies.sparse import Sparse
 
 
@@ -77,3 +83,23 @@ def test_sparse_keeps_a_gap_for_the_share_that_fills_it_when_fillers_are_scarce(
     d = share("b", 320)
     assert best_node(state, d, priced) == "n2"
     assert best_node(state, d, filled) == "n1"
+
+
+def test_a_gap_the_nodes_cpu_cannot_serve_is_worth_nothing():
+    """Two empty one-GPU nodes; n1 has CPU for this share only. The 680 milli a 320 leaves
+    there could take a 650, but no 650 pod can come for lack of CPU: placing it on n1
+    strands the GPU's worth, on n2 it leaves a gap the mix fills."""
+    state = ClusterState.build(inventory(gpu_node("n1", 1, "G2"), gpu_node("n2", 1, "G2")),
+                               default_matrix())
+    cpu = np.array([4000, 64000])
+    mem = np.array([1 << 20, 1 << 20])
+    state.host = HostView(cpu.copy(), cpu, mem.copy(), mem, np.zeros(2, np.int64))
+    policy = Sparse(adaptive=False, frag_weight=0.0, order_weight=0.0, drain_weight=0.0,
+                    remainder_weight=0.0, price_weight=1.0)
+    policy.set_workload(tasks(s320=1, s650=1))
+    d = make_demand("a", 4000, 1024, 1, 320, "", {"G2"})
+    assert best_node(state, d, policy) == "n2"
+    state.host = None  # no host view: both gaps look alike, the first node wins the tie
+    assert best_node(state, d, policy) == "n1"
+    assert np.allclose(host_share(tasks(s320=1, s650=3), np.array([0, 4000]),
+                                  np.array([0, 1 << 20])), [0.0, 1.0])
