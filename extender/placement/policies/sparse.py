@@ -77,7 +77,11 @@ by popularity assumes every gap will be offered its share of the small sizes; wh
 more gaps than small shares to close them (a share-heavy mix: every 160 goes beside an 810),
 the prices make such gaps worth nothing, so a 320 opens a GPU (or joins a 650) rather than
 leaving 210 beside a 470 that was waiting for its partner. Where both places are part of a
-best packing the prices tie and the other terms decide.
+best packing the prices tie and the other terms decide. With a host view, a node's gaps are
+worth only the part of the mix's shares (by popularity) its CPU and host memory can still take,
+before the pod and after it: a share that would leave its node without CPU for the shares that
+fill its GPU pays for the gap it strands, and a gap no share of the mix can reach costs nothing
+to use.
 
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
