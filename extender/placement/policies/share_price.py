@@ -129,16 +129,22 @@ def price_cost(value: np.ndarray, left: np.ndarray, share_milli: int) -> np.ndar
     return value[left] - value[after]
 
 
-def host_share(tasks: TypicalTasks, cpu_left: np.ndarray, mem_left: np.ndarray
-               ) -> np.ndarray:
-    """Per node: the part of the mix's shares (by popularity) whose CPU and host memory fit
-    what the node has left; 1 where the mix has no shares. A GPU's free milli is worth that
-    part of ``value``: the shares the node cannot host cannot use it."""
+def host_share(tasks: TypicalTasks, cpu_left: np.ndarray | None, mem_left: np.ndarray | None,
+               model_ok: np.ndarray | None = None) -> np.ndarray:
+    """Per node: the part of the mix's shares (by popularity) that may use the node's GPU
+    model (``model_ok``: nodes x tasks, None = all) and whose CPU and host memory fit what the
+    node has left (None = not tested); 1 where the mix has no shares. A GPU's free milli is
+    worth that part of ``value``: the shares that cannot reach it cannot use it."""
     share = (tasks.num <= 1) & (tasks.milli > 0) & (tasks.milli < MILLI)
     total = tasks.p[share].sum()
+    n = len(cpu_left) if cpu_left is not None else len(model_ok)
     if total <= 0:
-        return np.ones(len(cpu_left))
-    fits = np.asarray(cpu_left, dtype=np.float64)[:, None] >= tasks.cpu[share][None, :]
-    if tasks.mem is not None:
-        fits &= np.asarray(mem_left, dtype=np.float64)[:, None] >= tasks.mem[share][None, :]
+        return np.ones(n)
+    fits = np.ones((n, int(share.sum())), dtype=bool)
+    if model_ok is not None:
+        fits &= model_ok[:, share]
+    if cpu_left is not None:
+        fits &= np.asarray(cpu_left, dtype=np.float64)[:, None] >= tasks.cpu[share][None, :]
+        if tasks.mem is not None and mem_left is not None:
+            fits &= np.asarray(mem_left, dtype=np.float64)[:, None] >= tasks.mem[share][None, :]
     return (fits @ tasks.p[share]) / total

@@ -77,8 +77,9 @@ by popularity assumes every gap will be offered its share of the small sizes; wh
 more gaps than small shares to close them (a share-heavy mix: every 160 goes beside an 810),
 the prices make such gaps worth nothing, so a 320 opens a GPU (or joins a 650) rather than
 leaving 210 beside a 470 that was waiting for its partner. Where both places are part of a
-best packing the prices tie and the other terms decide. With a host view, a node's gaps are
-worth only the part of the mix's shares (by popularity) its CPU and host memory can still take,
+best packing the prices tie and the other terms decide. A node's gaps are worth only the part
+of the mix's shares (by popularity) that may use its GPU model and, with a host view, that its
+CPU and host memory can still take,
 before the pod and after it: a share that would leave its node without CPU for the shares that
 fill its GPU pays for the gap it strands, and a gap no share of the mix can reach costs nothing
 to use.
@@ -103,7 +104,7 @@ from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.common import pod_cpu, pod_mem
-from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks
+from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks, node_model
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.remainder import remainder_cost, waste_table
 from extender.placement.policies.share_price import host_share, value_table
@@ -320,8 +321,9 @@ class Sparse:
     def _price_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                     ) -> TermValues:
         """The mix's worth the share takes from each GPU, priced by the mix's best packing
-        (``share_price.py``), counting on each node only the mix's shares its CPU and host
-        memory can still take (before the pod, and after it for what the pod leaves);
+        (``share_price.py``), counting on each node only the mix's shares that may use its
+        GPU model and that its CPU and host memory can still take (before the pod, and
+        after it for what the pod leaves);
         whole-GPU slots get nothing. The value table is built once per re-read of the mix."""
         model = self._frag.model
         if self._value.get("model") is not model:
@@ -334,14 +336,20 @@ class Sparse:
         left = state.milli_cap[gpus] - state.milli_used[gpus]
         np.clip(left, 0, len(value) - 1, out=left)
         after = np.clip(left - int(demand.share_milli), 0, len(value) - 1)
+        tasks = model.tasks
         host = getattr(state, "host", None)
-        if host is None:  # no host view: every node hosts every share of the mix
+        named = any(m is not None for m in tasks.models)
+        if host is None and not named:  # every share of the mix reaches every gap
             return self.price_weight * (value[left] - value[after]), None
         nodes, inverse = np.unique(state.gpu_node[gpus], return_inverse=True)
+        # shares that may use each node's GPU model
+        model_ok = model.model_ok(state)[node_model(state, nodes)] if named else None
+        if host is None:
+            reach = host_share(tasks, None, None, model_ok)[inverse]
+            return self.price_weight * reach * (value[left] - value[after]), None
         cpu, mem = host.cpu_left[nodes], host.mem_left[nodes]
-        tasks = model.tasks
-        before = host_share(tasks, cpu, mem)[inverse]
-        then = host_share(tasks, cpu - pod_cpu(demand), mem - pod_mem(demand))[inverse]
+        before = host_share(tasks, cpu, mem, model_ok)[inverse]
+        then = host_share(tasks, cpu - pod_cpu(demand), mem - pod_mem(demand), model_ok)[inverse]
         return self.price_weight * (before * value[left] - then * value[after]), None
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks

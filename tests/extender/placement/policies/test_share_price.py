@@ -103,3 +103,18 @@ def test_a_gap_the_nodes_cpu_cannot_serve_is_worth_nothing():
     assert best_node(state, d, policy) == "n1"
     assert np.allclose(host_share(tasks(s320=1, s650=3), np.array([0, 4000]),
                                   np.array([0, 1 << 20])), [0.0, 1.0])
+
+
+def test_a_gap_is_worth_only_what_the_shares_allowed_on_its_model_make_of_it():
+    """650s may only use G2 GPUs, 320s any. A 320 opening a GPU leaves 680 that a 650 would
+    fill on the G2 node but only 320s can reach on the G3 node: it goes to G3 and keeps the
+    G2 GPU for the pods that need that model. Without model lists both look alike."""
+    state = ClusterState.build(inventory(gpu_node("n1", 1, "G2"), gpu_node("n2", 1, "G3")),
+                               default_matrix())
+    d = make_demand("a", 4000, 1024, 1, 320, "", {"G2", "G3"})
+    for models, want in ((frozenset({"G2"}), "n2"), (None, "n1")):
+        policy = Sparse(adaptive=False, frag_weight=0.0, order_weight=0.0, drain_weight=0.0,
+                        remainder_weight=0.0, price_weight=1.0)
+        policy.set_workload(TypicalTasks.of([(4000, 650, 1, models, 1.0),
+                                             (4000, 320, 1, None, 1.0)]))
+        assert best_node(state, d, policy) == want
