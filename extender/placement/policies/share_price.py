@@ -136,15 +136,18 @@ def host_share(tasks: TypicalTasks, cpu_left: np.ndarray | None, mem_left: np.nd
     node has left (None = not tested); 1 where the mix has no shares. A GPU's free milli is
     worth that part of ``value``: the shares that cannot reach it cannot use it."""
     share = (tasks.num <= 1) & (tasks.milli > 0) & (tasks.milli < MILLI)
-    total = tasks.p[share].sum()
+    p = tasks.p[share]
+    total = p.sum()
     n = len(cpu_left) if cpu_left is not None else len(model_ok)
     if total <= 0:
         return np.ones(n)
-    fits = np.ones((n, int(share.sum())), dtype=bool)
-    if model_ok is not None:
-        fits &= model_ok[:, share]
+    fits = model_ok[:, share] if model_ok is not None else None
     if cpu_left is not None:
-        fits &= np.asarray(cpu_left, dtype=np.float64)[:, None] >= tasks.cpu[share][None, :]
+        # float against float: a mixed int/float comparison casts element by element
+        ok = np.asarray(cpu_left, dtype=np.float64)[:, None] >= tasks.cpu[share]
         if tasks.mem is not None and mem_left is not None:
-            fits &= np.asarray(mem_left, dtype=np.float64)[:, None] >= tasks.mem[share][None, :]
-    return (fits @ tasks.p[share]) / total
+            ok &= np.asarray(mem_left, dtype=np.float64)[:, None] >= tasks.mem[share]
+        fits = ok if fits is None else fits & ok
+    if fits is None:
+        return np.ones(n)
+    return np.dot(fits.astype(np.float64), p) / total

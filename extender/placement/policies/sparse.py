@@ -347,9 +347,12 @@ class Sparse:
         if host is None:
             reach = host_share(tasks, None, None, model_ok)[inverse]
             return self.price_weight * reach * (value[left] - value[after]), None
+        # the nodes as they are, then after the pod: one pass over both
         cpu, mem = host.cpu_left[nodes], host.mem_left[nodes]
-        before = host_share(tasks, cpu, mem, model_ok)[inverse]
-        then = host_share(tasks, cpu - pod_cpu(demand), mem - pod_mem(demand), model_ok)[inverse]
+        reach = host_share(tasks, np.concatenate([cpu, cpu - pod_cpu(demand)]),
+                           np.concatenate([mem, mem - pod_mem(demand)]),
+                           None if model_ok is None else np.concatenate([model_ok, model_ok]))
+        before, then = reach[: len(nodes)][inverse], reach[len(nodes):][inverse]
         return self.price_weight * (before * value[left] - then * value[after]), None
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
