@@ -43,7 +43,9 @@ def _read_runs(sources) -> list:
 def losses(workloads, nodes, policies, seeds, tune, workers, sources, out) -> None:
     """Where the unallocated GPUs sit at arrived = 100 %, per workload and policy (slivers,
     stranded multi-GPU capacity, CPU-bound nodes, model mismatches; failed request by shape),
-    and each policy minus FGD from the same seeds."""
+    the free capacity when the first whole-GPU pod fails and at 100 % against the pods coming
+    in between (slivers below the smallest / median coming share, CPU or memory, models), and
+    each policy minus FGD from the same seeds."""
     from bench.sim import losses as lo
     from bench.sim.report import md_table, write_fgd
 

@@ -27,6 +27,12 @@ request that arrived from that point on (``window_arrived``) less the part of it
 ``first_fail_pct`` is the arrived workload, % of capacity, at that first failure: a policy
 loses less by moving it later (packing more densely before) or by placing more inside the
 window (leaving slivers the late pods fit); ``window_placed_<shape>`` says which pods did.
+
+The snapshot view (``snapshot``) takes the free capacity when the first whole-GPU pod fails
+(``fail_``) and at 100 % (``end_``), against the GPU pods arriving between the two: slivers
+below the smallest and the median coming share, capacity a fitting coming pod cannot reach for
+the node's CPU or memory, or its GPU model, whole GPUs on nodes that cannot host the failing
+pod, and what the coming pods could still use.
 """
 
 from __future__ import annotations

@@ -122,3 +122,20 @@ def test_the_window_starts_at_the_first_failed_gpu_pod(sim):
     assert out["first_fail_pct"] == pytest.approx(100 * 500 / 14000)
     assert out["window_arrived"] == 8.5 and out["window_placed"] == 0.5
     assert out["window_placed_share"] == 0.5 and out["window_placed_multi"] == 0.0
+
+
+def test_the_snapshot_splits_free_capacity_by_what_the_coming_pods_can_use(sim):
+    """Slivers below the smallest / median coming share, capacity a fitting coming pod cannot
+    reach for the node's CPU, and what the coming pods can still take."""
+    put(sim, "cpu-eater", 1, 1000, cpu=7000, spec="T4")  # a: 1 GPU free, 1000 CPU left
+    put(sim, "s1", 1, 950, spec="G2")  # b: a 50 sliver
+    put(sim, "s2", 1, 700, spec="G2")  # b: a 300 sliver
+    coming = [sim.demand(f"x{i}", 2000, 1024, 1, m, "") for i, m in enumerate((100, 400, 500))]
+    failing = sim.demand("w", 2000, 1024, 1, 1000, "")
+    out = losses.snapshot(sim, coming, failing)
+    assert out["sliver_min"] == pytest.approx(0.05)  # below 100
+    assert out["sliver_median"] == pytest.approx(0.3)  # below 400, a 100 could take it
+    assert out["host"] == pytest.approx(1.0)  # a's whole GPU: no coming pod has the CPU
+    assert out["empty_host"] == pytest.approx(1.0)  # ... nor the failing one
+    assert out["usable_empty"] == pytest.approx(10.0)  # b's 2 and c's 8 untouched GPUs
+    assert out["free"] == pytest.approx(sum(out[k] for k in losses.SNAP[1:8]))
