@@ -355,9 +355,11 @@ class CycleEntry:
     @classmethod
     def of(cls, state: ClusterState, passed: list[str], nodes: np.ndarray,
            costs: np.ndarray, request: list[str] | None = None,
-           positions: np.ndarray | None = None) -> CycleEntry:
-        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid, request,
-                   positions, getattr(state, "last_stamp", -1))
+           positions: np.ndarray | None = None, stamps: np.ndarray | None = None
+           ) -> CycleEntry:
+        """``stamps``: ``state.node_stamp[nodes]``, where the caller holds them."""
+        return cls(passed, costs, nodes, state.node_stamp[nodes] if stamps is None else stamps,
+                   state.gpu_uuid, request, positions, getattr(state, "last_stamp", -1))
 
     def costs_for(self, names: list[str], costs: np.ndarray) -> np.ndarray:
         """``costs`` (of ``passed``) laid out over ``names``; inf where filter did not pass

@@ -58,6 +58,18 @@ class Verdicts:
     unresolvable: dict[str, str]
     _key: Hashable = None
     _entry: _Entry | None = None
+    # The candidates' node stamps, of this state object while its ``last_stamp`` is ``_at``
+    # (no stamp given since: none changed), for ``costs`` and the cycle entry to read again.
+    stamps: np.ndarray | None = None
+    _state: object = None
+    _at: int = -1
+
+    def current(self, state: ClusterState) -> np.ndarray | None:
+        """``state.node_stamp[self.nodes]`` where no stamp moved since ``fits``; else None."""
+        if (state is self._state and self.stamps is not None
+                and getattr(state, "last_stamp", -2) == self._at):
+            return self.stamps
+        return None
 
 
 class _Entry:
@@ -149,7 +161,8 @@ class NodeVerdicts:
         if not fits.all():  # the reasons, summarised over exactly the failing nodes
             failed, unresolvable = self._reasons(entry, state, demand, candidates, nodes,
                                                  stamps, np.flatnonzero(~fits))
-        return Verdicts(nodes, list(candidates), fits, failed, unresolvable, key, entry)
+        return Verdicts(nodes, list(candidates), fits, failed, unresolvable, key, entry,
+                        stamps, state, getattr(state, "last_stamp", -1))
 
     @staticmethod
     def _reasons(entry: _Entry, state: ClusterState, demand: PodDemand, candidates: list[str],
@@ -185,8 +198,11 @@ class NodeVerdicts:
         if not entry.costs_hold(keys, epoch):  # a global input changed: every cost is stale
             entry.cost_stamp[:] = 0
             entry.terms, entry.epoch = keys, epoch
-        nodes = v.nodes[fitting]
-        stamps = state.node_stamp[nodes]
+        every = len(fitting) == len(v.nodes)  # all fit: the candidates themselves
+        nodes = v.nodes if every else v.nodes[fitting]
+        stamps = v.current(state) if every else None
+        if stamps is None:
+            stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.cost_stamp[nodes] != stamps)
         self.reused += len(nodes) - len(stale)
         if fill_all(len(stale), len(nodes), len(entry.cost)):
