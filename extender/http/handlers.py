@@ -28,10 +28,10 @@ from extender.verbs import gang
 log = logging.getLogger("sparse.http")
 
 # A frozen store must not hold a read-only verb past the scheduler's httpTimeout (5 s by
-# default, a slot may already have been waited for): cut it short and answer Error (within
-# the deadlines' tick, 0.1 s, of this). Bind is
-# not cut: a write cancelled half way could leave a booking; it relies on the store client's
-# own timeouts, and rolls back when they fire.
+# default, a slot may already have been waited for): cut it short (at most the deadlines'
+# tick, 0.1 s, later) and answer Error. Bind is not cut: a write cancelled half way could
+# leave a booking; it relies on the store client's own timeouts, and rolls back when they
+# fire.
 READ_ONLY_DEADLINE_S = 2.5
 
 
