@@ -155,8 +155,11 @@ def answer_without_placement(app: web.Application) -> None:
 @click.option("--bind", is_flag=True,
               help="Bind each pod to its best node after its cycle (not counted), as in a"
                    " real burst: the next filter prices the node that changed.")
+@click.option("--rotate", is_flag=True,
+              help="The server that goes first changes pod by pod (default: the extender,"
+                   " as in earlier runs): the first to serve a pod meets colder caches.")
 def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
-         filter_only: bool, stub_verbs: bool, bind: bool) -> None:
+         filter_only: bool, stub_verbs: bool, bind: bool, rotate: bool) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -174,7 +177,8 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
                 answer_without_placement(apps["extender"])
             verdicts = apps["extender"][SCHEDULER].node_verdicts
             row = asyncio.run(cpu_per_pod(apps, bodies,
-                                          ("filter",) if filter_only else TWO_CALL, bind))
+                                          ("filter",) if filter_only else TWO_CALL, bind,
+                                          rotate))
             click.echo(f"{nodes:>6} nodes, {picks} {mode:10}"
                        f"{' (filter only)' if filter_only else ''}"
                        f"{', bound' if bind else ''}: extender {row['extender']:.2f}"
