@@ -124,8 +124,7 @@ class _CostReuseCollector(Collector):
             " with filter's costs (hit) or not (miss); shape = candidate GPUs whose costs came"
             " from an earlier pod of the same shape (hit) or nodes recomputed (miss); node ="
             " filter's fit and cost verdicts per node kept for the pod's shape (hit) or"
-            " computed (miss); names = NodeNames lists taken decoded from an earlier"
-            " request with the same bytes (hit) or decoded (miss).",
+            " computed (miss).",
             labels=["cache", "result"])
         for (cache, result), value in self._counts().items():
             family.add_metric([cache, result], value)

@@ -95,57 +95,13 @@ class _RawNodeList(msgspec.Struct):
 
 
 class _ExtenderArgsWire(msgspec.Struct):
-    # The names stay raw JSON here (empty when absent): a list seen a moment before, byte for
-    # byte, is taken from ``NameLists`` instead of being decoded and checked again.
     Pod: Pod | None = None
     Nodes: _RawNodeList | None = None
-    NodeNames: msgspec.Raw = msgspec.Raw()
+    NodeNames: list[NodeName] | None = None
     pod: Pod | None = None
     nodes: _RawNodeList | None = None
-    nodenames: msgspec.Raw = msgspec.Raw()
-    nodeNames: msgspec.Raw = msgspec.Raw()  # noqa: N815
-
-
-class NameList(list[str]):
-    """A decoded NodeNames list that ``NameLists`` may hand out again: never changed in place.
-    ``rows`` is where its names lie in one node index (``placement.fit.candidate_rows``)."""
-
-    __slots__ = ("rows",)
-
-    def __init__(self, names: list[str]) -> None:
-        super().__init__(names)
-        self.rows: tuple[object, Any] | None = None
-
-
-class NameLists:
-    """The last few distinct NodeNames lists, by their exact bytes, with their decoded and
-    checked names. kube-scheduler sends the same list again whenever the feasible set and its
-    order did not change, and prioritize gets filter's answer: those are decoded once. Keyed by
-    the bytes themselves (a hit compares them all), so a hit is exactly what decoding gives.
-    A list of names is compared as a whole: the same names in another order are another list
-    (kube-scheduler's parallel filters may well send them so)."""
-
-    def __init__(self, size: int = 4) -> None:
-        self.size = size
-        self._lists: list[tuple[bytes, NameList]] = []  # the most recent first
-        self.hits = 0
-        self.misses = 0
-
-    def decode(self, raw: msgspec.Raw, what: str) -> list[str]:
-        # A scan of a few entries, not a dict: hashing the bytes of 500 names costs more
-        # than comparing them, and a reordered list of the same length differs early.
-        key = bytes(raw)
-        for i, (seen, names) in enumerate(self._lists):
-            if seen == key:
-                if i:
-                    self._lists.insert(0, self._lists.pop(i))
-                self.hits += 1
-                return names
-        self.misses += 1
-        names = NameList(_decode_names(key, what))
-        self._lists.insert(0, (key, names))
-        del self._lists[self.size:]
-        return names
+    nodenames: list[NodeName] | None = None
+    nodeNames: list[NodeName] | None = None  # noqa: N815
 
 
 class ExtenderArgs(msgspec.Struct):
@@ -258,7 +214,6 @@ class PreemptionResult(msgspec.Struct):
 # --- codecs ----------------------------------------------------------------------------------
 
 _args_decoder = msgspec.json.Decoder(_ExtenderArgsWire)
-_names_decoder = msgspec.json.Decoder(list[NodeName])
 _node_decoder = msgspec.json.Decoder(NodeLite)
 _preempt_decoder = msgspec.json.Decoder(_PreemptionArgsWire)
 _bind_decoder = msgspec.json.Decoder(_BindingArgsWire)
@@ -313,34 +268,14 @@ def _check_pod(pod: Pod | None, what: str) -> Pod:
     return pod
 
 
-def _decode_names(raw: bytes, what: str) -> list[str]:
-    """A NodeNames array, its names checked and made unique (``raw`` is not ``null``)."""
-    try:
-        names = _names_decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"{what}: NodeNames: {exc}") from exc
-    return _unique_names(names, what)
-
-
-def _raw_names(wire: _ExtenderArgsWire) -> msgspec.Raw | None:
-    """The first names field that is set and not ``null``."""
-    for raw in (wire.NodeNames, wire.nodenames, wire.nodeNames):
-        if len(raw) and (len(raw) != 4 or bytes(raw) != b"null"):
-            return raw
-    return None
-
-
-def decode_extender_args(body: bytes, what: str = "ExtenderArgs",
-                         lists: NameLists | None = None) -> ExtenderArgs:
-    """``lists``: recent NodeNames lists to take the names from when the bytes repeat."""
+def decode_extender_args(body: bytes, what: str = "ExtenderArgs") -> ExtenderArgs:
     wire: _ExtenderArgsWire = _decode(_args_decoder, body, what)
     pod = _check_pod(_first(wire.Pod, wire.pod), what)
-    raw = _raw_names(wire)
+    names = _first(wire.NodeNames, wire.nodenames, wire.nodeNames)
     node_list = _first(wire.Nodes, wire.nodes)
-    if raw is not None:
-        names = (_decode_names(bytes(raw), what) if lists is None
-                 else lists.decode(raw, what))
-        return ExtenderArgs(pod=pod, node_names=names, nodes=None, raw_nodes=None)
+    if names is not None:
+        return ExtenderArgs(pod=pod, node_names=_unique_names(names, what), nodes=None,
+                            raw_nodes=None)
     if node_list is not None:
         raws = node_list.items or []
         if len(raws) > MAX_NODES_PER_REQUEST:
@@ -456,12 +391,11 @@ def filter_result(
     )
 
 
-def decode_verb(verb: str, body: bytes | bytearray, lists: NameLists | None = None
+def decode_verb(verb: str, body: bytes | bytearray
                 ) -> ExtenderArgs | BindingArgs | PreemptionArgs:
-    """The request body of one verb, typed (also run in a worker process for big bodies);
-    ``lists``: see ``decode_extender_args``."""
+    """The request body of one verb, typed (also run in a worker process for big bodies)."""
     if verb in ("filter", "prioritize"):
-        return decode_extender_args(body, f"ExtenderArgs ({verb})", lists)
+        return decode_extender_args(body, f"ExtenderArgs ({verb})")
     if verb == "bind":
         return decode_binding_args(body)
     if verb == "preempt":

@@ -87,18 +87,14 @@ def node_object(node: NodeGpus) -> dict[str, Any]:
 
 
 def request_bodies(inventory: Inventory, count: int, candidates: int, full_nodes: bool,
-                   seed: int = 3, repeat: float = 0.0) -> list[bytes]:
-    """``repeat``: the chance that a pod gets the previous pod's candidates in the same order
-    (else a fresh random sample, in random order)."""
+                   seed: int = 3) -> list[bytes]:
     rng = random.Random(seed)
     names = sorted(inventory.nodes)
     objects = ({n: json.dumps(node_object(inventory.nodes[n])) for n in names}
                if full_nodes else {})
     bodies = []
-    chosen: list[str] = []
     for i in range(count):
-        if not chosen or not repeat or rng.random() >= repeat:  # (no draw at 0: as before)
-            chosen = rng.sample(names, candidates)
+        chosen = rng.sample(names, candidates)
         pod_json = json.dumps(pod(i, rng))
         if full_nodes:
             items = ",".join(objects[n] for n in chosen)

@@ -158,12 +158,8 @@ def answer_without_placement(app: web.Application) -> None:
 @click.option("--rotate", is_flag=True,
               help="The server that goes first changes pod by pod (default: the extender,"
                    " as in earlier runs): the first to serve a pod meets colder caches.")
-@click.option("--repeat-names", "repeat", type=click.FloatRange(0, 1), default=0.0,
-              show_default=True,
-              help="Chance that a pod's NodeNames repeat the previous pod's, byte for byte"
-                   " (default: a fresh random order every pod).")
 def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
-         filter_only: bool, stub_verbs: bool, bind: bool, rotate: bool, repeat: float) -> None:
+         filter_only: bool, stub_verbs: bool, bind: bool, rotate: bool) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -173,7 +169,7 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
             if is_full and not full:
                 continue
             n = count if not is_full else max(count // 5, 20)
-            bodies = request_bodies(inventory, n + WARM_UP, picks, is_full, repeat=repeat)
+            bodies = request_bodies(inventory, n + WARM_UP, picks, is_full)
             apps = {"extender": extender_app(nodes, gpus), "null": null_app()}
             if filter_only:
                 apps["extender"][SCHEDULER].filter_best_within = 0.0

@@ -360,10 +360,6 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
                        f" {node.get('miss', 0):.0f} computed;\n    per-term cost cache:"
                        f" {shape.get('hit', 0):.0f} candidate GPUs reused,"
                        f" {shape.get('miss', 0):.0f} nodes recomputed")
-            names = reuse.get("names", {})
-            if names:
-                click.echo(f"    NodeNames lists: {names.get('hit', 0):.0f} repeated byte for"
-                           f" byte (decoded before), {names.get('miss', 0):.0f} decoded")
         if lag:
             click.echo(f"    event-loop lag: mean {lag['total_ms']:.2f} ms, p99 <="
                        f" {lag['p99']:.1f} ms (a ready request waits as long)")

@@ -82,7 +82,7 @@ def extender_breakdown(before: Samples, after: Samples) -> dict[str, dict[str, f
             if n:
                 row[stage] = ms * n / calls  # per call, also when a stage is not in every call
         out[verb] = row
-    for cache in ("cycle", "shape", "node", "names"):
+    for cache in ("cycle", "shape", "node"):
         got = {r: after.total("sparse_extender_cost_reuse_total", cache=cache, result=r)
                - before.total("sparse_extender_cost_reuse_total", cache=cache, result=r)
                for r in ("hit", "miss")}

@@ -161,7 +161,6 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     metrics = Metrics(lambda: scheduler.state)
     scheduler.observers.append(metrics.observe)
     metrics.registry.register(LedgerHealthCollector(scheduler))
-    decoder = BodyDecoder(keep_annotations=settings.trust_request_inventory)
     metrics.watch_cost_reuse(lambda: {
         ("cycle", "hit"): scheduler.cycle_costs.hits,
         ("cycle", "miss"): scheduler.cycle_costs.misses,
@@ -169,8 +168,6 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         ("shape", "miss"): scheduler.cost_cache.computed_nodes,
         ("node", "hit"): scheduler.node_verdicts.reused,
         ("node", "miss"): scheduler.node_verdicts.computed,
-        ("names", "hit"): decoder.name_lists.hits,
-        ("names", "miss"): decoder.name_lists.misses,
     })
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
@@ -185,7 +182,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     # Bodies held at once over all requests: room for two of the largest, and at least 256 MiB.
     app[ADMISSION] = Admission(settings.max_in_flight, settings.queue_timeout_s,
                                body_budget_bytes=max(2 * limit, 256 * 1024 * 1024))
-    app[DECODER] = decoder
+    app[DECODER] = BodyDecoder(keep_annotations=settings.trust_request_inventory)
     app[DEADLINES] = Deadlines()  # read-only verbs' deadline, one timer for all requests
     app[BODY_LIMIT] = limit
     add_routes(app, prefix)

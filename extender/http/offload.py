@@ -18,7 +18,7 @@ import sys
 import msgspec
 
 from extender.errors import InvalidRequest
-from extender.protocol import BindingArgs, ExtenderArgs, NameLists, PreemptionArgs, decode_verb
+from extender.protocol import BindingArgs, ExtenderArgs, PreemptionArgs, decode_verb
 
 log = logging.getLogger("sparse.offload")
 
@@ -58,7 +58,6 @@ class BodyDecoder:
         self._decoder = msgspec.msgpack.Decoder(WorkerReply)
         self._last_filter: tuple[bytes, Decoded] | None = None  # body and its ExtenderArgs
         self.reused = 0  # prioritize bodies answered with filter's decoded args
-        self.name_lists = NameLists()  # recent NodeNames lists, decoded (inline bodies)
 
     async def decode(self, verb: str, body: bytes | bytearray) -> Decoded:
         reused = self._reused(verb, body)
@@ -94,7 +93,7 @@ class BodyDecoder:
 
     def _inline(self, verb: str, body: bytes | bytearray) -> Decoded:
         """Decoded here."""
-        args = decode_verb(verb, body, self.name_lists)
+        args = decode_verb(verb, body)
         if verb == "filter":
             self._last_filter = (bytes(body), args)
         return args

@@ -107,24 +107,6 @@ def _per_node(mask: np.ndarray, owner: np.ndarray, n: int, alike: int = 0) -> np
     return np.bincount(owner, weights=mask, minlength=n).astype(np.int64)
 
 
-def candidate_rows(index: dict[str, int], candidates: list[str]) -> np.ndarray:
-    """Each candidate's row in ``index`` (KeyError when one has none), read-only. A list that
-    can hold them (``protocol.NameList``: decoded once, handed out again while its bytes
-    repeat, never changed) keeps them for that very index; a state's index is made anew with
-    each inventory and never changed, so the same object means the same rows."""
-    memo = getattr(candidates, "rows", None)
-    if memo is not None and memo[0] is index:
-        return memo[1]
-    found = operator.itemgetter(*candidates)(index) if candidates else ()
-    # fromiter: twice as fast as np.array on a tuple of ints
-    rows = (np.fromiter(found, dtype=np.int64, count=len(found))
-            if len(candidates) != 1 else np.array([found], dtype=np.int64))
-    rows.flags.writeable = False  # shared by every request that sends this list
-    if hasattr(candidates, "rows"):
-        candidates.rows = (index, rows)  # type: ignore[attr-defined]
-    return rows
-
-
 def fit(
     state: ClusterState, demand: PodDemand, candidates: list[str], explain: bool = True
 ) -> FitResult:
@@ -132,7 +114,9 @@ def fit(
     skipped (``failed``/``unresolvable`` then only name unknown nodes), for bulk callers."""
     unresolvable: dict[str, str] = {}
     try:  # the common case, every candidate known: one C-level lookup
-        nodes = candidate_rows(state.node_index, candidates)
+        found = operator.itemgetter(*candidates)(state.node_index) if candidates else ()
+        nodes = (np.fromiter(found, dtype=np.int64, count=len(found))
+                 if len(candidates) != 1 else np.array([found], dtype=np.int64))
         known = list(candidates)
     except KeyError:
         lookup = state.node_index.get

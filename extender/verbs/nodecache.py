@@ -25,6 +25,7 @@ the pod (``note``) exactly once per filter that prices nodes, as it does without
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement import Assignment, ClusterState, Policy, fit, node_costs
 from extender.placement.assign import node_costs_and_choices
-from extender.placement.fit import FitResult, candidate_rows, gpu_masks
+from extender.placement.fit import FitResult, gpu_masks
 from extender.placement.policies.terms import CostTerm
 from extender.verbs.costcache import (
     CACHED_POLICIES,
@@ -126,10 +127,13 @@ class NodeVerdicts:
                 or (host is not None and not host.stamped) or not candidates):
             return None
         try:  # every candidate known (the common case): one C-level lookup
-            nodes = candidate_rows(state.node_index, candidates)
+            found = operator.itemgetter(*candidates)(state.node_index)
         except KeyError:
             return None  # unknown names: fit explains them
         # (A name given twice gets the same verdict twice, as from fit.)
+        # fromiter: twice as fast as np.array on a tuple of ints
+        nodes = (np.fromiter(found, dtype=np.int64, count=len(found))
+                 if len(candidates) != 1 else np.array([found], dtype=np.int64))
         if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
             self._inventory = state.gpu_uuid
             self._entries.clear()
