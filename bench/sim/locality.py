@@ -119,7 +119,9 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     never wait. ``oracle`` (not a score; what placement could win at all under this
     physics): ``greedy``: each recommendation job goes, among the nodes that fit, to the one
     where it and the readers already running have the least run time left, priced by the
-    replay itself (its caches' room split and fill, the shared links' stretch); ``ideal``:
+    replay itself (its caches' room split and fill, the shared links' stretch);
+    ``greedy-rows``: the same, to the fewest rows they will miss (what a saturated store's
+    egress serves); ``ideal``:
     wherever it runs, every reader fetches as if alone with its tables on a warm node in the
     store's rack (``NodeCaches.alone_hit``; its misses cross the store's shards only, no NIC
     or uplink), a bound no placement can beat; ``ideal-hit`` / ``ideal-path``: only the
@@ -367,6 +369,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                                   predicted, request, started, done)
 
     trying = [-1]  # the job try_start places (the oracle prices it)
+    mix: list[int] = []  # per reader's start: tables in use on its node then
 
     def per_step(ks: list[int], parts: dict[int, tuple[float, float, float]], path: list
                  ) -> np.ndarray:
@@ -413,8 +416,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                                             - per_step(run, {}, [paths[k] for k in run])))
             if best_i < 0 or total < best - 1e-9 * abs(best):
                 best, best_i = total, i
-        out = np.full(len(costs), np.inf)
-        out[best_i] = costs[best_i]
+        out = costs.copy()  # the others stay finite: the choice is still counted
+        out[best_i] = float(costs[ok].min()) - 1e9
         return out
 
     if oracle not in (None, "greedy", "greedy-rows", "ideal", "ideal-hit", "ideal-path"):
@@ -446,6 +449,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             feed_cache(node)
             cache_hit[j] = all(caches.rows_of(node, t) >= 1 for t in tables[j])
             caches.start(node, tables[j])
+            mix.append(len(caches.active[node]))
             on_node[node].add(j)
             fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, steps[j])
             fetch[j] = fetch_free[j] + miss_s[j]
@@ -512,6 +516,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     result.hit_ceiling = float(np.average([np.mean(list(ceiling[j].values()))
                                            for j in np.flatnonzero(reads)], weights=w)) \
         if reads.any() else float("nan")
+    result.tables_on_node = float(np.mean(mix)) if mix else float("nan")
     result.saturated = links.saturated_by_kind(saturated / max(result.makespan, 1e-9),
                                                topo.shards())
     return result
