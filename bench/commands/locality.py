@@ -46,8 +46,9 @@ def _locality_job(args: tuple) -> object:
               type=click.Choice(["greedy", "greedy-rows", "ideal", "ideal-hit", "ideal-path"]),
               help="the runs with the term are an upper bound instead: greedy (each reader on "
               "the node where the replay's own physics gives it and the running readers the "
-              "least run time left), greedy-rows (the fewest rows they will miss), ideal (every reader as if alone with its tables on a warm "
-              "node in the store's rack), or only its hit ratio / only its path so")
+              "least run time left), greedy-rows (the fewest rows they will miss), ideal (every "
+              "reader as if alone with its tables on a warm node in the store's rack), or only "
+              "its hit ratio / only its path so (ideal-hit, ideal-path)")
 @click.option("--out", default=None, help="results folder (default results/locality-<time>)")
 def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
              score, delay, oracle, out) -> None:
