@@ -69,3 +69,19 @@ def test_the_ideal_oracle_bounds_placement_and_the_greedy_one_places_by_the_phys
     assert greedy.rec_jct_mean < off.rec_jct_mean
     with pytest.raises(ValueError, match="oracle"):
         run_locality(seed=3, n_jobs=4, oracle="best")
+
+
+def test_cli_runs_an_oracle_in_place_of_the_term(tmp_path):
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from bench.cli import main as bench_cli
+
+    out = CliRunner().invoke(bench_cli, ["locality", "--scenario", "recommendation", "--mode",
+                                         "continuous", "--seeds", "5", "--jobs", "30", "-j", "1",
+                                         "--oracle", "ideal", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    table = pd.read_csv(tmp_path / "summary.csv")
+    assert table["hit_ratio_on"].iloc[0] == pytest.approx(table["hit_ceiling"].iloc[0])
+    assert table["hit_ratio_off"].iloc[0] < table["hit_ceiling"].iloc[0]
+    assert "oracle" in (tmp_path / "report.md").read_text()
