@@ -96,13 +96,12 @@ class Metrics:
 
     def observe_stages(self, verb: str, times: dict[str, float]) -> None:
         """One call's stages; compute is the verb's time less what it waited for."""
-        times = dict(times)
-        inner = times.pop("verb", None)
-        if inner is not None:
-            waited = sum(times.get(k, 0.0) for k in ("ledger", "demand", "kube"))
-            times["compute"] = max(inner - waited, 0.0)
         children = self._stage_children
-        for stage, seconds in times.items():
+        for stage, seconds in times.items():  # (read, not copied: two calls per cycle)
+            if stage == "verb":
+                waited = times.get("ledger", 0.0) + times.get("demand", 0.0) + times.get(
+                    "kube", 0.0)
+                stage, seconds = "compute", max(seconds - waited, 0.0)
             child = children.get((verb, stage))
             if child is None:  # labels() costs a lock and a lookup: once per pair
                 child = children[(verb, stage)] = self.stages.labels(verb, stage)

@@ -17,6 +17,8 @@ def _locality_job(args: tuple) -> object:
     from bench.sim.locality import run_locality
 
     workload, scenario, mode, locality, seed, kw = args
+    if not locality:  # the oracle stands in for the runs with the term only
+        kw = {k: v for k, v in kw.items() if k != "oracle"}
     return run_locality(workload, seed, locality=locality, scenario=scenario, mode=mode, **kw)
 
 
@@ -40,15 +42,24 @@ def _locality_job(args: tuple) -> object:
               help="the term: step time saved per node, or the cached share and tiers")
 @click.option("--delay/--no-delay", default=False, show_default=True,
               help="with the term, delay scheduling too (extender/placement/delay.py)")
+@click.option("--oracle", default=None,
+              type=click.Choice(["greedy", "greedy-rows", "ideal", "ideal-hit", "ideal-path"]),
+              help="the runs with the term are an upper bound instead: greedy (each reader on "
+              "the node where the replay's own physics gives it and the running readers the "
+              "least run time left), greedy-rows (the fewest rows they will miss), ideal (every "
+              "reader as if alone with its tables on a warm node in the store's rack), or only "
+              "its hit ratio / only its path so (ideal-hit, ideal-path)")
 @click.option("--out", default=None, help="results folder (default results/locality-<time>)")
 def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
-             score, delay, out) -> None:
+             score, delay, oracle, out) -> None:
     """Embedding locality: JCT and makespan with and without the locality term."""
     from bench.sim.locality_report import write_locality
     from extender.placement.locality import LocalityWeights
 
     kw = {"n_jobs": n_jobs, "rec_share": rec_share, "load": load, "topology": topology,
           "weights": LocalityWeights(score=score), "delay": delay}
+    if oracle:
+        kw["oracle"] = oracle
     jobs = [(workload, sc, m, loc, s, kw) for m in mode for sc in scenario
             for loc in (False, True) for s in parse_seeds(seeds)]
     folder = out_dir(out, "locality")

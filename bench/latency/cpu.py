@@ -85,11 +85,14 @@ def helper_cpu_s(app: web.Application) -> float:
 
 
 async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
-                      verbs: tuple[str, ...] = TWO_CALL, bind: bool = False
-                      ) -> dict[str, float]:
+                      verbs: tuple[str, ...] = TWO_CALL, bind: bool = False,
+                      rotate: bool = False) -> dict[str, float]:
     """CPU ms per pod for each app over ``bodies[WARM_UP:]``, the apps taking turns; the
     decode worker's CPU counts with its app. ``verbs``: the calls of one scheduling cycle;
-    ``bind``: the extender binds each pod after its cycle (not counted)."""
+    ``bind``: the extender binds each pod after its cycle (not counted); ``rotate``: the
+    app that goes first changes pod by pod (the first to serve a pod meets colder CPU
+    caches than the next, which serves the same bytes through the same aiohttp code: tens
+    of microseconds a pod), else the order of ``apps`` every time."""
     clients = {kind: TestClient(TestServer(app)) for kind, app in apps.items()}
     spent = dict.fromkeys(apps, 0.0)
     spent["bind"] = 0.0  # the extender's binds, apart
@@ -102,8 +105,10 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
                 if bind and kind == "extender":
                     await _bind_best(client, body, answer)
         helpers = {kind: helper_cpu_s(app) for kind, app in apps.items()}
-        for body in bodies[WARM_UP:]:
-            for kind, client in clients.items():
+        order = list(clients.items())
+        for i, body in enumerate(bodies[WARM_UP:]):
+            shift = i % len(order) if rotate else 0
+            for kind, client in order[shift:] + order[:shift]:
                 started = time.process_time()
                 answer = await _cycle(client, body, verbs)
                 spent[kind] += time.process_time() - started
@@ -150,8 +155,11 @@ def answer_without_placement(app: web.Application) -> None:
 @click.option("--bind", is_flag=True,
               help="Bind each pod to its best node after its cycle (not counted), as in a"
                    " real burst: the next filter prices the node that changed.")
+@click.option("--rotate", is_flag=True,
+              help="The server that goes first changes pod by pod (default: the extender,"
+                   " as in earlier runs): the first to serve a pod meets colder caches.")
 def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
-         filter_only: bool, stub_verbs: bool, bind: bool) -> None:
+         filter_only: bool, stub_verbs: bool, bind: bool, rotate: bool) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -169,7 +177,8 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
                 answer_without_placement(apps["extender"])
             verdicts = apps["extender"][SCHEDULER].node_verdicts
             row = asyncio.run(cpu_per_pod(apps, bodies,
-                                          ("filter",) if filter_only else TWO_CALL, bind))
+                                          ("filter",) if filter_only else TWO_CALL, bind,
+                                          rotate))
             click.echo(f"{nodes:>6} nodes, {picks} {mode:10}"
                        f"{' (filter only)' if filter_only else ''}"
                        f"{', bound' if bind else ''}: extender {row['extender']:.2f}"

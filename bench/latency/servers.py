@@ -68,10 +68,13 @@ def null_app() -> web.Application:
             reply = {"Nodes": args["Nodes"], "FailedNodes": {}, "Error": ""}
         return web.Response(body=msgspec.json.encode(reply), content_type="application/json")
 
+    async def ready(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
     app = web.Application(client_max_size=256 * 1024 * 1024)
     app.router.add_post("/scheduler/filter", handle)
     app.router.add_post("/scheduler/prioritize", handle)
-    app.router.add_get("/readyz", lambda r: web.Response(text="ok"))
+    app.router.add_get("/readyz", ready)
     return app
 
 

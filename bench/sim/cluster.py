@@ -11,6 +11,7 @@ here. Pods without GPUs never reach the extender; a policy may score them throug
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,10 @@ class SimCluster:
         self.allocated_milli = 0  # booked milli-GPU (sum of state.milli_used)
         self.total_milli = int(self.state.milli_cap.sum())
         self.locality: LocalityIndex | None = None  # the extender's locality term, when set
+        # An experiment's own pick for embedding readers (the locality replay's oracle):
+        # (candidate names, their costs, the declaration) -> costs; None: the policy's.
+        self.reader_costs: (Callable[[list[str], np.ndarray, EmbeddingSpec], np.ndarray]
+                            | None) = None
         self.holds: HoldBook | None = None  # the hold for a waiting gang (placement/holds.py)
         # GPU pods placed, and those of them that had more than one node to choose from
         self.placements = 0
@@ -104,6 +109,8 @@ class SimCluster:
         if self.locality is not None:
             idle = idle_nodes(st, result.names) if embedding is None else None
             costs = combine(costs, self.locality.term(embedding, d, result.names, idle))
+        if self.reader_costs is not None and embedding is not None:
+            costs = self.reader_costs(result.names, costs, embedding)
         j = self._pick(costs)
         return None if j is None else (result.names, costs, j)
 

@@ -98,3 +98,16 @@ class StoreNetwork:
             kappa = np.sqrt(kappa * new)  # damped: geometric mean of old and new
         self.kappa = kappa
         return np.where(on, kappa, 1.0).max(axis=1)
+
+    def saturated_by_kind(self, share: np.ndarray, shards: list[str]) -> dict[str, float]:
+        """Per kind of link (a store shard, the uplink of a rack with shards, another rack's
+        uplink, a node NIC, a zone link): the largest share of the run one such link spent at
+        capacity (``share`` per link)."""
+        store_racks = {(self.zone[s], self.rack[s]) for s in shards}
+        out: dict[str, float] = {}
+        for name, x in zip(self.names, share.tolist(), strict=True):
+            kind, _, rest = name.partition(":")
+            if kind == "uplink":
+                kind = "uplink_store" if tuple(rest.split("/")) in store_racks else "uplink_other"
+            out[kind] = max(out.get(kind, 0.0), float(x))
+        return out

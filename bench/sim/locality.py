@@ -101,7 +101,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                  load: float = 0.9, topology: str | None = None, policy: str = "sparse",
                  weights: LocalityWeights | None = None, mode: str = "continuous",
                  overrides: dict | None = None, length_scale: float = 1.0,
-                 readers_per_table: int | None = None, delay: bool = False) -> LocalityRun:
+                 readers_per_table: int | None = None, delay: bool = False,
+                 oracle: str | None = None) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
     ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
     ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
@@ -115,7 +116,17 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     (``extender.placement.delay``): a freed node goes first to the queued jobs its cache
     serves, and a job may wait for a warm node predicted to free sooner than the run time it
     saves; jobs whose latest start has come (``queueorder.latest_start_due``) go first and
-    never wait."""
+    never wait. ``oracle`` (not a score; what placement could win at all under this
+    physics): ``greedy``: each recommendation job goes, among the nodes that fit, to the one
+    where it and the readers already running have the least run time left, priced by the
+    replay itself (its caches' room split and fill, the shared links' stretch);
+    ``greedy-rows``: the same, to the fewest rows they will miss (what a saturated store's
+    egress serves); ``ideal``:
+    wherever it runs, every reader fetches as if alone with its tables on a warm node in the
+    store's rack (``NodeCaches.alone_hit``; its misses cross the store's shards only, no NIC
+    or uplink), a bound no placement can beat; ``ideal-hit`` / ``ideal-path``: only the
+    hit ratio / only the path so (which of the two bounds it); the queue and the fit as the
+    policy's."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     topo = Topology.load(topology, seed, overrides)
@@ -186,18 +197,21 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         A table's blocks are spread over all the store's shards, so each shard sends its share
         of the misses over its own path (the node's tier bandwidth to that shard); the step
         waits for the farthest shard's latency."""
-        tiers = [net[t] for t in topo.shard_tiers(node)]
+        tiers = [net[t] for t in topo.shard_tiers(topo.shards()[0] if ideal_path else node)]
         latency = max(t["latency_ms"] for t in tiers) / 1e3
         per_byte = sum(1.0 / (t["gbps"] * GBPS) for t in tiers) / len(tiers)
         free = miss = 0.0
         for t in tables[j]:
-            h = caches.mean_hit(node, t, left)
+            h = ceiling[j][t] if ideal_hit else caches.mean_hit(node, t, left)
             bytes_ = unique * row_bytes
             free += (net["local"]["latency_ms"] / 1e3 + h * bytes_ / (net["local"]["gbps"] * GBPS)
                      + (latency if h < 1 else 0.0))
             miss += (1 - h) * bytes_
         return free, miss, miss * per_byte
 
+    ceiling = [caches.alone_hit(ts) if ts else {} for ts in tables]
+    ideal_hit = oracle in ("ideal", "ideal-hit")
+    ideal_path = oracle in ("ideal", "ideal-path")
     remaining = steps.copy()
     rate = np.zeros(len(jobs))
     slow = np.ones(len(jobs))
@@ -214,6 +228,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     paths: dict[int, list[int]] = {}  # running recommendation jobs: links their misses cross
     links = StoreNetwork(topo.raw, topo.zone, topo.rack, topo.shards())
     busiest = [0.0, 0.0]  # time-weighted max link stretch, time
+    saturated = np.zeros(len(links.names))  # per link: time it ran at capacity
     last = np.zeros(len(jobs))
     version = np.zeros(len(jobs), dtype=np.int64)
     started = np.full(len(jobs), np.nan)
@@ -255,6 +270,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         fetch time moved."""
         if busiest[1] < now:
             busiest[0] += float(links.kappa.max()) * (now - busiest[1])
+            saturated[:] += (links.kappa > 1.01) * (now - busiest[1])
             busiest[1] = now
         run = sorted(paths)
         if not run:
@@ -352,7 +368,67 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         due[:] = latest_start_due(now, float(n_gpus), arrive, predicted, PREDICTION_MARGIN,
                                   predicted, request, started, done)
 
+    trying = [-1]  # the job try_start places (the oracle prices it)
+    mix: list[int] = []  # per reader's start: tables in use on its node then
+
+    def per_step(ks: list[int], parts: dict[int, tuple[float, float, float]], path: list
+                 ) -> np.ndarray:
+        """Step seconds of the running readers ``ks`` when ``parts`` replace their fetch
+        parts, under the links' stretch with those bytes (the links' state is kept)."""
+        free = np.array([parts[k][0] if k in parts else fetch_free[k] for k in ks])
+        miss = np.array([parts[k][1] if k in parts else miss_bytes[k] for k in ks])
+        ms = np.array([parts[k][2] if k in parts else miss_s[k] for k in ks])
+        comp = np.array([step / slow[k] if k in paths else step for k in ks])
+        kappa = links.kappa.copy()
+        f = links.stretch(path, miss, comp + free, ms)
+        links.kappa = kappa
+        return comp + free + ms * f
+
+    def oracle_costs(names: list[str], costs: np.ndarray, spec: EmbeddingSpec) -> np.ndarray:
+        j = trying[0]
+        ok = np.flatnonzero(np.isfinite(costs))
+        if len(ok) < 2:
+            return costs
+        run = sorted(paths)
+        left = np.array([max(remaining[k] - (now - last[k]) * rate[k], 1.0) for k in run]
+                        + [steps[j]])
+        best, best_i = np.inf, -1
+        for i in ok[np.argsort(costs[ok], kind="stable")].tolist():  # ties: the policy's pick
+            node = names[i]
+            feed_cache(node)
+            readers = [k for k in run if node_of[k] == node]
+            before = {k: fetch_parts(k, node, left[run.index(k)]) for k in readers}
+            snap = caches.snapshot(node)
+            caches.start(node, tables[j])
+            parts = {k: fetch_parts(k, node, left[run.index(k)]) for k in readers}
+            parts[j] = fetch_parts(j, node, steps[j])
+            caches.restore(node, snap)
+            ks = [*run, j]
+            if oracle == "greedy-rows":  # the bytes they will miss, whatever the links
+                total = sum(left[run.index(k)] * (parts[k][1] - before[k][1]) for k in readers)
+                total += steps[j] * parts[j][1]
+            else:
+                with_j = per_step(ks, parts, [*(paths[k] for k in run), links.path(node)])
+                total = float(left @ with_j)
+            if readers and oracle != "greedy-rows":  # the readers there: their own fill
+                # since they last re-rated, not the job's doing
+                total -= float(left[:-1] @ (per_step(run, before, [paths[k] for k in run])
+                                            - per_step(run, {}, [paths[k] for k in run])))
+            if best_i < 0 or total < best - 1e-9 * abs(best):
+                best, best_i = total, i
+        out = costs.copy()  # the others stay finite: the choice is still counted
+        out[best_i] = float(costs[ok].min()) - 1e9
+        return out
+
+    if oracle not in (None, "greedy", "greedy-rows", "ideal", "ideal-hit", "ideal-path"):
+        raise ValueError("oracle must be greedy, greedy-rows, ideal, ideal-hit or ideal-path, "
+                         f"not {oracle!r}")
+    if oracle in ("greedy", "greedy-rows"):
+        sim.reader_costs = oracle_costs
+    shard_only = {i: 1.0 / len(links.shards) for i in range(len(links.shards))}
+
     def try_start(j: int) -> bool:
+        trying[0] = j
         num, milli, cpu, mem, spec = shapes[j]
         d = sim.demand(f"job-{j}", cpu, mem, num, milli, spec, job_class=str(classes[j]))
         if np.isnan(first_try[j]):
@@ -373,13 +449,14 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             feed_cache(node)
             cache_hit[j] = all(caches.rows_of(node, t) >= 1 for t in tables[j])
             caches.start(node, tables[j])
+            mix.append(len(caches.active[node]))
             on_node[node].add(j)
             fetch_free[j], miss_bytes[j], miss_s[j] = fetch_parts(j, node, steps[j])
             fetch[j] = fetch_free[j] + miss_s[j]
             cold[j] = np.mean([caches.warm_hit(node, t) - caches.mean_hit(node, t, steps[j])
                                for t in tables[j]])
             rerate_readers(node, skip=j)
-            paths[j] = links.path(node)
+            paths[j] = shard_only if ideal_path else links.path(node)
             publish(node)
         if d.has_share:
             g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
@@ -435,4 +512,11 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         link_stretch=busiest[0] / max(busiest[1], 1e-9) if busiest[1] else 1.0, t0=t0))
     reads = np.array([bool(t) for t in tables])
     result.delayed = float(delayed[reads].mean()) if reads.any() else float("nan")
+    w = (step_bytes * steps)[reads]
+    result.hit_ceiling = float(np.average([np.mean(list(ceiling[j].values()))
+                                           for j in np.flatnonzero(reads)], weights=w)) \
+        if reads.any() else float("nan")
+    result.tables_on_node = float(np.mean(mix)) if mix else float("nan")
+    result.saturated = links.saturated_by_kind(saturated / max(result.makespan, 1e-9),
+                                               topo.shards())
     return result

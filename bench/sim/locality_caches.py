@@ -172,6 +172,26 @@ class NodeCaches:
                 self._settle(node, t, keep)
             free -= keep
 
+    def alone_hit(self, tables: tuple[str, ...]) -> dict[str, float]:
+        """Per table: the share of a step's fetched rows a warm cache serves when ``tables``
+        are all it holds (one job's tables alone on a node, every reader of them there): the
+        most any placement can give a reader of them. More readers of the same tables do not
+        change their LFU split; any other table takes room."""
+        room = lfu_room(self.capacity, np.ones(len(tables)),
+                        np.array([self.rows[t] for t in tables]), self.alpha,
+                        np.array([self.draws.get(t, 1.0) for t in tables]))
+        return {t: float(self.curve(t).hit(r, 0.0, r)) for t, r in zip(tables, room.tolist(),
+                                                                        strict=True)}
+
+    def snapshot(self, node: str) -> tuple:
+        """The node's cache state, for ``restore`` (a what-if: a job tried on the node)."""
+        return (dict(self.base[node]), dict(self.exposure[node]), OrderedDict(self.cap[node]),
+                dict(self.active[node]))
+
+    def restore(self, node: str, snap: tuple) -> None:
+        self.base[node], self.exposure[node], self.cap[node], self.active[node] = (
+            dict(snap[0]), dict(snap[1]), OrderedDict(snap[2]), dict(snap[3]))
+
     def mean_hit(self, node: str, table: str, steps: float) -> float:
         """Share of a reader's fetched rows of ``table`` the cache serves over its next
         ``steps`` steps, the table filling as all its readers on the node read it."""

@@ -53,6 +53,11 @@ def summary(runs: list) -> pd.DataFrame:
             "link_stretch_off": mean(off, "link_stretch"),
             "link_stretch_on": mean(on, "link_stretch"),
             "delayed_on": mean(on, "delayed"),
+            "hit_ceiling": mean(off, "hit_ceiling"),
+            "tables_on_node_off": mean(off, "tables_on_node"),
+            "tables_on_node_on": mean(on, "tables_on_node"),
+            "shard_saturated_off": float(np.mean([off[s].saturated.get("shard", np.nan)
+                                                  for s in seeds])),
         })
     return pd.DataFrame(rows)
 
@@ -144,7 +149,12 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
              "most loaded shared link "
              "(a store shard, rack uplink, zone link, node NIC; 1 = no contention); "
              "`delayed_on`: recommendation jobs that waited for a warm node at least once "
-             "(delay scheduling, `--delay`; 0 without it).", "",
+             "(delay scheduling, `--delay`; 0 without it); `hit_ceiling`: the hit ratio "
+             "if every reader had a warm node cache for its own tables alone (the most any "
+             "placement gives); `tables_on_node`: tables in use on a reader's node when it "
+             "starts, its own included (they split the node's cache); `shard_saturated_off`: "
+             "share of the run the busiest store shard served at capacity, without the term. "
+             "With `--oracle`, \"on\" is the oracle.", "",
              md_table(table, "{:.3f}"), ""]
     seeds = per_seed(runs)
     seeds.to_csv(folder / "per_seed.csv", index=False)

@@ -38,6 +38,12 @@ class LocalityRun(JctRun):
     placed_with_choice: float = float("nan")
     # recommendation jobs that waited for a warm node at least once (delay scheduling)
     delayed: float = float("nan")
+    # the hit ratio if every reader had a warm node cache for its tables alone (alone_hit)
+    hit_ceiling: float = float("nan")
+    # tables in use on a reader's node when it starts, itself included (mean over readers)
+    tables_on_node: float = float("nan")
+    # per kind of link, the largest share of the run one such link spent at capacity
+    saturated: dict = field(default_factory=dict)
     jct: list = field(default_factory=list)
 
     def row(self) -> dict:

@@ -15,7 +15,16 @@ from extender.demandsource import DemandSource, NoPredictions, RedisPredictions
 from extender.errors import LedgerUnavailable
 from extender.http import handlers
 from extender.http.admission import Admission
-from extender.http.keys import ADMISSION, BODY_LIMIT, DECODER, METRICS, READY, SCHEDULER
+from extender.http.deadlines import Deadlines
+from extender.http.keys import (
+    ADMISSION,
+    BODY_LIMIT,
+    DEADLINES,
+    DECODER,
+    METRICS,
+    READY,
+    SCHEDULER,
+)
 from extender.http.middlewares import make_middleware
 from extender.http.offload import BodyDecoder
 from extender.interference.matrix import default_matrix, load_matrix
@@ -174,6 +183,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     app[ADMISSION] = Admission(settings.max_in_flight, settings.queue_timeout_s,
                                body_budget_bytes=max(2 * limit, 256 * 1024 * 1024))
     app[DECODER] = BodyDecoder(keep_annotations=settings.trust_request_inventory)
+    app[DEADLINES] = Deadlines()  # read-only verbs' deadline, one timer for all requests
     app[BODY_LIMIT] = limit
     add_routes(app, prefix)
     if settings.metrics_port is None:

@@ -40,7 +40,7 @@ def _decompressor(encoding: str) -> zlib._Decompress | None:
 
 
 async def read_body(request: web.Request, limit: int, hold: BodyHold | None = None,
-                    timeout_s: float | None = None) -> bytearray:
+                    timeout_s: float | None = None) -> bytes | bytearray:
     """The whole body, decompressed; 413 past ``limit`` bytes (raw or decompressed), 415 for an
     unknown encoding, 400 for a corrupt one, 408 when it takes longer than ``timeout_s``."""
     timeout_s = READ_TIMEOUT_S if timeout_s is None else timeout_s
@@ -55,7 +55,7 @@ async def read_body(request: web.Request, limit: int, hold: BodyHold | None = No
             raise InvalidRequest(f"request body of {len(body)} bytes, {length} announced")
         if hold is not None:
             hold.take(len(body))
-        return bytearray(body)
+        return body  # as read (no copy; the decoders take bytes or a bytearray)
     try:
         async with asyncio.timeout(timeout_s):
             return await _read(request, limit, hold)

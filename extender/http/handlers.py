@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -14,16 +13,25 @@ from extender import stages
 from extender.errors import InvalidRequest, Overloaded
 from extender.http.admission import BodyHold
 from extender.http.body import read_body
-from extender.http.keys import ADMISSION, BODY_LIMIT, DECODER, METRICS, READY, SCHEDULER
+from extender.http.keys import (
+    ADMISSION,
+    BODY_LIMIT,
+    DEADLINES,
+    DECODER,
+    METRICS,
+    READY,
+    SCHEDULER,
+)
 from extender.protocol import BindingResult, FilterResult, PreemptionResult, encode
 from extender.verbs import gang
 
 log = logging.getLogger("sparse.http")
 
 # A frozen store must not hold a read-only verb past the scheduler's httpTimeout (5 s by
-# default, a slot may already have been waited for): cut it short and answer Error. Bind is
-# not cut: a write cancelled half way could leave a booking; it relies on the store client's
-# own timeouts, and rolls back when they fire.
+# default, a slot may already have been waited for): cut it short (at most the deadlines'
+# tick, 0.1 s, later) and answer Error. Bind is not cut: a write cancelled half way could
+# leave a booking; it relies on the store client's own timeouts, and rolls back when they
+# fire.
 READ_ONLY_DEADLINE_S = 2.5
 
 
@@ -65,7 +73,7 @@ async def _serve(request: web.Request, verb: str, failed: Callable[[str], Any],
         with stages.stage("decode"):
             args = await app[DECODER].decode(verb, body)
         deadline = None if verb == "bind" else READ_ONLY_DEADLINE_S
-        async with asyncio.timeout(deadline):
+        async with app[DEADLINES].within(deadline):  # asyncio's timeout, no timer each
             with stages.stage("verb"):
                 answer = await getattr(app[SCHEDULER], verb)(args)
         with stages.stage("encode"):

@@ -7,6 +7,7 @@ import asyncio
 from aiohttp import web
 
 from extender.http.admission import Admission
+from extender.http.deadlines import Deadlines
 from extender.http.offload import BodyDecoder
 from extender.metrics import Metrics
 from extender.service import Scheduler
@@ -17,3 +18,4 @@ READY = web.AppKey("ready", asyncio.Event)
 ADMISSION = web.AppKey("admission", Admission)
 DECODER = web.AppKey("decoder", BodyDecoder)
 BODY_LIMIT = web.AppKey("body_limit", int)
+DEADLINES = web.AppKey("deadlines", Deadlines)

@@ -37,6 +37,7 @@ GPU, per typical task for raw terms) and a stamp per node; at most ``shapes`` en
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
@@ -72,6 +73,11 @@ def shape_key(demand: PodDemand) -> Hashable | None:
     return key
 
 
+def same_objects(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Whether two tuples hold the very same objects, in order."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 # A term mostly unknown on the candidates is priced on every node of the inventory at once
 # when the inventory has at most this many times the candidates' nodes (kube-scheduler scores
 # 10 % of 5,000 nodes, 5 % of larger clusters, in a window that moves with every pod).
@@ -97,13 +103,25 @@ class _Entry:
 
     def holds(self, epoch: tuple[object, ...]) -> bool:
         """Whether the costs were made with these very objects (held: no id reuse)."""
-        return len(epoch) == len(self.epoch) and all(
-            a is b for a, b in zip(epoch, self.epoch, strict=True))
+        return same_objects(epoch, self.epoch)
 
     def reset(self, epoch: tuple[object, ...]) -> None:
         self.stamp[:] = 0
         self.epoch = epoch
         self.share = self.whole = None
+
+    def reorder(self, order: np.ndarray, epoch: tuple[object, ...]) -> bool:
+        """Take the values' columns (second axis) in ``order``, now valid with ``epoch``;
+        False (nothing changed) when the arrays have no such columns."""
+        held = [a for a in (self.share, self.whole) if a is not None]
+        if not held or any(a.ndim != 2 or a.shape[1] != len(order) for a in held):
+            return False
+        if self.share is not None:
+            self.share = self.share[:, order]
+        if self.whole is not None:
+            self.whole = self.whole[:, order]
+        self.epoch = epoch
+        return True
 
     def store(self, gpus: np.ndarray, share: np.ndarray | None, whole: np.ndarray | None,
               every: bool = False) -> None:
@@ -141,18 +159,24 @@ class CostCache:
         self.generation = 0
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks,
-              note: bool = True) -> tuple[np.ndarray, np.ndarray]:
+              note: bool = True, told: list[CostTerm] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
         """``policy.costs(state, demand, masks)``, from the cache where it still holds.
-        ``note=False``: the caller told the policy of the pod already (``NodeVerdicts``)."""
-        key = shape_key(demand)
-        host = getattr(state, "host", None)
-        if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
-                or (host is not None and not host.stamped) or not len(masks.gpus)):
-            return policy.costs(state, demand, masks)
-        tell = getattr(policy, "note", None) if note else None
-        if tell is not None:  # first: feeding a learned mix may replace what the epoch reads
-            tell(demand)
-        terms = self.terms_of(policy, state, demand, key)
+        ``note=False``: the caller told the policy of the pod already (``NodeVerdicts``);
+        ``told``: and asked it for its terms (``terms_of``) on this state and demand since,
+        which this policy, demand and state may be served with (not asked again)."""
+        if told is not None and len(masks.gpus):
+            terms: list[CostTerm] | None = told
+        else:
+            key = shape_key(demand)
+            host = getattr(state, "host", None)
+            if (getattr(policy, "name", None) not in CACHED_POLICIES or key is None
+                    or (host is not None and not host.stamped) or not len(masks.gpus)):
+                return policy.costs(state, demand, masks)
+            tell = getattr(policy, "note", None) if note else None
+            if tell is not None:  # first: feeding a learned mix may replace the epoch's inputs
+                tell(demand)
+            terms = self.terms_of(policy, state, demand, key)
         if terms is None:  # the costs read more than the nodes' own state: not cacheable
             self.bypassed += 1
             return policy.costs(state, demand, masks)
@@ -186,7 +210,7 @@ class CostCache:
     def _term(self, policy: Policy, term: CostTerm, state: ClusterState, demand: PodDemand,
               masks: GpuMasks, subs: dict[bytes, GpuMasks]) -> TermValues:
         raw = self._filled((id(policy), term.key), term.epoch, term.raw or term.compute,
-                           state, demand, masks, subs)
+                           state, demand, masks, subs, carry=term.carry)
         if term.finish is None:
             return _gather(raw, masks)
         if masks.nodes is None:
@@ -205,18 +229,23 @@ class CostCache:
     def _filled(self, entry_key: tuple, epoch: tuple[object, ...],
                 compute: Callable[[ClusterState, PodDemand, GpuMasks], TermValues],
                 state: ClusterState, demand: PodDemand, masks: GpuMasks,
-                subs: dict[bytes, GpuMasks], within: _Entry | None = None) -> _Entry:
+                subs: dict[bytes, GpuMasks], within: _Entry | None = None,
+                carry: Callable[[tuple[object, ...], tuple[object, ...]],
+                                np.ndarray | None] | None = None) -> _Entry:
         """The entry, valid on every candidate node: the stale ones computed now. ``within``:
         the entry this one is made from (only nodes valid there may be filled); ``subs``: the
-        masks of stale node sets made in this call (the terms' stale nodes mostly agree)."""
+        masks of stale node sets made in this call (the terms' stale nodes mostly agree);
+        ``carry``: the term's (``CostTerm.carry``), for values made with another epoch."""
         entry = self._entries.get(entry_key)
         if entry is None:
             entry = _Entry(len(state.gpu_uuid), len(state.node_names))
             self._entries[entry_key] = entry
             self.generation += 1
         self._entries.move_to_end(entry_key)
-        if not entry.holds(epoch):  # a global input changed: every node is stale
-            entry.reset(epoch)
+        if not entry.holds(epoch):  # a global input changed: every node is stale...
+            order = carry(entry.epoch, epoch) if carry is not None and entry.epoch else None
+            if order is None or not entry.reorder(order, epoch):  # ...unless carried over
+                entry.reset(epoch)
             self.generation += 1
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
         if masks.nodes is not None:  # the candidate nodes (distinct): compare per node
@@ -290,14 +319,17 @@ class CachedPolicy:
     """A policy whose ``costs`` go through a CostCache; everything else is the policy's.
     ``note=False``: the caller told the policy of the pod already."""
 
-    def __init__(self, policy: Policy, cache: CostCache, note: bool = True) -> None:
+    def __init__(self, policy: Policy, cache: CostCache, note: bool = True,
+                 told: list[CostTerm] | None = None) -> None:
         self._policy = policy
         self._cache = cache
         self._note = note
+        self._told = told  # the policy's terms, asked already (``CostCache.costs``)
 
     def costs(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
               ) -> tuple[np.ndarray, np.ndarray]:
-        return self._cache.costs(self._policy, state, demand, masks, note=self._note)
+        return self._cache.costs(self._policy, state, demand, masks, note=self._note,
+                                 told=self._told)
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._policy, name)
@@ -323,9 +355,11 @@ class CycleEntry:
     @classmethod
     def of(cls, state: ClusterState, passed: list[str], nodes: np.ndarray,
            costs: np.ndarray, request: list[str] | None = None,
-           positions: np.ndarray | None = None) -> CycleEntry:
-        return cls(passed, costs, nodes, state.node_stamp[nodes], state.gpu_uuid, request,
-                   positions, getattr(state, "last_stamp", -1))
+           positions: np.ndarray | None = None, stamps: np.ndarray | None = None
+           ) -> CycleEntry:
+        """``stamps``: ``state.node_stamp[nodes]``, where the caller holds them."""
+        return cls(passed, costs, nodes, state.node_stamp[nodes] if stamps is None else stamps,
+                   state.gpu_uuid, request, positions, getattr(state, "last_stamp", -1))
 
     def costs_for(self, names: list[str], costs: np.ndarray) -> np.ndarray:
         """``costs`` (of ``passed``) laid out over ``names``; inf where filter did not pass

@@ -103,9 +103,11 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
             passed = ([passed[int(np.argmin(total))]] if s.filter_best_single
                       else best_nodes(passed, scores_from_costs(total), s.filter_best_within))
         else:
-            s.cycle_costs.put(demand.uid, s.clock(),
-                              CycleEntry.of(state, passed, result.nodes[fitting], costs,
-                                            names, fitting))
+            every = len(fitting) == len(names)  # all passed: the candidates themselves
+            s.cycle_costs.put(demand.uid, s.clock(), CycleEntry.of(
+                state, passed, result.nodes if every else result.nodes[fitting], costs,
+                names, fitting,
+                verdicts.current(state) if every and verdicts is not None else None))
     return protocol.filter_result(passed, failed, result.unresolvable, args)
 
 

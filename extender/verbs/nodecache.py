@@ -36,11 +36,13 @@ from extender.demand import PodDemand
 from extender.placement import Assignment, ClusterState, Policy, fit, node_costs
 from extender.placement.assign import node_costs_and_choices
 from extender.placement.fit import FitResult, gpu_masks
+from extender.placement.policies.terms import CostTerm
 from extender.verbs.costcache import (
     CACHED_POLICIES,
     CachedPolicy,
     CostCache,
     fill_all,
+    same_objects,
     shape_key,
 )
 
@@ -56,6 +58,18 @@ class Verdicts:
     unresolvable: dict[str, str]
     _key: Hashable = None
     _entry: _Entry | None = None
+    # The candidates' node stamps, of this state object while its ``last_stamp`` is ``_at``
+    # (no stamp given since: none changed), for ``costs`` and the cycle entry to read again.
+    stamps: np.ndarray | None = None
+    _state: object = None
+    _at: int = -1
+
+    def current(self, state: ClusterState) -> np.ndarray | None:
+        """``state.node_stamp[self.nodes]`` where no stamp moved since ``fits``; else None."""
+        if (state is self._state and self.stamps is not None
+                and getattr(state, "last_stamp", -2) == self._at):
+            return self.stamps
+        return None
 
 
 class _Entry:
@@ -74,8 +88,7 @@ class _Entry:
         self.epoch: tuple[object, ...] = ()  # the global inputs they read (held: no id reuse)
 
     def costs_hold(self, terms: tuple[Hashable, ...], epoch: tuple[object, ...]) -> bool:
-        return terms == self.terms and len(epoch) == len(self.epoch) and all(
-            a is b for a, b in zip(epoch, self.epoch, strict=True))
+        return terms == self.terms and same_objects(epoch, self.epoch)
 
 
 class NodeVerdicts:
@@ -90,9 +103,9 @@ class NodeVerdicts:
 
     @staticmethod
     def _terms(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
-               ) -> tuple[tuple[Hashable, ...], tuple[object, ...]] | None:
-        """The policy's term keys and their global inputs; None when a term reads more than
-        the nodes' own state (or the policy has no terms to tell)."""
+               ) -> tuple[tuple[Hashable, ...], tuple[object, ...], list[CostTerm]] | None:
+        """The policy's term keys, their global inputs and the terms; None when a term reads
+        more than the nodes' own state (or the policy has no terms to tell)."""
         terms = CostCache.terms_of(policy, state, demand, key)
         if terms is None or any(t.epoch is None for t in terms):
             return None
@@ -102,7 +115,7 @@ class NodeVerdicts:
             epoch += t.epoch
             if t.finish:
                 epoch += t.finish_epoch
-        return keys, tuple(epoch)
+        return keys, tuple(epoch), terms
 
     def fits(self, policy: Policy, state: ClusterState, demand: PodDemand,
              candidates: list[str]) -> Verdicts | None:
@@ -148,7 +161,8 @@ class NodeVerdicts:
         if not fits.all():  # the reasons, summarised over exactly the failing nodes
             failed, unresolvable = self._reasons(entry, state, demand, candidates, nodes,
                                                  stamps, np.flatnonzero(~fits))
-        return Verdicts(nodes, list(candidates), fits, failed, unresolvable, key, entry)
+        return Verdicts(nodes, list(candidates), fits, failed, unresolvable, key, entry,
+                        stamps, state, getattr(state, "last_stamp", -1))
 
     @staticmethod
     def _reasons(entry: _Entry, state: ClusterState, demand: PodDemand, candidates: list[str],
@@ -180,20 +194,24 @@ class NodeVerdicts:
             names = [v.names[i] for i in fitting.tolist()]
             return node_costs(state, demand, fit(state, demand, names, explain=False),
                               CachedPolicy(policy, self.cost_cache, note=False))
-        if not entry.costs_hold(*told):  # a global input changed: every cost is stale
+        keys, epoch, terms = told
+        if not entry.costs_hold(keys, epoch):  # a global input changed: every cost is stale
             entry.cost_stamp[:] = 0
-            entry.terms, entry.epoch = told
-        nodes = v.nodes[fitting]
-        stamps = state.node_stamp[nodes]
+            entry.terms, entry.epoch = keys, epoch
+        every = len(fitting) == len(v.nodes)  # all fit: the candidates themselves
+        nodes = v.nodes if every else v.nodes[fitting]
+        stamps = v.current(state) if every else None
+        if stamps is None:
+            stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.cost_stamp[nodes] != stamps)
         self.reused += len(nodes) - len(stale)
         if fill_all(len(stale), len(nodes), len(entry.cost)):
             # every node whose fit is current and true and whose cost is not (as for fits)
             current = entry.fit_stamp == state.node_stamp
             self._fill_costs(entry, policy, state, demand, np.flatnonzero(
-                current & entry.fits & (entry.cost_stamp != state.node_stamp)))
+                current & entry.fits & (entry.cost_stamp != state.node_stamp)), terms)
         elif len(stale):
-            self._fill_costs(entry, policy, state, demand, nodes[stale])
+            self._fill_costs(entry, policy, state, demand, nodes[stale], terms)
         return entry.cost[nodes]
 
     def _fill_fits(self, entry: _Entry, state: ClusterState, demand: PodDemand,
@@ -205,14 +223,16 @@ class NodeVerdicts:
         self.computed += len(nodes)
 
     def _fill_costs(self, entry: _Entry, policy: Policy, state: ClusterState,
-                    demand: PodDemand, nodes: np.ndarray) -> None:
-        """Costs of nodes the pod fits (their fits current in ``entry``)."""
+                    demand: PodDemand, nodes: np.ndarray, terms: list[CostTerm]) -> None:
+        """Costs of nodes the pod fits (their fits current in ``entry``); ``terms``: the
+        policy's, asked after its note for this state and demand."""
         if not len(nodes):
             return
         # Their fits are current and true: the masks alone, not fit's name lookup again.
         sub = FitResult(nodes=nodes, names=[], fits=np.ones(len(nodes), dtype=bool),
                         masks=gpu_masks(state, demand, nodes), failed={}, unresolvable={})
-        unnoted = CachedPolicy(policy, self.cost_cache, note=False)  # the filter noted it
+        # the filter noted the pod and asked for the terms: not again
+        unnoted = CachedPolicy(policy, self.cost_cache, note=False, told=terms)
         entry.cost[nodes], choices = node_costs_and_choices(state, demand, sub, unnoted)
         entry.cost_stamp[nodes] = state.node_stamp[nodes]
         entry.choice[nodes] = -1 if choices is None else choices
@@ -252,7 +272,7 @@ class NodeVerdicts:
         # Terms kept in the cost cache are read from it; the others (no key) are node-local
         # and computed per GPU, as the node verdicts' costs already take them to be.
         told = self._terms(policy, state, demand, key)
-        if told is None or not entry.costs_hold(*told):
+        if told is None or not entry.costs_hold(told[0], told[1]):
             return True, None
         uuid = state.gpu_uuid[gpu]
         share = uuid if demand.has_share else None

@@ -260,3 +260,79 @@ def test_every_node_in_order_reads_the_cache_without_copies_and_stays_exact() ->
                 state.apply(r)
                 booked.append(r.pod_uid)
     assert cache.reused_gpus > cache.computed_nodes
+
+
+def _reordered_mix_steps(seed: int) -> list[np.ndarray]:
+    """Costs through the cache while the mix is re-read in another order (and with other
+    popularities) between random bookings and releases."""
+    rng = random.Random(seed)
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    rows = [(0, 1000, 1, None), (0, 500, 1, None), (0, 250, 1, None), (0, 700, 2, None)]
+    policy = Sparse(adaptive=False)
+    cache = CostCache()
+    booked: list[str] = []
+    out = []
+    for step in range(30):
+        if step % 3 == 0:  # a re-read: the same tasks, ranked anew
+            order = rng.sample(rows, len(rows))
+            policy.set_workload(TypicalTasks.of([(*r, rng.random() + 0.1) for r in order]))
+        demand = _share(f"r-{step}", rng.choice([200, 300, 700]),
+                        rng.choice(["cnn", "recommendation"]))
+        candidates = rng.sample(names, rng.randint(5, len(names)))
+        out.append(_cached(policy, cache, state, demand, candidates))
+        result = fit(state, demand, candidates)
+        fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
+        random_book_or_release(rng, state, demand, fitting, policy, booked)
+    out.append(np.array([cache.computed_nodes]))
+    return out
+
+
+def test_a_mix_reread_that_reorders_its_tasks_carries_the_fragmentation_columns(
+        monkeypatch) -> None:
+    """Per-task fragmentation made with the old task order, its columns reordered, equals
+    the values made afresh with the new order bit for bit (and saves pricing them)."""
+    carried = _reordered_mix_steps(5)
+    monkeypatch.setattr("extender.placement.policies.sparse._carry_columns",
+                        lambda old, new: None)
+    afresh = _reordered_mix_steps(5)
+    for got, expected in zip(carried[:-1], afresh[:-1], strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert carried[-1][0] < afresh[-1][0]  # fewer nodes priced with the carry
+
+
+def test_column_order_only_for_the_same_tasks() -> None:
+    from extender.placement.policies.fgd import FragModel, column_order
+
+    def columns(rows, mem=None):
+        return FragModel(TypicalTasks.of([(*r, 1.0) for r in rows], mem), fill=True).columns
+
+    a, b, c = (100, 250, 1, None), (0, 500, 1, frozenset({"V100M16"})), (0, 1000, 2, None)
+    assert column_order(columns([a, b, c]), columns([c, a, b])).tolist() == [2, 0, 1]
+    assert column_order(columns([a, b]), columns([a, c])) is None  # another task
+    assert column_order(columns([a, b]), columns([a, b, c])) is None  # one more
+    assert column_order(columns([a, a]), columns([a, a])) is None  # ambiguous
+    assert column_order(columns([a, b]), columns([b, a], [1, 2])) is None  # memory tested
+    assert column_order(columns([a, b], [1, 2]), columns([b, a], [2, 1])).tolist() == [1, 0]
+    assert column_order(columns([a, b], [1, 2]), columns([b, a], [1, 2])) is None
+
+
+def test_terms_over_every_gpu_in_order_equal_the_gathered_ones() -> None:
+    """The remainder and node-order terms read the state's arrays as they are when the
+    masks are every GPU in order: the same values as through the GPU indexes."""
+    import dataclasses
+
+    inv, state = _cluster()
+    policy = Sparse(adaptive=False)
+    for milli in (200, 300, 700):
+        demand = _share(f"o-{milli}", milli)
+        masks = fit(state, demand, list(state.node_names)).masks
+        assert masks.every
+        gathered = dataclasses.replace(masks, every=False)
+        for term in policy.cost_terms(state, demand):
+            for got, expected in zip(term.compute(state, demand, masks),
+                                     term.compute(state, demand, gathered), strict=True):
+                if expected is None:
+                    assert got is None
+                else:
+                    np.testing.assert_array_equal(got, expected)

@@ -125,3 +125,20 @@ async def test_reasons_are_kept_while_the_failing_nodes_stay_as_they_were(monkey
     await place(pod(gpus=1), "d")
     assert "d" in (await s.filter(filter_args(pod(gpus=1), NODES))).FailedNodes
     assert explained == [["d"], ["d"]]
+
+
+def test_the_fit_verdicts_stamps_are_read_again_only_while_no_stamp_moved() -> None:
+    from extender.demand import pod_demand
+    from extender.ledger.rules import Allocation, Reservation
+
+    s = cluster()
+    state = s.state
+    demand = pod_demand(protocol.pod_from_dict(pod(mem=4000, milli=200)))
+    v = s.node_verdicts.fits(s.policy, state, demand, list(NODES))
+    assert v is not None
+    assert v.current(state).tolist() == state.node_stamp[v.nodes].tolist()
+    assert v.current(state.copy()) is None  # another state object
+    gpu = state.gpu_uuid[state.gpus_of(state.node_index["b"])[0]]
+    state.apply(Reservation(pod_uid="x", namespace="ns", name="x", node="b",
+                            allocations=(Allocation(gpu, "main", 1000, 100),)))
+    assert v.current(state) is None  # a node's stamp moved since

@@ -76,6 +76,26 @@ class TypicalTasks:
         return out
 
 
+def column_order(old: tuple, new: tuple) -> np.ndarray | None:
+    """Where each task column of ``new`` (``FragModel.columns``) sits in ``old``, when both
+    hold the same tasks in another order (a re-read mix ranks its shapes anew); None
+    otherwise. Per-task values (``frag(..., per_task=True)``, ``FGD.deltas``) are made task by
+    task, elementwise, so those of ``old`` with their columns taken in this order are, bit for
+    bit, those of ``new``."""
+    if old[0] != new[0] or (old[5] is None) != (new[5] is None):
+        return None  # another measure, or host memory tested in one only
+    old_tasks = list(zip(*old[1:5], *(() if old[5] is None else (old[5],)), strict=True))
+    new_tasks = list(zip(*new[1:5], *(() if new[5] is None else (new[5],)), strict=True))
+    where = {task: j for j, task in enumerate(old_tasks)}
+    if len(where) != len(old_tasks) or len(new_tasks) != len(old_tasks):
+        return None  # a task twice (ambiguous), or another count
+    try:
+        order = [where[task] for task in new_tasks]
+    except KeyError:
+        return None  # a task the old columns lack
+    return np.asarray(order, dtype=np.int64)
+
+
 def default_tasks() -> TypicalTasks:
     """A generic mix when no workload is known: CPU-only, quarter/half/three-quarter shares,
     one and two whole GPUs."""

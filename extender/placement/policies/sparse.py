@@ -104,7 +104,13 @@ from extender.demand import PodDemand
 from extender.placement.fit import GpuMasks
 from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.common import pod_cpu, pod_mem
-from extender.placement.policies.fgd import FGD, TypicalTasks, default_tasks, node_model
+from extender.placement.policies.fgd import (
+    FGD,
+    TypicalTasks,
+    column_order,
+    default_tasks,
+    node_model,
+)
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.remainder import remainder_cost, waste_table
 from extender.placement.policies.share_price import host_share, value_table
@@ -115,6 +121,12 @@ from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
 ORDER_SPAN = 1000  # node positions the order weight is spread over, at least
+
+
+def _carry_columns(old: tuple[object, ...], new: tuple[object, ...]) -> np.ndarray | None:
+    """The fragmentation term's raw columns carried over a re-read mix whose tasks only
+    changed order (its epoch is the model's columns)."""
+    return column_order(old[0], new[0])  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -197,7 +209,8 @@ class Sparse:
                    pod_cpu(demand), pod_mem(demand))
             model = self._frag.model
             terms.append(CostTerm(key, (model.columns,), self._frag_term, self._frag_raw,
-                                  self._frag_finish(state, demand, model.tasks.p), (model,)))
+                                  self._frag_finish(state, demand, model.tasks.p), (model,),
+                                  _carry_columns))
         if self.cpu_weight and getattr(state, "host", None) is not None:
             terms.append(CostTerm(None, (), self._cpu_term))
         if self.remainder_weight and demand.has_share and not demand.whole_gpus:
@@ -314,8 +327,10 @@ class Sparse:
                                                                 size))
             self._waste[size] = row
         gpus = masks.gpus
-        left = state.milli_cap[gpus] - state.milli_used[gpus]
-        np.clip(left, 0, len(row) - 1, out=left)
+        left = (state.milli_cap - state.milli_used if masks.every  # every GPU, in order
+                else state.milli_cap[gpus] - state.milli_used[gpus])
+        # np.clip's Python wrapper costs more than the two ufuncs on a few GPUs
+        np.minimum(np.maximum(left, 0, out=left), len(row) - 1, out=left)
         return row[left], None
 
     def _price_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
@@ -368,7 +383,9 @@ class Sparse:
         if held is None or held[0] is not state.gpu_node:  # once per inventory
             held = (state.gpu_node, self.order_weight * state.gpu_node / self._span(state))
             self._order["per_gpu"] = held
-        order = held[1][masks.gpus]
+        # Every GPU in order: the memo itself (term values are read, never written: the
+        # costs add them into a copy of the first term's)
+        order = held[1] if masks.every else held[1][masks.gpus]
         slots = max(demand.whole_gpus, 1)
         return order, order / slots if slots > 1 else order
 

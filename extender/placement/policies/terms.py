@@ -20,7 +20,7 @@ up to rounding (the weighted sum is taken in another order).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,13 +32,14 @@ from extender.placement.state import ClusterState
 TermValues = tuple[np.ndarray, np.ndarray | None]
 
 
-@dataclass(frozen=True)
-class CostTerm:
+class CostTerm(NamedTuple):
     """One addend of the costs. ``compute(state, demand, masks)`` answers every GPU of
     ``masks.gpus`` from that GPU's and its node's state alone (never from which other nodes
     are candidates, nor from ``masks.share``/``masks.free``), so it can be filled node by
     node. ``key`` None: computed every time (cheap, or not cacheable); ``epoch`` None: not
-    cacheable, it reads more than the nodes' own state (e.g. other pods' profiles)."""
+    cacheable, it reads more than the nodes' own state (e.g. other pods' profiles). A named
+    tuple: a policy makes a few per pod, and a frozen dataclass costs several times more to
+    make."""
 
     key: Hashable | None
     epoch: tuple[object, ...] | None
@@ -48,6 +49,10 @@ class CostTerm:
     raw: Callable[[ClusterState, PodDemand, GpuMasks], TermValues] | None = None
     finish: Callable[[np.ndarray | None, np.ndarray | None], TermValues] | None = None
     finish_epoch: tuple[object, ...] = ()  # what ``finish`` reads, compared by identity
+    # ``carry(old epoch, new epoch)``: the order in which the raw arrays' columns (their
+    # second axis) made with the old epoch are the raw values with the new one, or None
+    # (they are made again).
+    carry: Callable[[tuple[object, ...], tuple[object, ...]], np.ndarray | None] | None = None
 
 
 def add_terms(size: int, values: list[TermValues]) -> tuple[np.ndarray, np.ndarray]:

@@ -160,6 +160,38 @@ def test_scores():
     assert all(isinstance(s, int) for s in scores_from_costs(np.array([0.1, 0.7])))
 
 
+def _scores_as_written_before(costs: np.ndarray) -> list[int]:
+    """The scaler as it was written before its in-place form (the reference)."""
+    lo, hi = (costs.min(), costs.max()) if len(costs) else (np.inf, np.inf)
+    if np.isfinite(lo) and np.isfinite(hi):
+        if hi - lo <= 1e-12:
+            return [10] * len(costs)
+        return np.rint(10 * (hi - costs) / (hi - lo)).astype(np.int64).tolist()
+    out = np.zeros(len(costs), dtype=np.int64)
+    finite = np.isfinite(costs)
+    if not finite.any():
+        return out.tolist()
+    lo, hi = costs[finite].min(), costs[finite].max()
+    if hi - lo <= 1e-12:
+        out[finite] = 10
+    else:
+        out[finite] = np.rint(10 * (hi - costs[finite]) / (hi - lo)).astype(np.int64)
+    return out.tolist()
+
+
+def test_scores_equal_the_reference_scaler_on_random_costs():
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        n = int(rng.integers(0, 40))
+        costs = [rng.random(n) * 10.0 ** rng.integers(-6, 6),
+                 rng.integers(0, 4, n).astype(float),  # ties, and halves to round
+                 np.round(rng.random(n), 1) + 1e-13][int(rng.integers(3))]
+        costs[rng.random(n) < 0.2] = np.inf
+        if rng.random() < 0.1 and n:
+            costs[rng.integers(n)] = np.nan
+        assert scores_from_costs(costs) == _scores_as_written_before(costs)
+
+
 def test_reservation_for_whole_gpus_takes_full_capacity(state):
     choice = assign(state, whole(n=2), "b", make_policy("sparse"))
     r = reservation_for(whole(n=2), choice, state, now=10.0, ttl_s=5.0)
