@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -14,6 +15,7 @@ from extender.interference import InterferenceMatrix, default_matrix
 from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook
 from extender.placement import ClusterState, assign, fit, make_policy, node_costs, reservation_for
+from extender.placement.policies.common import HostView
 from extender.placement.policies.fgd import TypicalTasks
 from extender.placement.policies.sparse import Sparse
 from extender.placement.policies.sparse_mix import DemandMix
@@ -194,13 +196,14 @@ async def test_scheduler_filters_price_with_the_current_mix_and_matrix() -> None
     computed = cache.computed_nodes
     policy.set_workload(TypicalTasks.of([(0, 1000, 4, None, 1.0)]))
     await filtered("g-1")
-    assert cache.computed_nodes == computed + 6  # the fragmentation term, on every node
+    # the fragmentation and price terms (both read the mix), on every node
+    assert cache.computed_nodes == computed + 12
     prior = s.matrix
     s.matrix = s.state.matrix = InterferenceMatrix(prior.classes, prior.norm ** 4)
     await filtered("g-2")
-    assert cache.computed_nodes == computed + 12  # the interference term, on every node
+    assert cache.computed_nodes == computed + 18  # the interference term, on every node
     await filtered("g-3")
-    assert cache.computed_nodes == computed + 12  # nothing changed since: all reused
+    assert cache.computed_nodes == computed + 18  # nothing changed since: all reused
 
 
 def test_new_popularities_over_the_same_tasks_reuse_the_fragmentation_per_task() -> None:
@@ -220,12 +223,14 @@ def test_new_popularities_over_the_same_tasks_reuse_the_fragmentation_per_task()
     got = _cached(policy, cache, state, again, names)
     np.testing.assert_allclose(got, _fresh(policy, state, again, names), rtol=1e-12, atol=1e-12)
     assert not np.allclose(got, first)  # the popularities do change the costs
-    assert cache.computed_nodes == computed  # ... and nothing was priced again
+    # ... and the fragmentation was not priced again: only the price term, whose value table
+    # the popularities make, on every node
+    assert cache.computed_nodes == computed + len(names)
     policy.set_workload(TypicalTasks.of(rows[:2]))  # other tasks: priced again
     got = _cached(policy, cache, state, _share("h-2", 300), names)
     np.testing.assert_allclose(got, _fresh(policy, state, _share("h-2", 300), names),
                                rtol=1e-12, atol=1e-12)
-    assert cache.computed_nodes == computed + len(names)
+    assert cache.computed_nodes == computed + 3 * len(names)  # fragmentation and prices
 
 
 def test_every_node_in_order_reads_the_cache_without_copies_and_stays_exact() -> None:
@@ -336,3 +341,56 @@ def test_terms_over_every_gpu_in_order_equal_the_gathered_ones() -> None:
                     assert got is None
                 else:
                     np.testing.assert_array_equal(got, expected)
+
+
+def test_the_price_term_cached_equals_it_fresh_through_bookings_host_changes_and_new_mixes(
+) -> None:
+    """Sparse's price term alone (every other weight 0), with a host view whose CPU and memory
+    move with the bookings (stamps renewed, as the extender's host book does) and a mix re-read
+    every few pods (a new value table): the cached costs are the policy's own after every
+    random booking and release, and the cache did answer from kept values."""
+    rng = random.Random(5)
+    inv, state = _cluster()
+    n = len(state.node_names)
+    cpu = np.array([rng.choice([8000, 16000, 64000]) for _ in range(n)], dtype=np.int64)
+    mem = np.array([rng.choice([16384, 65536]) for _ in range(n)], dtype=np.int64)
+    state.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(n, dtype=np.int64),
+                          stamped=True)
+    policy = Sparse(interference_weight=0, frag_weight=0, order_weight=0, remainder_weight=0,
+                    drain_weight=0, _mix=DemandMix(half_life=8.0, refresh=20))
+    cache = CostCache()
+    names = sorted(inv.nodes)
+    booked: dict[str, tuple[int, int, int]] = {}  # uid -> node, cpu, memory
+    priced = 0
+    for step in range(90):
+        demand = dataclasses.replace(
+            _share(f"p-{step}", rng.choice([160, 320, 470])),
+            cpu_milli=rng.choice([0, 6000]), host_mem_mib=8192)
+        candidates = rng.sample(names, rng.randint(1, len(names)))
+        fresh = _fresh(policy, state, demand, candidates)
+        np.testing.assert_allclose(_cached(policy, cache, state, demand, candidates), fresh,
+                                   rtol=1e-12, atol=1e-12)
+        priced += int(np.count_nonzero(fresh[np.isfinite(fresh)]))
+        if booked and rng.random() < 0.3:
+            uid = rng.choice(sorted(booked))
+            node, c, m = booked.pop(uid)
+            state.unapply(uid)
+            state.host.cpu_left[node] += c
+            state.host.mem_left[node] += m
+            state.touch(np.array([node]))
+            continue
+        result = fit(state, demand, candidates)
+        fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
+        if not fitting:
+            continue
+        choice = assign(state, demand, rng.choice(fitting), policy)
+        r = reservation_for(demand, choice, state, 0.0, None)
+        state.apply(r)
+        node = state.node_index[choice.node]
+        state.host.cpu_left[node] -= demand.cpu_milli
+        state.host.mem_left[node] -= demand.host_mem_mib
+        state.touch(np.array([node]))
+        booked[r.pod_uid] = (node, demand.cpu_milli, demand.host_mem_mib)
+    assert priced > 0  # the term did price something
+    assert cache.reused_gpus > cache.computed_nodes
+    assert any(key[1][0] == "price" for key in cache._entries)

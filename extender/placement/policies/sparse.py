@@ -167,6 +167,8 @@ class Sparse:
             self._mix.seed(tasks)
             tasks = self._mix.tasks()
         self._frag.set_workload(tasks)
+        if self.price_weight:  # the prior's value table now, not in the first share pod's request
+            self._value_table()
 
     def note(self, demand: PodDemand) -> None:
         """Count the pod in the learned mix (once per pod in a row) and re-read the mix when
@@ -216,7 +218,12 @@ class Sparse:
         if self.remainder_weight and demand.has_share and not demand.whole_gpus:
             terms.append(CostTerm(None, (), self._remainder_term))
         if self.price_weight and demand.has_share and not demand.whole_gpus:
-            terms.append(CostTerm(None, (), self._price_term))
+            # reads the nodes' own GPUs, GPU model, CPU and memory, and the mix's value table
+            # (made from the model: its epoch)
+            host = getattr(state, "host", None) is not None
+            key = ("price", demand.share_milli, pod_cpu(demand) if host else 0,
+                   pod_mem(demand) if host else 0)
+            terms.append(CostTerm(key, (self._frag.model,), self._price_term))
         if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
             terms.append(CostTerm(None, None, self._drain_term))  # reads the waiting pods
         if self.order_weight:  # two multiplications: cheaper than a cache lookup
@@ -339,14 +346,9 @@ class Sparse:
         (``share_price.py``), counting on each node only the mix's shares that may use its
         GPU model and that its CPU and host memory can still take (before the pod, and
         after it for what the pod leaves);
-        whole-GPU slots get nothing. The value table is built once per re-read of the mix."""
+        whole-GPU slots get nothing."""
         model = self._frag.model
-        if self._value.get("model") is not model:
-            start = self._value.get("packings", ())  # the last mix's: a warm start
-            self._value.clear()
-            self._value["model"] = model
-            self._value["table"], self._value["packings"] = value_table(model.tasks, start)
-        value = self._value["table"]
+        value = self._value_table()
         gpus = masks.gpus
         left = state.milli_cap[gpus] - state.milli_used[gpus]
         np.clip(left, 0, len(value) - 1, out=left)
@@ -369,6 +371,18 @@ class Sparse:
                            None if model_ok is None else np.concatenate([model_ok, model_ok]))
         before, then = reach[: len(nodes)][inverse], reach[len(nodes):][inverse]
         return self.price_weight * (before * value[left] - then * value[after]), None
+
+    def _value_table(self) -> np.ndarray:
+        """The value table of the current mix (``share_price.value_table``), built once per
+        mix: by ``set_workload`` for the prior, then by the first share pod after a re-read
+        (warm-started from the last mix's packings)."""
+        model = self._frag.model
+        if self._value.get("model") is not model:
+            start = self._value.get("packings", ())  # the last mix's: a warm start
+            self._value.clear()
+            self._value["model"] = model
+            self._value["table"], self._value["packings"] = value_table(model.tasks, start)
+        return self._value["table"]
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                   ) -> TermValues:
