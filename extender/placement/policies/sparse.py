@@ -82,7 +82,11 @@ of the mix's shares (by popularity) that may use its GPU model and, with a host 
 CPU and host memory can still take,
 before the pod and after it: a share that would leave its node without CPU for the shares that
 fill its GPU pays for the gap it strands, and a gap no share of the mix can reach costs nothing
-to use.
+to use. The value table (a small column-generation LP) is solved when the prior mix is given
+(construction, ``set_workload``) and then once per re-read of the learned mix, warm-started from
+the last mix's packings, by the first share pod after the re-read; a cost cache keeps the
+term per share size, CPU and memory, recomputed on the nodes whose bookings changed and on all
+when the mix is re-read.
 
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
