@@ -133,6 +133,16 @@ def _carry_columns(old: tuple[object, ...], new: tuple[object, ...]) -> np.ndarr
     return column_order(old[0], new[0])  # type: ignore[arg-type]
 
 
+def _free_milli(state: ClusterState, masks: GpuMasks, top: int) -> np.ndarray:
+    """Free milli of each GPU of ``masks.gpus``, within 0..``top`` (an index into a per-milli
+    table)."""
+    gpus = masks.gpus
+    left = (state.milli_cap - state.milli_used if masks.every  # every GPU, in order
+            else state.milli_cap[gpus] - state.milli_used[gpus])
+    # np.clip's Python wrapper costs more than the two ufuncs on a few GPUs
+    return np.minimum(np.maximum(left, 0, out=left), top, out=left)
+
+
 @dataclass(frozen=True)
 class Sparse:
     interference_weight: float = 1.0
@@ -337,12 +347,7 @@ class Sparse:
             row = self.remainder_weight * (1.0 + remainder_cost(self._waste["table"], left,
                                                                 size))
             self._waste[size] = row
-        gpus = masks.gpus
-        left = (state.milli_cap - state.milli_used if masks.every  # every GPU, in order
-                else state.milli_cap[gpus] - state.milli_used[gpus])
-        # np.clip's Python wrapper costs more than the two ufuncs on a few GPUs
-        np.minimum(np.maximum(left, 0, out=left), len(row) - 1, out=left)
-        return row[left], None
+        return row[_free_milli(state, masks, len(row) - 1)], None
 
     def _price_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                     ) -> TermValues:
@@ -354,8 +359,7 @@ class Sparse:
         model = self._frag.model
         value = self._value_table()
         gpus = masks.gpus
-        left = state.milli_cap[gpus] - state.milli_used[gpus]
-        np.clip(left, 0, len(value) - 1, out=left)
+        left = _free_milli(state, masks, len(value) - 1)
         after = np.clip(left - int(demand.share_milli), 0, len(value) - 1)
         tasks = model.tasks
         host = getattr(state, "host", None)
