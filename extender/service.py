@@ -37,6 +37,7 @@ from extender.pending import PendingPods
 from extender.placement import ClusterState, Policy
 from extender.placement.holds import HoldBook
 from extender.placement.locality import LocalityIndex
+from extender.pricesolver import PriceSolver
 from extender.protocol import (
     BindingArgs,
     BindingResult,
@@ -148,6 +149,9 @@ class Scheduler:
         # Each node's CPU and memory left (allocatable minus bound pods' requests), fed by
         # the watches, full Nodes in requests and our own binds; attached to every view.
         self.hosts = HostBook()
+        # A deferred policy's share price tables, solved in a worker (extender.pricesolver):
+        # polled after each verb that may have re-read its learned mix.
+        self.prices = PriceSolver(policy)
 
     # --- verbs (one module each) ----------------------------------------------------------
 
@@ -160,6 +164,8 @@ class Scheduler:
         except LedgerUnavailable as exc:
             self.health.failed(exc)
             return FilterResult(Error=str(exc))
+        finally:
+            self.prices.poll()
 
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
         try:
@@ -167,6 +173,8 @@ class Scheduler:
         except LedgerUnavailable as exc:  # scores only advise: no scores, no contribution
             self.health.failed(exc)
             return []
+        finally:
+            self.prices.poll()
 
     async def bind(self, args: BindingArgs) -> BindingResult:
         try:
@@ -174,6 +182,8 @@ class Scheduler:
         except LedgerUnavailable as exc:
             self.health.failed(exc)
             return BindingResult(Error=str(exc))
+        finally:
+            self.prices.poll()
 
     async def preempt(self, args: PreemptionArgs) -> PreemptionResult:
         try:

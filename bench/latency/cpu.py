@@ -6,8 +6,9 @@ at a time. What is reported is process CPU time per pod (client and server toget
 moves far less with the machine's load than wall-clock latency; the two servers take turns
 pod by pod so that whatever else runs on the machine weighs on both alike. The null server's
 figure is the floor any aiohttp extender pays; the difference is the extender's own work.
-Bodies over a MiB (full Node objects) are decoded in the extender's decode worker process:
-its CPU time is read from /proc and counted with the extender's.
+Bodies over a MiB (full Node objects) are decoded in the extender's decode worker process,
+and the sparse policy's share price tables are solved in its price worker process: their CPU
+time is read from /proc and counted with the extender's.
 
 With ``--bind`` each pod is then bound (the extender's bind verb, ledger only, not counted) to
 the node it scored best, as in a real burst: the next pod's filter finds that node changed and
@@ -70,18 +71,29 @@ async def _bind_best(client: TestClient, body: bytes, answer: bytes) -> None:
     await resp.read()
 
 
-def helper_cpu_s(app: web.Application) -> float:
-    """CPU seconds of the app's decode worker process (big bodies are decoded there, out of
-    this process's own CPU time), from /proc; 0 when it has none or /proc is unreadable."""
-    decoder = app.get(DECODER)
-    proc = getattr(decoder, "_proc", None)
-    if proc is None or proc.returncode is not None:
-        return 0.0
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds of a process (utime + stime), from /proc; 0 when unreadable."""
     try:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def helper_cpu_s(app: web.Application) -> float:
+    """CPU seconds of the app's helper processes, from /proc: the decode worker (big bodies
+    are decoded there) and the share price worker (the policy's value tables are solved
+    there), out of this process's own CPU time; 0 when it has none."""
+    total = 0.0
+    decoder = app.get(DECODER)
+    proc = getattr(decoder, "_proc", None)
+    if proc is not None and proc.returncode is None:
+        total += _proc_cpu_s(proc.pid)
+    scheduler = app.get(SCHEDULER)
+    prices = getattr(scheduler, "prices", None)
+    for pid in prices.worker_pids() if prices is not None else ():
+        total += _proc_cpu_s(pid)
+    return total
 
 
 async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
@@ -104,6 +116,10 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
                 answer = await _cycle(client, body, verbs)
                 if bind and kind == "extender":
                     await _bind_best(client, body, answer)
+        for app in apps.values():  # a helper's start-up is not a pod's work
+            prices = getattr(app.get(SCHEDULER), "prices", None)
+            while prices is not None and prices.starting:
+                await asyncio.sleep(0.05)
         helpers = {kind: helper_cpu_s(app) for kind, app in apps.items()}
         order = list(clients.items())
         for i, body in enumerate(bodies[WARM_UP:]):

@@ -14,10 +14,9 @@ from aiohttp import web
 from bench.latency.cluster import half_occupancy, synthetic_inventory
 from extender.cli import use_fast_event_loop
 from extender.config import Settings
-from extender.http.app import make_app
+from extender.http.app import extender_policy, make_app
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
-from extender.placement import make_policy
 from extender.service import Scheduler
 
 
@@ -34,7 +33,10 @@ def extender_app(nodes: int, gpus: int) -> web.Application:
 
     asyncio.run(book())
     scheduler = Scheduler(inventory=inventory, ledger=ledger, matrix=default_matrix(),
-                          policy=make_policy("sparse"))
+                          policy=extender_policy("sparse"))
+    # The price worker is started by the first re-read of the mix in a real extender: here
+    # now, so that its start-up (imports) is not counted as a pod's work.
+    scheduler.prices.start()
     return make_app(Settings(max_body_mib=256), scheduler=scheduler)
 
 

@@ -32,10 +32,19 @@ from extender.inventory import Inventory, load_node_conf_file
 from extender.ledger.factory import open_ledger, redis_options
 from extender.ledger.store import LedgerStore
 from extender.metrics import LedgerHealthCollector, Metrics
-from extender.placement import make_policy
+from extender.placement import Policy, make_policy
+from extender.placement.policies import sparse
 from extender.service import Scheduler
 
 log = logging.getLogger("sparse.app")
+
+
+def extender_policy(name: str) -> Policy:
+    """The policy as the extender runs it: sparse's share price tables are solved in a worker
+    (``extender.pricesolver``), never inside a request."""
+    if name == sparse.NAME:
+        return sparse.Sparse(price_solve=sparse.DEFERRED)
+    return make_policy(name)
 
 
 def build_scheduler(settings: Settings) -> Scheduler:
@@ -53,7 +62,7 @@ def build_scheduler(settings: Settings) -> Scheduler:
         inventory=inventory,
         ledger=ledger,
         matrix=matrix,
-        policy=make_policy(settings.policy),
+        policy=extender_policy(settings.policy),
         demand_source=demand,
         reservation_ttl_s=settings.reservation_ttl_s,
         bind_timeout_s=settings.bind_timeout_s,
@@ -222,6 +231,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         await scheduler.ledger.close()
         await scheduler.demand_source.close()
         await app[DECODER].close()
+        scheduler.prices.close()
         if metrics_runner is not None:
             await metrics_runner.cleanup()
 

@@ -20,14 +20,21 @@ scarce sizes fill (a 320 beside a 470 when 470s pair and 160s are spent beside 8
 what that gap was worth to the sizes that would have closed it. Unlike a fill-by-popularity
 model (``remainder.py``), which assumes every gap will be offered the small shares in
 proportion to their popularity, the prices see how many gaps compete for how few of them.
+
+Solving the table takes 10-70 ms (the LP's rounds and a Python knapsack), too long for a
+request: a policy may hand the solve out as a ``PriceJob`` (the mix and the packings to start
+from) and take back a ``PriceTable``; ``value_table(job.tasks, job.start)`` is all a worker
+runs (its arguments and result pickle).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.optimize import linprog
 
-from extender.placement.policies.fgd import TypicalTasks
+from extender.placement.policies.fgd import FragModel, TypicalTasks
 
 MILLI = 1000
 STEP = 10  # milli per knapsack step (the learned mix rounds share sizes up to this)
@@ -119,6 +126,31 @@ def value_table(tasks: TypicalTasks, start: tuple[Packing, ...] = ()
     prices, used = share_prices(sizes, q, start)
     best, _ = _knapsack(sizes // STEP, prices)
     return best[np.arange(MILLI + 1) // STEP], used
+
+
+@dataclass(frozen=True, eq=False)
+class PriceJob:
+    """A value table to solve: the mix's ``tasks`` (those of ``model``, the fragmentation
+    model the table will price for, compared by identity and never sent to a worker) and the
+    packings to warm-start from."""
+
+    model: FragModel
+    tasks: TypicalTasks
+    start: tuple[Packing, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class PriceTable:
+    """A solved value table and the job it answers; held by identity (a cost cache's epoch)."""
+
+    job: PriceJob
+    value: np.ndarray
+    packings: tuple[Packing, ...]  # the next mix's warm start
+
+
+def solve(job: PriceJob) -> PriceTable:
+    """The job's table, here and now."""
+    return PriceTable(job, *value_table(job.tasks, job.start))
 
 
 def price_cost(value: np.ndarray, left: np.ndarray, share_milli: int) -> np.ndarray:

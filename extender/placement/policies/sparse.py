@@ -82,11 +82,17 @@ of the mix's shares (by popularity) that may use its GPU model and, with a host 
 CPU and host memory can still take,
 before the pod and after it: a share that would leave its node without CPU for the shares that
 fill its GPU pays for the gap it strands, and a gap no share of the mix can reach costs nothing
-to use. The value table (a small column-generation LP) is solved when the prior mix is given
-(construction, ``set_workload``) and then once per re-read of the learned mix, warm-started from
-the last mix's packings, by the first share pod after the re-read; a cost cache keeps the
-term per share size, CPU and memory, recomputed on the nodes whose bookings changed and on all
-when the mix is re-read.
+to use. The value table (a small column-generation LP, 10-70 ms) is solved when the prior mix
+is given (construction, ``set_workload``) and then once per re-read of the learned mix,
+warm-started from the last mix's packings. With ``price_solve="inline"`` (the default; the
+simulator) the first share pod after the re-read solves it. With ``"deferred"`` (the extender)
+the policy never solves in ``costs``: it keeps pricing with the last table, ``price_job`` says
+which solve the current mix needs, and ``install_prices`` takes the table once an adapter
+solved it elsewhere (``extender.pricesolver``); a table for a mix re-read since is dropped. The
+term reads the table and the mix it was solved from (which shares reach a node's gaps): its
+cache epoch is the table, so installing one reprices exactly the price term. A cost cache keeps
+it per share size, CPU and memory, recomputed on the nodes whose bookings changed and on all
+when the table changes.
 
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
@@ -101,6 +107,7 @@ Known-class pods still count unknown residents at the mean.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -117,7 +124,12 @@ from extender.placement.policies.fgd import (
 )
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.remainder import remainder_cost, waste_table
-from extender.placement.policies.share_price import host_share, value_table
+from extender.placement.policies.share_price import (
+    PriceJob,
+    PriceTable,
+    host_share,
+    solve,
+)
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 from extender.placement.policies.waiting import WaitingPods, drain_costs
@@ -125,6 +137,8 @@ from extender.placement.state import ClusterState, gpu_fraction
 
 NAME = "sparse"
 ORDER_SPAN = 1000  # node positions the order weight is spread over, at least
+INLINE, DEFERRED = "inline", "deferred"  # where the price term's value tables are solved
+PRICE_SOLVES = (INLINE, DEFERRED)
 
 
 def _carry_columns(old: tuple[object, ...], new: tuple[object, ...]) -> np.ndarray | None:
@@ -158,17 +172,22 @@ class Sparse:
     drain_weight: float = 1.0
     remainder_weight: float = 1.0
     price_weight: float = 1.0
+    price_solve: str = INLINE  # DEFERRED: re-solves are left to the caller (price_job)
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
     _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
     _waiting: WaitingPods = field(default_factory=WaitingPods, repr=False, compare=False)
     _waste: dict = field(default_factory=dict, repr=False, compare=False)  # per mix, memo
-    _value: dict = field(default_factory=dict, repr=False, compare=False)  # per mix, memo
+    # the price term's value table in use ("table") and, deferred, the job of the current
+    # mix ("job")
+    _value: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
             raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
+        if self.price_solve not in PRICE_SOLVES:
+            raise ValueError(f"price_solve must be one of {', '.join(PRICE_SOLVES)}")
         self._mix.weigh = self.mix_weigh
         self._mix.mem_step = self.mem_step
         self._frag.fill = self.fill
@@ -181,8 +200,8 @@ class Sparse:
             self._mix.seed(tasks)
             tasks = self._mix.tasks()
         self._frag.set_workload(tasks)
-        if self.price_weight:  # the prior's value table now, not in the first share pod's request
-            self._value_table()
+        if self.price_weight:  # the prior's table now (either mode): not in a request
+            self._solve_prices()
 
     def note(self, demand: PodDemand) -> None:
         """Count the pod in the learned mix (once per pod in a row) and re-read the mix when
@@ -234,10 +253,12 @@ class Sparse:
         if self.price_weight and demand.has_share and not demand.whole_gpus:
             # reads the nodes' own GPUs, GPU model, CPU and memory, and the mix's value table
             # (made from the model: its epoch)
+            # (and the mix it was solved from: the table is the epoch)
             host = getattr(state, "host", None) is not None
             key = ("price", demand.share_milli, pod_cpu(demand) if host else 0,
                    pod_mem(demand) if host else 0)
-            terms.append(CostTerm(key, (self._frag.model,), self._price_term))
+            table = self._price_table()
+            terms.append(CostTerm(key, (table,), partial(self._price_term, table)))
         if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
             terms.append(CostTerm(None, None, self._drain_term))  # reads the waiting pods
         if self.order_weight:  # two multiplications: cheaper than a cache lookup
@@ -349,15 +370,15 @@ class Sparse:
             self._waste[size] = row
         return row[_free_milli(state, masks, len(row) - 1)], None
 
-    def _price_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
-                    ) -> TermValues:
+    def _price_term(self, table: PriceTable, state: ClusterState, demand: PodDemand,
+                    masks: GpuMasks) -> TermValues:
         """The mix's worth the share takes from each GPU, priced by the mix's best packing
-        (``share_price.py``), counting on each node only the mix's shares that may use its
-        GPU model and that its CPU and host memory can still take (before the pod, and
-        after it for what the pod leaves);
+        (``share_price.py``; the mix ``table`` was solved from), counting on each node only
+        the mix's shares that may use its GPU model and that its CPU and host memory can
+        still take (before the pod, and after it for what the pod leaves);
         whole-GPU slots get nothing."""
-        model = self._frag.model
-        value = self._value_table()
+        model = table.job.model
+        value = table.value
         gpus = masks.gpus
         left = _free_milli(state, masks, len(value) - 1)
         after = np.clip(left - int(demand.share_milli), 0, len(value) - 1)
@@ -380,17 +401,50 @@ class Sparse:
         before, then = reach[: len(nodes)][inverse], reach[len(nodes):][inverse]
         return self.price_weight * (before * value[left] - then * value[after]), None
 
-    def _value_table(self) -> np.ndarray:
-        """The value table of the current mix (``share_price.value_table``), built once per
-        mix: by ``set_workload`` for the prior, then by the first share pod after a re-read
-        (warm-started from the last mix's packings)."""
+    def _price_table(self) -> PriceTable:
+        """The value table to price with: inline, the current mix's (solved here by the first
+        share pod after a re-read, warm-started from the last mix's packings); deferred, the
+        last one installed, whatever mix it was solved for."""
+        table: PriceTable | None = self._value.get("table")
+        if table is None or (self.price_solve == INLINE
+                             and table.job.model is not self._frag.model):
+            table = self._solve_prices()
+        return table
+
+    def _solve_prices(self) -> PriceTable:
+        """Solve the current mix's table now and use it."""
+        table = solve(self._job())
+        self._value["table"] = table
+        return table
+
+    def _job(self) -> PriceJob:
         model = self._frag.model
-        if self._value.get("model") is not model:
-            start = self._value.get("packings", ())  # the last mix's: a warm start
-            self._value.clear()
-            self._value["model"] = model
-            self._value["table"], self._value["packings"] = value_table(model.tasks, start)
-        return self._value["table"]
+        job: PriceJob | None = self._value.get("job")
+        if job is None or job.model is not model:
+            last: PriceTable | None = self._value.get("table")
+            job = PriceJob(model, model.tasks, last.packings if last is not None else ())
+            self._value["job"] = job
+        return job
+
+    def price_job(self) -> PriceJob | None:
+        """Deferred: the solve the current mix needs (one object per mix, so a caller can
+        tell a new job from one it runs already); None when the table in use is the current
+        mix's, or the policy solves its own tables."""
+        if not self.price_weight or self.price_solve != DEFERRED:
+            return None
+        table: PriceTable | None = self._value.get("table")
+        if table is not None and table.job.model is self._frag.model:
+            return None
+        return self._job()
+
+    def install_prices(self, table: PriceTable) -> bool:
+        """Price with ``table`` (solved elsewhere from ``price_job``) from now on; False, and
+        nothing changes, when the mix was re-read since its job was made (a newer job
+        supersedes it)."""
+        if table.job.model is not self._frag.model:
+            return False
+        self._value["table"] = table
+        return True
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                   ) -> TermValues:

@@ -1,0 +1,167 @@
+"""The sparse policy's share price tables, solved off the request path.
+
+The policy (``price_solve="deferred"``) never solves a value table inside ``costs``: when its
+learned mix is re-read it keeps pricing with the last table and says which solve the new mix
+needs (``price_job``). This adapter runs that solve in a worker process and hands the table
+back (``install_prices``) on the thread that serves requests, between two of them, so a
+request sees one table or the other, never a mix of both. A thread would not do: the solve
+is mostly Python (the LP's wrapper and a knapsack) and holds the GIL, so requests would wait
+behind it all the same (bench/README.md has the figures).
+
+One solve runs at a time. When it ends the policy is asked again for its job, which is always
+the newest mix's: mixes re-read while a solve ran never queue up (no pile-up), and the running
+solve's table, if its mix was re-read since, is dropped by the policy. A solve that fails is
+logged and not retried: the policy keeps its table until the next re-read brings another job.
+The worker process starts with the first job (the first re-read of the mix; its imports take
+about a second of its own CPU while the old table prices) or with ``start``; one that dies is
+replaced on the next job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
+from typing import Protocol
+
+from extender.placement.policies.share_price import Packing, PriceJob, PriceTable, value_table
+from extender.placement.policies.sparse import DEFERRED
+
+log = logging.getLogger("sparse.prices")
+
+Solver = Callable[..., tuple[object, tuple[Packing, ...]]]
+
+
+class DeferredPrices(Protocol):
+    price_solve: str
+
+    def price_job(self) -> PriceJob | None: ...
+
+    def install_prices(self, table: PriceTable) -> bool: ...
+
+
+def _warm() -> None:
+    """Run first in a new worker: its imports (NumPy, SciPy) done before the first job."""
+
+
+def worker_pool() -> Executor:
+    """One worker process, started fresh (spawn: nothing of the event loop's process is
+    inherited)."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+class PriceSolver:
+    """Runs a deferred policy's price solves on ``make_executor()``'s workers.
+
+    ``poll()`` is cheap (identity checks) and is called on the serving thread after each verb
+    that may have re-read the mix; a finished solve also wakes it on the event loop it was
+    started from. ``solver(tasks, start)`` returns ``(value, packings)``; it must be a
+    module-level function for a process pool."""
+
+    def __init__(self, policy: DeferredPrices,
+                 make_executor: Callable[[], Executor] = worker_pool,
+                 solver: Solver = value_table) -> None:
+        self.policy = policy
+        self.make_executor = make_executor
+        self.solver = solver
+        self._executor: Executor | None = None
+        self._running: tuple[PriceJob, Future] | None = None
+        self._failed: PriceJob | None = None  # not tried again
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._warming: Future | None = None
+        self.installed = 0  # tables put in use
+        self.dropped = 0  # tables solved for a mix re-read since
+        self.failed = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether the policy leaves its solves to this adapter."""
+        return getattr(self.policy, "price_solve", None) == DEFERRED
+
+    def start(self) -> None:
+        """Start the worker now, not with the first job (benchmarks: its start-up is no
+        pod's work)."""
+        if self.active:
+            try:
+                self._warming = self._pool().submit(_warm)
+            except Exception:  # no worker now: the first job tries again
+                log.exception("price solver worker did not start")
+
+    def poll(self) -> None:
+        """Take a finished solve's table, then start the solve the policy needs now."""
+        if not self.active:
+            return
+        running = self._running
+        if running is not None and running[1].done():
+            self._running = None
+            self._finish(*running)
+        if self._running is not None:  # the newest job is asked for when it ends
+            return
+        job = self.policy.price_job()
+        if job is not None and job is not self._failed:
+            self._submit(job)
+
+    def _finish(self, job: PriceJob, future: Future) -> None:
+        try:
+            value, packings = future.result()
+        except Exception as exc:  # the old table stays; a new mix brings a new job
+            self.failed += 1
+            self._failed = job
+            log.error("share price table not solved, the last one stays in use: %r", exc)
+            if isinstance(exc, BrokenExecutor):
+                self._reset()  # the worker died: a new one for the next job
+            return
+        if self.policy.install_prices(PriceTable(job, value, packings)):  # type: ignore[arg-type]
+            self.installed += 1
+        else:
+            self.dropped += 1
+
+    def _submit(self, job: PriceJob) -> None:
+        try:
+            future = self._pool().submit(self.solver, job.tasks, job.start)
+        except Exception:
+            self.failed += 1
+            self._failed = job
+            log.exception("share price solve not started, the last table stays in use")
+            self._reset()
+            return
+        self._running = (job, future)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # no event loop: the caller polls
+        future.add_done_callback(self._wake)
+
+    def _wake(self, _future: Future) -> None:
+        """On the worker's side: poll again on the event loop, which owns the policy."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(self.poll)
+
+    def _pool(self) -> Executor:
+        if self._executor is None:
+            self._executor = self.make_executor()
+        return self._executor
+
+    def _reset(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def starting(self) -> bool:
+        """Whether the worker ``start`` began is still importing."""
+        return self._warming is not None and not self._warming.done()
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (for CPU accounting); none for other executors."""
+        processes = getattr(self._executor, "_processes", None) or {}
+        return list(processes)
+
+    def close(self) -> None:
+        self._running = None
+        self._reset()
