@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from typing import Protocol
@@ -43,14 +44,25 @@ class DeferredPrices(Protocol):
     def install_prices(self, table: PriceTable) -> bool: ...
 
 
+WORKER_NICENESS = 10  # a solve yields the CPU to the event loop's process when cores are short
+
+
 def _warm() -> None:
     """Run first in a new worker: its imports (NumPy, SciPy) done before the first job."""
 
 
+def _lower_priority() -> None:
+    """The worker's initializer: the old table prices while it solves, so a late table costs
+    little and a slower event loop costs every request."""
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
+
+
 def worker_pool() -> Executor:
     """One worker process, started fresh (spawn: nothing of the event loop's process is
-    inherited)."""
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    inherited) and at a lower CPU priority."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_lower_priority)
 
 
 class PriceSolver:

@@ -201,6 +201,11 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
                        f" ms CPU/pod, null {row['null']:.2f} ms, ratio"
                        f" {row['extender'] / row['null']:.2f}x, above null"
                        f" {row['extender'] - row['null']:.2f} ms")
+            prices = apps["extender"][SCHEDULER].prices
+            if prices.installed or prices.dropped or prices.failed:
+                click.echo(f"{'':>14}share price tables solved in the worker: installed"
+                           f" {prices.installed}, dropped {prices.dropped}, failed"
+                           f" {prices.failed} (its CPU counted with the extender's)")
             if bind:
                 click.echo(f"{'':>14}bind {row['bind']:.2f} ms CPU/pod; filter's pick taken"
                            f" by {getattr(verdicts, 'bind_reused', 0)} of {len(bodies)} binds")

@@ -4,6 +4,7 @@ a mix re-read since is dropped, a failed solve leaves the last table."""
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import Executor, Future
 
 import numpy as np
@@ -19,7 +20,7 @@ from extender.placement.policies import sparse as sparse_module
 from extender.placement.policies.share_price import value_table
 from extender.placement.policies.sparse import DEFERRED, Sparse
 from extender.placement.policies.sparse_mix import DemandMix
-from extender.pricesolver import PriceSolver
+from extender.pricesolver import WORKER_NICENESS, PriceSolver
 from extender.protocol import decode_extender_args, encode, pod_from_dict
 from extender.service import Scheduler
 from extender.verbs.costcache import CachedPolicy, CostCache
@@ -212,7 +213,8 @@ def _raise(tasks, start):  # type: ignore[no-untyped-def]
 
 
 def test_a_worker_process_solves_what_the_policy_would() -> None:
-    """The real worker (a spawned process): the job pickles there and the table back."""
+    """The real worker (a spawned process, at a lower priority): the job pickles there and
+    the table back."""
     names, state = _cluster()
     policy = _deferred(2)
     solver = PriceSolver(policy)
@@ -224,6 +226,9 @@ def test_a_worker_process_solves_what_the_policy_would() -> None:
         solver._running[1].result(timeout=120)  # type: ignore[index]
         solver.poll()
         assert solver.installed == 1
+        own = os.getpriority(os.PRIO_PROCESS, 0)  # the worker yields to the event loop
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in solver.worker_pids()] == [
+            min(own + WORKER_NICENESS, 19)]
         expected, _ = value_table(job.tasks, job.start)
         np.testing.assert_array_equal(policy._value["table"].value, expected)
     finally:
