@@ -94,6 +94,11 @@ class Metrics:
         """``counts``: (cache, result) -> running total, read at scrape time."""
         self.registry.register(_CostReuseCollector(counts))
 
+    def watch_price_tables(self, counts: Callable[[], dict[str, float]]) -> None:
+        """``counts``: result (installed, dropped, failed) -> running total of the share price
+        tables solved off the request path (``extender.pricesolver``), read at scrape time."""
+        self.registry.register(_PriceTablesCollector(counts))
+
     def observe_stages(self, verb: str, times: dict[str, float]) -> None:
         """One call's stages; compute is the verb's time less what it waited for."""
         children = self._stage_children
@@ -128,6 +133,22 @@ class _CostReuseCollector(Collector):
             labels=["cache", "result"])
         for (cache, result), value in self._counts().items():
             family.add_metric([cache, result], value)
+        yield family
+
+
+class _PriceTablesCollector(Collector):
+    def __init__(self, counts: Callable[[], dict[str, float]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "sparse_extender_price_tables",
+            "Share price tables solved in the price worker: installed (in use from the next"
+            " request), dropped (the learned mix was re-read while it was solved), failed (the"
+            " last table stays in use).",
+            labels=["result"])
+        for result, value in self._counts().items():
+            family.add_metric([result], value)
         yield family
 
 

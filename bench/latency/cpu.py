@@ -80,19 +80,22 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def price_worker_cpu_s(app: web.Application) -> float:
+    """CPU seconds of the app's share price worker (the policy's value tables are solved
+    there); 0 when it has none."""
+    prices = getattr(app.get(SCHEDULER), "prices", None)
+    return sum(_proc_cpu_s(pid) for pid in (prices.worker_pids() if prices is not None else ()))
+
+
 def helper_cpu_s(app: web.Application) -> float:
     """CPU seconds of the app's helper processes, from /proc: the decode worker (big bodies
-    are decoded there) and the share price worker (the policy's value tables are solved
-    there), out of this process's own CPU time; 0 when it has none."""
-    total = 0.0
+    are decoded there) and the share price worker, out of this process's own CPU time; 0
+    when it has none."""
+    total = price_worker_cpu_s(app)
     decoder = app.get(DECODER)
     proc = getattr(decoder, "_proc", None)
     if proc is not None and proc.returncode is None:
         total += _proc_cpu_s(proc.pid)
-    scheduler = app.get(SCHEDULER)
-    prices = getattr(scheduler, "prices", None)
-    for pid in prices.worker_pids() if prices is not None else ():
-        total += _proc_cpu_s(pid)
     return total
 
 
@@ -108,6 +111,7 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
     clients = {kind: TestClient(TestServer(app)) for kind, app in apps.items()}
     spent = dict.fromkeys(apps, 0.0)
     spent["bind"] = 0.0  # the extender's binds, apart
+    spent["prices"] = 0.0  # the price worker's part of the extender's
     try:
         for client in clients.values():
             await client.start_server()
@@ -121,6 +125,7 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
             while prices is not None and prices.starting:
                 await asyncio.sleep(0.05)
         helpers = {kind: helper_cpu_s(app) for kind, app in apps.items()}
+        prices = price_worker_cpu_s(apps["extender"]) if "extender" in apps else 0.0
         order = list(clients.items())
         for i, body in enumerate(bodies[WARM_UP:]):
             shift = i % len(order) if rotate else 0
@@ -134,6 +139,8 @@ async def cpu_per_pod(apps: dict[str, web.Application], bodies: list[bytes],
                     spent["bind"] += time.process_time() - started
         for kind, app in apps.items():  # clock ticks: summed over the run, not per pod
             spent[kind] += helper_cpu_s(app) - helpers[kind]
+        if "extender" in apps:
+            spent["prices"] = price_worker_cpu_s(apps["extender"]) - prices
     finally:
         for client in clients.values():
             await client.close()
@@ -205,7 +212,8 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
             if prices.installed or prices.dropped or prices.failed:
                 click.echo(f"{'':>14}share price tables solved in the worker: installed"
                            f" {prices.installed}, dropped {prices.dropped}, failed"
-                           f" {prices.failed} (its CPU counted with the extender's)")
+                           f" {prices.failed}; its CPU {row['prices']:.3f} ms/pod, counted"
+                           " with the extender's")
             if bind:
                 click.echo(f"{'':>14}bind {row['bind']:.2f} ms CPU/pod; filter's pick taken"
                            f" by {getattr(verdicts, 'bind_reused', 0)} of {len(bodies)} binds")

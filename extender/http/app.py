@@ -178,6 +178,9 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         ("node", "hit"): scheduler.node_verdicts.reused,
         ("node", "miss"): scheduler.node_verdicts.computed,
     })
+    metrics.watch_price_tables(lambda: {"installed": scheduler.prices.installed,
+                                        "dropped": scheduler.prices.dropped,
+                                        "failed": scheduler.prices.failed})
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
         client_max_size=limit,

@@ -9,10 +9,13 @@ from concurrent.futures import Executor, Future
 
 import numpy as np
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from builders import gpu_node, inventory, pod
 
 from bench.latency.cluster import half_occupancy, synthetic_inventory
+from extender.config import Settings
 from extender.demand import pod_demand
+from extender.http.app import make_app
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
 from extender.placement import ClusterState, fit, node_costs
@@ -21,7 +24,7 @@ from extender.placement.policies.share_price import value_table
 from extender.placement.policies.sparse import DEFERRED, Sparse
 from extender.placement.policies.sparse_mix import DemandMix
 from extender.pricesolver import WORKER_NICENESS, PriceSolver
-from extender.protocol import decode_extender_args, encode, pod_from_dict
+from extender.protocol import encode, pod_from_dict
 from extender.service import Scheduler
 from extender.verbs.costcache import CachedPolicy, CostCache
 
@@ -176,10 +179,10 @@ def test_a_failing_solve_leaves_the_last_table_and_is_not_retried(
     assert len(pool.jobs) == 1
 
 
-async def test_the_scheduler_solves_after_filter_and_prices_with_the_new_table() -> None:
-    """Filters run through a re-read with a worker that has not answered, then with one that
-    fails: every filter answers nodes (no error), and the table changes only when a solve
-    succeeds."""
+async def test_the_extender_solves_after_filter_and_prices_with_the_new_table() -> None:
+    """Filters over HTTP through a re-read with a worker that has not answered, then with
+    one that fails: every filter answers 200 with nodes, the table changes only when a solve
+    succeeds, and /metrics counts the tables."""
     policy = _deferred(3)
     s = Scheduler(inventory=inventory(*(gpu_node(f"gpu-{i}", 4) for i in range(6))),
                   ledger=MemoryLedger(), matrix=default_matrix(), policy=policy)
@@ -187,11 +190,16 @@ async def test_the_scheduler_solves_after_filter_and_prices_with_the_new_table()
     s.prices = PriceSolver(policy, lambda: pool)
     names = [f"gpu-{i}" for i in range(6)]
     prior = policy._value["table"]
+    client = TestClient(TestServer(make_app(Settings(), scheduler=s)))
+    await client.start_server()
 
     async def filtered(uid: str) -> None:
         body = pod(mem=2048, milli=300, job_class="cnn", uid=uid)
-        result = await s.filter(decode_extender_args(encode({"Pod": body, "NodeNames": names})))
-        assert result.Error in (None, "") and result.NodeNames
+        resp = await client.post("/scheduler/filter",
+                                 data=encode({"Pod": body, "NodeNames": names}))
+        assert resp.status == 200
+        answer = await resp.json()
+        assert not answer.get("Error") and answer["NodeNames"]
 
     for i in range(3):
         await filtered(f"g-{i}")
@@ -206,6 +214,10 @@ async def test_the_scheduler_solves_after_filter_and_prices_with_the_new_table()
     pool.run()
     await filtered("g-7")
     assert s.prices.failed == 1 and policy._value["table"] is table
+    text = await (await client.get("/metrics")).text()
+    await client.close()
+    assert 'sparse_extender_price_tables_total{result="installed"} 1.0' in text
+    assert 'sparse_extender_price_tables_total{result="failed"} 1.0' in text
 
 
 def _raise(tasks, start):  # type: ignore[no-untyped-def]
