@@ -32,6 +32,7 @@ from bench.latency.cluster import request_bodies, synthetic_inventory
 from bench.latency.servers import extender_app, null_app
 from extender.cli import use_fast_event_loop
 from extender.http.keys import DECODER, SCHEDULER
+from extender.placement.policies.sparse import DEFERRED, PRICE_SOLVES
 from extender.protocol import ExtenderArgs, FilterResult, HostPriority
 
 WARM_UP = 100  # pods per server before measuring (fills the extender's shape cache)
@@ -181,8 +182,13 @@ def answer_without_placement(app: web.Application) -> None:
 @click.option("--rotate", is_flag=True,
               help="The server that goes first changes pod by pod (default: the extender,"
                    " as in earlier runs): the first to serve a pod meets colder caches.")
+@click.option("--price-solve", type=click.Choice(PRICE_SOLVES), default=DEFERRED,
+              show_default=True,
+              help="Where the sparse policy's share price tables are solved: in the extender's"
+                   " worker process (deferred, as shipped) or in the request (inline).")
 def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
-         filter_only: bool, stub_verbs: bool, bind: bool, rotate: bool) -> None:
+         filter_only: bool, stub_verbs: bool, bind: bool, rotate: bool,
+         price_solve: str) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -193,7 +199,7 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
                 continue
             n = count if not is_full else max(count // 5, 20)
             bodies = request_bodies(inventory, n + WARM_UP, picks, is_full)
-            apps = {"extender": extender_app(nodes, gpus), "null": null_app()}
+            apps = {"extender": extender_app(nodes, gpus, price_solve), "null": null_app()}
             if filter_only:
                 apps["extender"][SCHEDULER].filter_best_within = 0.0
             if stub_verbs:

@@ -17,10 +17,13 @@ from extender.config import Settings
 from extender.http.app import extender_policy, make_app
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
+from extender.placement.policies.sparse import DEFERRED, Sparse
 from extender.service import Scheduler
 
 
-def extender_app(nodes: int, gpus: int) -> web.Application:
+def extender_app(nodes: int, gpus: int, price_solve: str = DEFERRED) -> web.Application:
+    """``price_solve``: where the sparse policy's share price tables are solved (the
+    extender's own choice, a worker process; or inline, in the request, as before)."""
     inventory = synthetic_inventory(nodes, gpus)
     ledger = MemoryLedger()
     capacities = {g.uuid: g.memory_mib for n in inventory.nodes.values() for g in n.gpus}
@@ -32,8 +35,9 @@ def extender_app(nodes: int, gpus: int) -> web.Application:
             await ledger.reserve(r, {u: GpuCapacity(capacities[u]) for u in r.gpus})
 
     asyncio.run(book())
+    policy = extender_policy("sparse") if price_solve == DEFERRED else Sparse()
     scheduler = Scheduler(inventory=inventory, ledger=ledger, matrix=default_matrix(),
-                          policy=extender_policy("sparse"))
+                          policy=policy)
     # The price worker is started by the first re-read of the mix in a real extender: here
     # now, so that its start-up (imports) is not counted as a pod's work.
     scheduler.prices.start()

@@ -4,7 +4,9 @@ inline (in the request, as before) and in a worker thread, and the null server; 
 take turns pod by pod, the first one changing with each pod (``bench.latency.cpu --rotate``).
 In a run the app built first has measured up to 0.05 ms a pod more than the others (the same
 app in another position did not), so the order of the modes is an argument: run it twice
-with another order.
+with another order. The worker process's CPU is counted with its app (from /proc); a worker
+thread's is counted with whichever app is served while it runs (process time is the whole
+process's), so the thread mode's figure is not its own.
 
     PYTHONPATH=. python bench/reports/fgd-heldout/share-heavy-pack/cpu_ab.py \\
         [PODS [ROUNDS [MODE ...]]]   # default 1000 2 process inline thread
@@ -23,18 +25,14 @@ from bench.latency.cpu import WARM_UP, cpu_per_pod
 from bench.latency.servers import extender_app, null_app
 from extender.cli import use_fast_event_loop
 from extender.http.keys import SCHEDULER
-from extender.placement.policies.sparse import Sparse
+from extender.placement.policies.sparse import DEFERRED, INLINE
 from extender.pricesolver import PriceSolver
 
 
 def app_of(mode: str) -> web.Application:
-    app = extender_app(500, 8)
+    app = extender_app(500, 8, INLINE if mode == INLINE else DEFERRED)
     scheduler = app[SCHEDULER]
-    if mode == "inline":
-        scheduler.prices.close()
-        scheduler.policy = Sparse()
-        scheduler.prices = PriceSolver(scheduler.policy)  # inactive: the policy solves
-    elif mode == "thread":
+    if mode == "thread":
         scheduler.prices.close()
         scheduler.prices = PriceSolver(scheduler.policy, lambda: ThreadPoolExecutor(1))
     return app
