@@ -92,12 +92,24 @@ class Metrics:
 
     def watch_cost_reuse(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
         """``counts``: (cache, result) -> running total, read at scrape time."""
-        self.registry.register(_CostReuseCollector(counts))
+        self.registry.register(_CountsCollector(
+            "sparse_extender_cost_reuse",
+            "Placement costs reused instead of recomputed: cycle = prioritize calls answered"
+            " with filter's costs (hit) or not (miss); shape = candidate GPUs whose costs came"
+            " from an earlier pod of the same shape (hit) or nodes recomputed (miss); node ="
+            " filter's fit and cost verdicts per node kept for the pod's shape (hit) or"
+            " computed (miss).",
+            ["cache", "result"], counts))
 
     def watch_price_tables(self, counts: Callable[[], dict[str, float]]) -> None:
         """``counts``: result (installed, dropped, failed) -> running total of the share price
         tables solved off the request path (``extender.pricesolver``), read at scrape time."""
-        self.registry.register(_PriceTablesCollector(counts))
+        self.registry.register(_CountsCollector(
+            "sparse_extender_price_tables",
+            "Share price tables solved in the price worker: installed (in use from the next"
+            " request), dropped (the learned mix was re-read while it was solved), failed (the"
+            " last table stays in use).",
+            ["result"], lambda: {(result,): n for result, n in counts().items()}))
 
     def observe_stages(self, verb: str, times: dict[str, float]) -> None:
         """One call's stages; compute is the verb's time less what it waited for."""
@@ -118,37 +130,18 @@ class Metrics:
             self.interference.observe(outcome.interference)
 
 
-class _CostReuseCollector(Collector):
-    def __init__(self, counts: Callable[[], dict[tuple[str, str], float]]) -> None:
+class _CountsCollector(Collector):
+    """A counter family read at scrape time: ``counts()`` maps label values to totals."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str],
+                 counts: Callable[[], dict[tuple[str, ...], float]]) -> None:
+        self._name, self._documentation, self._labels = name, documentation, labels
         self._counts = counts
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            "sparse_extender_cost_reuse",
-            "Placement costs reused instead of recomputed: cycle = prioritize calls answered"
-            " with filter's costs (hit) or not (miss); shape = candidate GPUs whose costs came"
-            " from an earlier pod of the same shape (hit) or nodes recomputed (miss); node ="
-            " filter's fit and cost verdicts per node kept for the pod's shape (hit) or"
-            " computed (miss).",
-            labels=["cache", "result"])
-        for (cache, result), value in self._counts().items():
-            family.add_metric([cache, result], value)
-        yield family
-
-
-class _PriceTablesCollector(Collector):
-    def __init__(self, counts: Callable[[], dict[str, float]]) -> None:
-        self._counts = counts
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        family = CounterMetricFamily(
-            "sparse_extender_price_tables",
-            "Share price tables solved in the price worker: installed (in use from the next"
-            " request), dropped (the learned mix was re-read while it was solved), failed (the"
-            " last table stays in use).",
-            labels=["result"])
-        for result, value in self._counts().items():
-            family.add_metric([result], value)
+        family = CounterMetricFamily(self._name, self._documentation, labels=self._labels)
+        for values, value in self._counts().items():
+            family.add_metric(list(values), value)
         yield family
 
 
