@@ -84,6 +84,7 @@ class PriceSolver:
         self._failed: PriceJob | None = None  # not tried again
         self._loop: asyncio.AbstractEventLoop | None = None
         self._warming: Future | None = None
+        self._closed = False
         self.installed = 0  # tables put in use
         self.dropped = 0  # tables solved for a mix re-read since
         self.failed = 0
@@ -103,9 +104,16 @@ class PriceSolver:
                 log.exception("price solver worker did not start")
 
     def poll(self) -> None:
-        """Take a finished solve's table, then start the solve the policy needs now."""
-        if not self.active:
+        """Take a finished solve's table, then start the solve the policy needs now. Never
+        raises: it runs after every verb, whose answer must not turn into an error."""
+        if self._closed or not self.active:
             return
+        try:
+            self._poll()
+        except Exception:
+            log.exception("share price solver failed, the last table stays in use")
+
+    def _poll(self) -> None:
         running = self._running
         if running is not None and running[1].done():
             self._running = None
@@ -175,5 +183,7 @@ class PriceSolver:
         return list(processes)
 
     def close(self) -> None:
+        """Stop the worker; polls after this do nothing (a solve's wake-up included)."""
+        self._closed = True
         self._running = None
         self._reset()

@@ -220,6 +220,33 @@ async def test_the_extender_solves_after_filter_and_prices_with_the_new_table() 
     assert 'sparse_extender_price_tables_total{result="failed"} 1.0' in text
 
 
+def test_a_poll_never_raises_and_does_nothing_once_closed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The adapter runs after every verb: a policy that fails to name its job is logged, not
+    raised; after close, a late wake-up starts no worker."""
+    names, state = _cluster()
+    policy = _deferred(2)
+    pool = HeldPool()
+    solver = PriceSolver(policy, lambda: pool)
+    for i in range(2):
+        _costs(policy, state, _share(f"c-{i}", 320), names)
+    solver.close()
+    solver.poll()
+    assert not pool.jobs
+    solver = PriceSolver(policy, lambda: pool)
+
+    def broken() -> None:
+        raise KeyError("no job")
+
+    policy_job = policy.price_job
+    object.__setattr__(policy, "price_job", broken)
+    solver.poll()
+    assert "no job" in caplog.text and not pool.jobs
+    object.__setattr__(policy, "price_job", policy_job)
+    solver.poll()
+    assert len(pool.jobs) == 1
+
+
 def _raise(tasks, start):  # type: ignore[no-untyped-def]
     raise RuntimeError("worker failed")
 
