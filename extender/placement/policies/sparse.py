@@ -124,12 +124,7 @@ from extender.placement.policies.fgd import (
 )
 from extender.placement.policies.pairwise import pair_loss
 from extender.placement.policies.remainder import remainder_cost, waste_table
-from extender.placement.policies.share_price import (
-    PriceJob,
-    PriceTable,
-    host_share,
-    solve,
-)
+from extender.placement.policies.share_price import PriceJob, PriceTable, host_share, solve
 from extender.placement.policies.sparse_mix import MEM_STEP, WEIGHTS, DemandMix
 from extender.placement.policies.terms import CostTerm, TermValues, add_terms
 from extender.placement.policies.waiting import WaitingPods, drain_costs
@@ -251,9 +246,9 @@ class Sparse:
         if self.remainder_weight and demand.has_share and not demand.whole_gpus:
             terms.append(CostTerm(None, (), self._remainder_term))
         if self.price_weight and demand.has_share and not demand.whole_gpus:
-            # reads the nodes' own GPUs, GPU model, CPU and memory, and the mix's value table
-            # (made from the model: its epoch)
-            # (and the mix it was solved from: the table is the epoch)
+            # reads the nodes' own GPUs, GPU model, CPU and memory, and the value table in use
+            # with the mix it was solved from (the table: its epoch); inline, a re-read mix's
+            # table is solved here
             host = getattr(state, "host", None) is not None
             key = ("price", demand.share_milli, pod_cpu(demand) if host else 0,
                    pod_mem(demand) if host else 0)
