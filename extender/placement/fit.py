@@ -79,6 +79,12 @@ def model_mask(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.n
     return np.isin(state.gpu_model[gpus], allowed)
 
 
+def masks_key(demand: PodDemand) -> tuple[object, ...]:
+    """The demand's fields ``gpu_masks`` reads (keep the two together): demands equal here
+    get equal masks on one state. Pods of different job classes mostly share them."""
+    return demand.allowed_models, demand.share_mem_mib, demand.share_milli, demand.has_share
+
+
 def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuMasks:
     every = _every_node(state, nodes)
     gpus, owner, alike = candidate_gpus(state, nodes, every)

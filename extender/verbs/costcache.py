@@ -248,10 +248,15 @@ class CostCache:
                 entry.reset(epoch)
             self.generation += 1
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
-        if masks.nodes is not None:  # the candidate nodes (distinct): compare per node
+        if masks.every:  # every node in order (a whole-inventory refill): no gathers
+            stale = np.flatnonzero(entry.stamp != state.node_stamp)
+            stale_count = (int((state.node_stop[stale] - state.node_start[stale]).sum())
+                           if len(stale) else 0)
+        elif masks.nodes is not None:  # the candidate nodes (distinct): compare per node
             nodes = masks.nodes
             stale = nodes[entry.stamp[nodes] != state.node_stamp[nodes]]
-            stale_count = int((state.node_stop[stale] - state.node_start[stale]).sum())
+            stale_count = (int((state.node_stop[stale] - state.node_start[stale]).sum())
+                           if len(stale) else 0)
         else:
             owners = state.gpu_node[masks.gpus]
             stale_gpus = entry.stamp[owners] != state.node_stamp[owners]
