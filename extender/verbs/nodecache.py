@@ -35,7 +35,7 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement import Assignment, ClusterState, Policy, fit, node_costs
 from extender.placement.assign import node_costs_and_choices
-from extender.placement.fit import FitResult, GpuMasks, gpu_masks, masks_key
+from extender.placement.fit import FitResult, GpuMasks, gpu_masks, masks_key, node_fits
 from extender.placement.policies.terms import CostTerm
 from extender.verbs.costcache import (
     CACHED_POLICIES,
@@ -152,12 +152,10 @@ class NodeVerdicts:
         if fill_all(len(stale), len(nodes), len(entry.fits)):
             # Mostly unknown: every node of the inventory now, in one vectorised pass (the
             # scheduler's candidate window moves with each pod; see costcache.fill_all).
-            everywhere = np.flatnonzero(entry.fit_stamp != state.node_stamp)
-            self._fill_fits(entry, state, demand, everywhere,
-                            [state.node_names[i] for i in everywhere.tolist()])
+            self._fill_fits(entry, state, demand,
+                            np.flatnonzero(entry.fit_stamp != state.node_stamp), ordered=True)
         elif len(stale):
-            self._fill_fits(entry, state, demand, nodes[stale],
-                            [candidates[i] for i in stale.tolist()])
+            self._fill_fits(entry, state, demand, nodes[stale])
         fits = entry.fits[nodes]
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -219,10 +217,14 @@ class NodeVerdicts:
         return entry.cost[nodes]
 
     def _fill_fits(self, entry: _Entry, state: ClusterState, demand: PodDemand,
-                   nodes: np.ndarray, names: list[str]) -> None:
+                   nodes: np.ndarray, ordered: bool = False) -> None:
+        """Fits of ``nodes`` (state indexes: no name lookups); ``ordered``: distinct and
+        ascending (then all of them is every node in order, whose masks are kept)."""
         if not len(nodes):
             return
-        entry.fits[nodes] = fit(state, demand, names, explain=False).fits
+        every = ordered and len(nodes) == len(entry.fits)
+        entry.fits[nodes] = node_fits(state, demand, nodes, self._every_masks(
+            state, demand, nodes) if every else None)
         entry.fit_stamp[nodes] = state.node_stamp[nodes]
         self.computed += len(nodes)
 

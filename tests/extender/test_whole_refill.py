@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from builders import bind_pod, filter_args, pod, random_bind_or_release
+from builders import bind_pod, container, filter_args, pod, random_bind_or_release
 
 from bench.latency.cluster import half_occupancy, synthetic_inventory
 from extender import protocol
@@ -16,7 +16,8 @@ from extender.demand import pod_demand
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
 from extender.placement import ClusterState
-from extender.placement.fit import gpu_masks, masks_key
+from extender.placement.fit import _gpu_fits, fit, gpu_masks, masks_key, node_fits
+from extender.placement.policies.common import HostView
 from extender.placement.policies.sparse import Sparse
 from extender.placement.policies.sparse_mix import DemandMix
 from extender.service import Scheduler
@@ -110,3 +111,29 @@ def test_the_masks_key_tells_apart_every_field_the_masks_read() -> None:
         assert masks_key(demand) != masks_key(first), other
         a, b = gpu_masks(state, first, every), gpu_masks(state, demand, every)
         assert (a.share.tolist(), a.free.tolist()) != (b.share.tolist(), b.free.tolist())
+
+
+def test_fits_from_state_indexes_equal_fit_by_names() -> None:
+    """``node_fits`` (a refill's, no name lookups) answers ``fit``'s fits on any nodes, in
+    any order, a node twice, with host CPU and memory short on some."""
+    rng = random.Random(9)
+    state = ClusterState.build(INVENTORY, default_matrix(), half_occupancy(INVENTORY, 0.6))
+    n = len(NAMES)
+    cpu = np.array([rng.choice([1000, 4000, 64000]) for _ in range(n)], dtype=np.int64)
+    mem = np.array([rng.choice([4096, 65536]) for _ in range(n)], dtype=np.int64)
+    state.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(n, dtype=np.int64))
+    shapes = [*SHAPES, *BIG, dict(gpus=1), dict(gpus=2), dict(mem=30000, milli=300),
+              dict(containers=[container("a", gpus=1), container("b", mem=4096, milli=200)]),
+              dict(**SHAPES[0], models="A100-80GB")]
+    short = 0
+    for step in range(60):
+        demand = pod_demand(protocol.pod_from_dict(pod(**rng.choice(shapes))))
+        nodes = (np.arange(n) if step % 4 == 0
+                 else np.array(rng.choices(range(n), k=rng.randint(1, 2 * n))))
+        expected = fit(state, demand, [NAMES[i] for i in nodes.tolist()], explain=False)
+        got = node_fits(state, demand, nodes)
+        assert got.tolist() == expected.fits.tolist(), step
+        assert node_fits(state, demand, nodes, gpu_masks(state, demand, nodes)).tolist() == (
+            expected.fits.tolist())
+        short += int((_gpu_fits(demand, expected.masks, len(nodes)) & ~got).sum())
+    assert short > 0  # host CPU or memory did turn nodes away
