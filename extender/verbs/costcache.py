@@ -26,6 +26,8 @@ A term given in two steps (``raw``, ``finish``) is kept raw, valid while its epo
 finished, valid while ``finish_epoch`` stands too: sparse's fragmentation per typical task
 survives the mix being re-read every few hundred pods (only the popularities change; its tasks
 rarely do), and re-weighting it is a gather and a small matrix product, not the policy's work.
+When the tasks do change, the columns of those the mix keeps are carried (``CostTerm.carry``)
+and only the new tasks' columns are priced.
 A term that is mostly unknown on the candidates (new, or made with other global inputs) is
 priced on every node of the inventory at once (``FILL_ALL``): kube-scheduler's candidate window
 moves with every pod, so the next pods' windows need those nodes, and one vectorised pass

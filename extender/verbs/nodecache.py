@@ -21,6 +21,11 @@ computed as without this cache. A policy outside ``CACHED_POLICIES``, a demand t
 hashed, a host view without stamps or a candidate unknown to the inventory is not served here
 at all (``None``: the caller runs ``fit`` and ``node_costs`` as before). The policy learns of
 the pod (``note``) exactly once per filter that prices nodes, as it does without this cache.
+
+A refill of every node (a shape's first filter, or its first after a re-read of the learned
+mix: every shape then prices the whole inventory) reads the GPU masks of every node kept per
+state and the demand fields they read (``fit.masks_key``), shared by the shapes that differ
+only in their job class, and a shape's fits come from state indexes, not one lookup per name.
 """
 
 from __future__ import annotations
