@@ -137,3 +137,20 @@ def test_fits_from_state_indexes_equal_fit_by_names() -> None:
             expected.fits.tolist())
         short += int((_gpu_fits(demand, expected.masks, len(nodes)) & ~got).sum())
     assert short > 0  # host CPU or memory did turn nodes away
+
+
+def test_masks_kept_at_once_are_bounded(monkeypatch) -> None:
+    import extender.verbs.nodecache as nodecache
+
+    monkeypatch.setattr(nodecache, "KEPT_MASKS", 3)
+    s = scheduler()
+    state = s.state
+    every = np.arange(len(NAMES))
+    demands = [pod_demand(protocol.pod_from_dict(pod(mem=1024 * (i + 1), milli=100)))
+               for i in range(5)]
+    for demand in demands:
+        s.node_verdicts._every_masks(state, demand, every)
+    kept = s.node_verdicts._masks[2]
+    assert len(kept) == 3 and masks_key(demands[-1]) in kept
+    again = s.node_verdicts._every_masks(state, demands[0], every)  # dropped: made again
+    assert again.share.tolist() == gpu_masks(state, demands[0], every).share.tolist()
