@@ -85,8 +85,9 @@ def _wrap(timings: Timings, name: str, fn: Callable[..., Any]) -> Callable[..., 
 def _steps() -> list[tuple[Any, str, str]]:
     from extender import service
     from extender.http import handlers, offload
+    from extender.placement.policies import sparse
+    from extender.verbs import costcache, nodecache, prioritize
     from extender.verbs import filter as filter_verb
-    from extender.verbs import nodecache, prioritize
     from extender.verbs.costcache import CycleEntry
 
     return [
@@ -102,6 +103,14 @@ def _steps() -> list[tuple[Any, str, str]]:
         (nodecache.NodeVerdicts, "_fill_fits", "refill of stale nodes' fits"),
         (nodecache.NodeVerdicts, "_terms", "policy's cost terms"),
         (nodecache.NodeVerdicts, "_fill_costs", "refill of stale nodes' costs"),
+        (nodecache.NodeVerdicts, "_every_masks", "masks of every node (kept)"),
+        (nodecache, "node_costs_and_choices", "node costs and picks"),
+        (costcache.CostCache, "costs", "cost cache: the terms' values"),
+        (costcache.CostCache, "_filled", "cost cache entry brought up to date"),
+        (costcache, "add_terms", "terms added"),
+        (sparse.Sparse, "_frag_raw", "sparse: fragmentation per task (raw)"),
+        (sparse.Sparse, "_value_table", "sparse: share price value table"),
+        (sparse.Sparse, "_remainder_term", "sparse: remainder term"),
         (filter_verb, "parse_embedding", "embedding annotation"),
         (filter_verb.protocol, "filter_result", "filter answer built"),
         (CycleEntry, "of", "cycle entry kept"),
@@ -119,6 +128,8 @@ def _steps() -> list[tuple[Any, str, str]]:
 def instrumented(timings: Timings, apps: dict[str, web.Application]) -> Iterator[None]:
     saved = []
     for owner, attr, name in _steps():
+        if attr not in vars(owner):  # a step the code no longer has: not timed
+            continue
         fn = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
         kind = type(fn) if isinstance(fn, classmethod | staticmethod) else None
         wrapped = _wrap(timings, name, fn.__func__ if kind is not None else fn)

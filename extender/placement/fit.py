@@ -79,6 +79,12 @@ def model_mask(state: ClusterState, demand: PodDemand, gpus: np.ndarray) -> np.n
     return np.isin(state.gpu_model[gpus], allowed)
 
 
+def masks_key(demand: PodDemand) -> tuple[object, ...]:
+    """The demand's fields ``gpu_masks`` reads (keep the two together): demands equal here
+    get equal masks on one state. Pods of different job classes mostly share them."""
+    return demand.allowed_models, demand.share_mem_mib, demand.share_milli, demand.has_share
+
+
 def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuMasks:
     every = _every_node(state, nodes)
     gpus, owner, alike = candidate_gpus(state, nodes, every)
@@ -128,37 +134,60 @@ def fit(
             if not ok:
                 unresolvable[name] = "node has no GPU inventory known to sparse"
     masks = gpu_masks(state, demand, nodes)
-    n = len(nodes)
-    w = demand.whole_gpus
-    if demand.has_share and not w:  # a share alone: one GPU that can take it
-        fits = _per_node(masks.share, masks.owner, n, masks.alike) >= 1
-    elif demand.has_share:
-        count_free = _per_node(masks.free, masks.owner, n, masks.alike)
-        count_share = _per_node(masks.share, masks.owner, n, masks.alike)
-        count_either = _per_node(masks.free | masks.share, masks.owner, n, masks.alike)
-        fits = (count_free >= w) & (count_share >= 1) & (count_either >= w + 1)
-    else:
-        fits = _per_node(masks.free, masks.owner, n, masks.alike) >= w
+    fits = _gpu_fits(demand, masks, len(nodes))
     failed: dict[str, str] = {}
     bad = np.flatnonzero(~fits)
     if explain and len(bad):
         _explain(state, demand, nodes, masks, bad, known, failed, unresolvable)
-    host = getattr(state, "host", None)
-    cpu, mem = getattr(demand, "cpu_milli", 0), getattr(demand, "host_mem_mib", 0)
-    if host is not None and (cpu or mem) and n:
-        # The node's CPU and memory as the adapter knows them (the extender: allocatable
-        # minus the pods bound there; the simulator pre-filters, so this never bites there).
-        cpu_left, mem_left = host.cpu_left[nodes], host.mem_left[nodes]
-        short = fits & ((cpu_left < cpu) | (mem_left < mem))
-        if short.any():
-            fits = fits & ~short
-            if explain:
-                for i in np.flatnonzero(short).tolist():
-                    failed[known[i]] = _host_reason(cpu, mem, int(cpu_left[i]),
-                                                    int(mem_left[i]))
+    short = _host_short(state, demand, nodes, fits)
+    if short is not None:
+        fits = fits & ~short
+        if explain:
+            host = state.host
+            cpu, mem = getattr(demand, "cpu_milli", 0), getattr(demand, "host_mem_mib", 0)
+            for i in np.flatnonzero(short).tolist():
+                failed[known[i]] = _host_reason(cpu, mem, int(host.cpu_left[nodes[i]]),
+                                                int(host.mem_left[nodes[i]]))
     return FitResult(
         nodes=nodes, names=known, fits=fits, masks=masks, failed=failed, unresolvable=unresolvable
     )
+
+
+def node_fits(state: ClusterState, demand: PodDemand, nodes: np.ndarray,
+              masks: GpuMasks | None = None) -> np.ndarray:
+    """``fit(state, demand, <the nodes' names>, explain=False).fits`` from state indexes,
+    without a lookup per name (a refill of thousands of nodes). ``masks``: the nodes'
+    ``gpu_masks``, where the caller holds them."""
+    masks = gpu_masks(state, demand, nodes) if masks is None else masks
+    fits = _gpu_fits(demand, masks, len(nodes))
+    short = _host_short(state, demand, nodes, fits)
+    return fits if short is None else fits & ~short
+
+
+def _gpu_fits(demand: PodDemand, masks: GpuMasks, n: int) -> np.ndarray:
+    """Per node: whether its GPUs can take the pod (Hall's condition, module docstring)."""
+    w = demand.whole_gpus
+    if demand.has_share and not w:  # a share alone: one GPU that can take it
+        return _per_node(masks.share, masks.owner, n, masks.alike) >= 1
+    if demand.has_share:
+        count_free = _per_node(masks.free, masks.owner, n, masks.alike)
+        count_share = _per_node(masks.share, masks.owner, n, masks.alike)
+        count_either = _per_node(masks.free | masks.share, masks.owner, n, masks.alike)
+        return (count_free >= w) & (count_share >= 1) & (count_either >= w + 1)
+    return _per_node(masks.free, masks.owner, n, masks.alike) >= w
+
+
+def _host_short(state: ClusterState, demand: PodDemand, nodes: np.ndarray, fits: np.ndarray
+                ) -> np.ndarray | None:
+    """Nodes whose GPUs fit but whose CPU or memory is short; None when none is."""
+    host = getattr(state, "host", None)
+    cpu, mem = getattr(demand, "cpu_milli", 0), getattr(demand, "host_mem_mib", 0)
+    if host is None or not (cpu or mem) or not len(nodes):
+        return None
+    # The node's CPU and memory as the adapter knows them (the extender: allocatable minus
+    # the pods bound there; the simulator pre-filters, so this never bites there).
+    short = fits & ((host.cpu_left[nodes] < cpu) | (host.mem_left[nodes] < mem))
+    return short if short.any() else None
 
 
 def _host_reason(cpu: int, mem: int, cpu_left: int, mem_left: int) -> str:

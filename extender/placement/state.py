@@ -29,12 +29,21 @@ def gpu_fraction(milli: int | float) -> float:
     return milli / MILLI_PER_GPU if milli > 0 else 1.0
 
 
+def packed_names(names: list[str]) -> list[str]:
+    """Copies of ``names`` made one after another, so they lie side by side in memory (the
+    originals are scattered over the heap as the inventory was read). Every filter looks up
+    its hundreds of candidates by name, each lookup reading the key it matches: at thousands
+    of nodes, keys spread over many pages cost a cache and TLB miss apiece."""
+    return [name.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+            for name in names]
+
+
 class ClusterState:
     def __init__(self, inventory: Inventory, matrix: InterferenceMatrix) -> None:
         self.inventory = inventory
         self.matrix = matrix
         nodes = sorted(inventory.nodes.values(), key=lambda n: n.name)
-        self.node_names: list[str] = [n.name for n in nodes]
+        self.node_names: list[str] = packed_names([n.name for n in nodes])
         self.node_index: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
         counts = np.array([len(n.gpus) for n in nodes], dtype=np.int64)
         self.node_stop = np.cumsum(counts)

@@ -26,6 +26,8 @@ A term given in two steps (``raw``, ``finish``) is kept raw, valid while its epo
 finished, valid while ``finish_epoch`` stands too: sparse's fragmentation per typical task
 survives the mix being re-read every few hundred pods (only the popularities change; its tasks
 rarely do), and re-weighting it is a gather and a small matrix product, not the policy's work.
+When the tasks do change, the columns of those the mix keeps are carried (``CostTerm.carry``)
+and only the new tasks' columns are priced.
 A term that is mostly unknown on the candidates (new, or made with other global inputs) is
 priced on every node of the inventory at once (``FILL_ALL``): kube-scheduler's candidate window
 moves with every pod, so the next pods' windows need those nodes, and one vectorised pass
@@ -110,18 +112,28 @@ class _Entry:
         self.epoch = epoch
         self.share = self.whole = None
 
-    def reorder(self, order: np.ndarray, epoch: tuple[object, ...]) -> bool:
-        """Take the values' columns (second axis) in ``order``, now valid with ``epoch``;
-        False (nothing changed) when the arrays have no such columns."""
+    def reorder(self, order: np.ndarray, epoch: tuple[object, ...]) -> np.ndarray | None:
+        """Take the values' columns (second axis) in ``order``, now valid with ``epoch``:
+        the positions of the columns still to be made (``order`` -1), or None (nothing
+        changed) when the arrays have no such columns."""
         held = [a for a in (self.share, self.whole) if a is not None]
-        if not held or any(a.ndim != 2 or a.shape[1] != len(order) for a in held):
-            return False
-        if self.share is not None:
-            self.share = self.share[:, order]
-        if self.whole is not None:
-            self.whole = self.whole[:, order]
+        kept = order >= 0
+        if not held or any(a.ndim != 2 or (kept.any() and order.max() >= a.shape[1])
+                           for a in held):
+            return None
+        for name in ("share", "whole"):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if kept.all():
+                values = values[:, order]
+            else:  # new columns: zeros until made (``CostCache._make_columns``)
+                taken = np.zeros((len(values), len(order)), dtype=values.dtype)
+                taken[:, kept] = values[:, order[kept]]
+                values = taken
+            setattr(self, name, values)
         self.epoch = epoch
-        return True
+        return np.flatnonzero(~kept)
 
     def store(self, gpus: np.ndarray, share: np.ndarray | None, whole: np.ndarray | None,
               every: bool = False) -> None:
@@ -244,14 +256,22 @@ class CostCache:
         self._entries.move_to_end(entry_key)
         if not entry.holds(epoch):  # a global input changed: every node is stale...
             order = carry(entry.epoch, epoch) if carry is not None and entry.epoch else None
-            if order is None or not entry.reorder(order, epoch):  # ...unless carried over
+            missing = None if order is None else entry.reorder(order, epoch)
+            if missing is None:  # ...unless carried over
                 entry.reset(epoch)
+            elif len(missing):  # carried, but for the columns of new tasks
+                self._make_columns(entry, compute, state, demand, masks, subs, missing)
             self.generation += 1
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
-        if masks.nodes is not None:  # the candidate nodes (distinct): compare per node
+        if masks.every:  # every node in order (a whole-inventory refill): no gathers
+            stale = np.flatnonzero(entry.stamp != state.node_stamp)
+            stale_count = (int((state.node_stop[stale] - state.node_start[stale]).sum())
+                           if len(stale) else 0)
+        elif masks.nodes is not None:  # the candidate nodes (distinct): compare per node
             nodes = masks.nodes
             stale = nodes[entry.stamp[nodes] != state.node_stamp[nodes]]
-            stale_count = int((state.node_stop[stale] - state.node_start[stale]).sum())
+            stale_count = (int((state.node_stop[stale] - state.node_start[stale]).sum())
+                           if len(stale) else 0)
         else:
             owners = state.gpu_node[masks.gpus]
             stale_gpus = entry.stamp[owners] != state.node_stamp[owners]
@@ -277,6 +297,27 @@ class CostCache:
         if within is None:
             self.computed_nodes += len(stale)
         return entry
+
+    def _make_columns(self, entry: _Entry, compute: Callable[..., TermValues],
+                      state: ClusterState, demand: PodDemand, masks: GpuMasks,
+                      subs: dict[bytes, GpuMasks], columns: np.ndarray) -> None:
+        """The ``columns`` of a carried entry, made on every node still current there
+        (``compute(..., columns=columns)``: the term's values of those columns alone); the
+        nodes changed since are made whole by the caller, as stale ones are."""
+        current = np.flatnonzero(entry.stamp == state.node_stamp)
+        if not len(current):
+            return
+        sub = (masks if masks.every and len(current) == len(entry.stamp)
+               else _stale_masks(state, demand, current, masks, subs))
+        share, whole = compute(state, demand, sub, columns=columns)
+        for held, values in ((entry.share, share), (entry.whole, whole)):
+            if held is None or values is None:
+                continue
+            if sub.every:
+                held[:, columns] = values
+            else:
+                held[sub.gpus[:, None], columns[None, :]] = values
+        self.computed_nodes += len(current)
 
     def _evict(self, state: ClusterState) -> None:
         """Least recently used terms out while over the count or the memory budget (the

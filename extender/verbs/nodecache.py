@@ -21,6 +21,11 @@ computed as without this cache. A policy outside ``CACHED_POLICIES``, a demand t
 hashed, a host view without stamps or a candidate unknown to the inventory is not served here
 at all (``None``: the caller runs ``fit`` and ``node_costs`` as before). The policy learns of
 the pod (``note``) exactly once per filter that prices nodes, as it does without this cache.
+
+A refill of every node (a shape's first filter, or its first after a re-read of the learned
+mix: every shape then prices the whole inventory) reads the GPU masks of every node kept per
+state and the demand fields they read (``fit.masks_key``), shared by the shapes that differ
+only in their job class, and a shape's fits come from state indexes, not one lookup per name.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement import Assignment, ClusterState, Policy, fit, node_costs
 from extender.placement.assign import node_costs_and_choices
-from extender.placement.fit import FitResult, gpu_masks
+from extender.placement.fit import FitResult, GpuMasks, gpu_masks, masks_key, node_fits
 from extender.placement.policies.terms import CostTerm
 from extender.verbs.costcache import (
     CACHED_POLICIES,
@@ -91,6 +96,11 @@ class _Entry:
         return terms == self.terms and same_objects(epoch, self.epoch)
 
 
+# Masks of every node kept at once (``NodeVerdicts._every_masks``): about 0.8 MB each at
+# 5,000 nodes of 8 GPUs; a cluster's shapes mostly share a handful.
+KEPT_MASKS = 16
+
+
 class NodeVerdicts:
     def __init__(self, cost_cache: CostCache, shapes: int = 256) -> None:
         self.cost_cache = cost_cache
@@ -100,6 +110,9 @@ class NodeVerdicts:
         self.reused = 0  # candidate verdicts (fit or cost) answered from the cache
         self.bind_reused = 0  # binds that took the GPU kept here instead of assign's
         self.computed = 0  # node verdicts (fit or cost) computed
+        # (state, its last stamp, masks over every node per masks_key): see _every_masks
+        self._masks: tuple[object, object, dict[tuple[object, ...], GpuMasks]] = (
+            None, None, {})
 
     @staticmethod
     def _terms(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
@@ -149,12 +162,10 @@ class NodeVerdicts:
         if fill_all(len(stale), len(nodes), len(entry.fits)):
             # Mostly unknown: every node of the inventory now, in one vectorised pass (the
             # scheduler's candidate window moves with each pod; see costcache.fill_all).
-            everywhere = np.flatnonzero(entry.fit_stamp != state.node_stamp)
-            self._fill_fits(entry, state, demand, everywhere,
-                            [state.node_names[i] for i in everywhere.tolist()])
+            self._fill_fits(entry, state, demand,
+                            np.flatnonzero(entry.fit_stamp != state.node_stamp), ordered=True)
         elif len(stale):
-            self._fill_fits(entry, state, demand, nodes[stale],
-                            [candidates[i] for i in stale.tolist()])
+            self._fill_fits(entry, state, demand, nodes[stale])
         fits = entry.fits[nodes]
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -209,35 +220,67 @@ class NodeVerdicts:
             # every node whose fit is current and true and whose cost is not (as for fits)
             current = entry.fit_stamp == state.node_stamp
             self._fill_costs(entry, policy, state, demand, np.flatnonzero(
-                current & entry.fits & (entry.cost_stamp != state.node_stamp)), terms)
+                current & entry.fits & (entry.cost_stamp != state.node_stamp)), terms,
+                ordered=True)
         elif len(stale):
             self._fill_costs(entry, policy, state, demand, nodes[stale], terms)
         return entry.cost[nodes]
 
     def _fill_fits(self, entry: _Entry, state: ClusterState, demand: PodDemand,
-                   nodes: np.ndarray, names: list[str]) -> None:
+                   nodes: np.ndarray, ordered: bool = False) -> None:
+        """Fits of ``nodes`` (state indexes: no name lookups); ``ordered``: distinct and
+        ascending (then all of them is every node in order, whose masks are kept)."""
         if not len(nodes):
             return
-        entry.fits[nodes] = fit(state, demand, names, explain=False).fits
+        every = ordered and len(nodes) == len(entry.fits)
+        entry.fits[nodes] = node_fits(state, demand, nodes, self._every_masks(
+            state, demand, nodes) if every else None)
         entry.fit_stamp[nodes] = state.node_stamp[nodes]
         self.computed += len(nodes)
 
     def _fill_costs(self, entry: _Entry, policy: Policy, state: ClusterState,
-                    demand: PodDemand, nodes: np.ndarray, terms: list[CostTerm]) -> None:
+                    demand: PodDemand, nodes: np.ndarray, terms: list[CostTerm],
+                    ordered: bool = False) -> None:
         """Costs of nodes the pod fits (their fits current in ``entry``); ``terms``: the
-        policy's, asked after its note for this state and demand."""
+        policy's, asked after its note for this state and demand. ``ordered``: ``nodes``
+        are distinct and ascending (then all of them is every node in order)."""
         if not len(nodes):
             return
+        every = ordered and len(nodes) == len(entry.cost)
         # Their fits are current and true: the masks alone, not fit's name lookup again.
         sub = FitResult(nodes=nodes, names=[], fits=np.ones(len(nodes), dtype=bool),
-                        masks=gpu_masks(state, demand, nodes), failed={}, unresolvable={})
+                        masks=(self._every_masks(state, demand, nodes) if every
+                               else gpu_masks(state, demand, nodes)),
+                        failed={}, unresolvable={})
         # the filter noted the pod and asked for the terms: not again
         unnoted = CachedPolicy(policy, self.cost_cache, note=False, told=terms)
-        entry.cost[nodes], choices = node_costs_and_choices(state, demand, sub, unnoted)
-        entry.cost_stamp[nodes] = state.node_stamp[nodes]
-        entry.choice[nodes] = -1 if choices is None else choices
-        entry.generation[nodes] = self.cost_cache.generation
+        at = slice(None) if every else nodes  # every node: plain stores, not scatters
+        entry.cost[at], choices = node_costs_and_choices(state, demand, sub, unnoted)
+        entry.cost_stamp[at] = state.node_stamp[at]
+        entry.choice[at] = -1 if choices is None else choices
+        entry.generation[at] = self.cost_cache.generation
         self.computed += len(nodes)
+
+    def _every_masks(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray
+                     ) -> GpuMasks:
+        """``gpu_masks`` over every node, kept per ``masks_key`` while no stamp is given
+        on this state (its GPUs' bookings, which the masks read, unchanged): after a re-read
+        of the learned mix every shape refills the whole inventory, and shapes that differ
+        only in what the masks do not read (the job class) share them. Read only."""
+        stamp = getattr(state, "last_stamp", None)
+        if stamp is None:  # no way to tell that nothing changed: not kept
+            return gpu_masks(state, demand, nodes)
+        held = self._masks
+        if held[0] is not state or held[1] != stamp:
+            held = self._masks = (state, stamp, {})
+        key = masks_key(demand)
+        kept = held[2]
+        masks = kept.get(key)
+        if masks is None:
+            if len(kept) >= KEPT_MASKS:  # bounded: each is a few arrays over every GPU
+                del kept[next(iter(kept))]
+            masks = kept[key] = gpu_masks(state, demand, nodes)
+        return masks
 
 
     def choice(self, policy: Policy, state: ClusterState, demand: PodDemand, node: str

@@ -226,11 +226,22 @@ def test_new_popularities_over_the_same_tasks_reuse_the_fragmentation_per_task()
     # ... and the fragmentation was not priced again: only the price term, whose value table
     # the popularities make, on every node
     assert cache.computed_nodes == computed + len(names)
-    policy.set_workload(TypicalTasks.of(rows[:2]))  # other tasks: priced again
+    policy.set_workload(TypicalTasks.of(rows[:2]))  # a task gone: its column left out
     got = _cached(policy, cache, state, _share("h-2", 300), names)
     np.testing.assert_allclose(got, _fresh(policy, state, _share("h-2", 300), names),
                                rtol=1e-12, atol=1e-12)
-    assert cache.computed_nodes == computed + 3 * len(names)  # fragmentation and prices
+    assert cache.computed_nodes == computed + 2 * len(names)  # only the prices again
+    policy.set_workload(TypicalTasks.of([(0, 750, 1, None, 0.4), *rows[:2]]))  # a new task
+    got = _cached(policy, cache, state, _share("h-3", 300), names)
+    np.testing.assert_allclose(got, _fresh(policy, state, _share("h-3", 300), names),
+                               rtol=1e-12, atol=1e-12)
+    # its column priced on every node (the others carried), and the prices
+    assert cache.computed_nodes == computed + 4 * len(names)
+    policy.set_workload(TypicalTasks.of(rows, mem=[1, 2, 3]))  # another measure: afresh
+    got = _cached(policy, cache, state, _share("h-4", 300), names)
+    np.testing.assert_allclose(got, _fresh(policy, state, _share("h-4", 300), names),
+                               rtol=1e-12, atol=1e-12)
+    assert cache.computed_nodes == computed + 6 * len(names)
 
 
 def test_every_node_in_order_reads_the_cache_without_copies_and_stays_exact() -> None:
@@ -304,6 +315,68 @@ def test_a_mix_reread_that_reorders_its_tasks_carries_the_fragmentation_columns(
     for got, expected in zip(carried[:-1], afresh[:-1], strict=True):
         np.testing.assert_array_equal(got, expected)
     assert carried[-1][0] < afresh[-1][0]  # fewer nodes priced with the carry
+
+
+def _changing_mix_steps(seed: int) -> list[np.ndarray]:
+    """Costs through the cache while the mix is re-read with tasks coming, going and moving
+    (and other popularities), between random bookings and releases, some shapes whole-GPU."""
+    rng = random.Random(seed)
+    inv, state = _cluster()
+    names = sorted(inv.nodes)
+    rows = [(0, 1000, 1, None), (0, 500, 1, None), (0, 250, 1, None), (0, 700, 2, None),
+            (0, 300, 1, frozenset({"A100-40GB"})), (4000, 100, 1, None), (0, 0, 0, None)]
+    memory = {r: rng.choice([4096, 16384, 0]) for r in rows}
+    n = len(names)  # hosts whose CPU and memory turn some tasks away
+    cpu = np.array([rng.choice([2000, 64000]) for _ in range(n)], dtype=np.int64)
+    mem = np.array([rng.choice([8192, 65536]) for _ in range(n)], dtype=np.int64)
+    state.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(n, dtype=np.int64),
+                          stamped=True)
+    policy = Sparse(adaptive=False)
+    cache = CostCache()
+    booked: list[str] = []
+    out = []
+    for step in range(36):
+        if step % 3 == 0:  # a re-read: some tasks in another order, some new, some gone
+            chosen = rng.sample(rows, rng.randint(2, len(rows)))
+            policy.set_workload(TypicalTasks.of([(*r, rng.random() + 0.1) for r in chosen],
+                                                [memory[r] for r in chosen]))
+        demand = (_share(f"c-{step}", rng.choice([200, 300, 700]),
+                         rng.choice(["cnn", "recommendation"])) if step % 4
+                  else pod_demand(pod_from_dict(pod(gpus=rng.choice([1, 2]), uid=f"w-{step}"))))
+        candidates = rng.sample(names, rng.randint(5, len(names)))
+        out.append(_cached(policy, cache, state, demand, candidates))
+        result = fit(state, demand, candidates)
+        fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
+        random_book_or_release(rng, state, demand, fitting, policy, booked)
+    out.append(np.array([cache.computed_nodes]))
+    return out
+
+
+def test_a_mix_reread_with_new_and_dropped_tasks_carries_the_columns_it_keeps(
+        monkeypatch) -> None:
+    """Tasks a re-read mix keeps carry their per-task columns; only the new tasks' columns
+    are priced (with a model of those tasks alone): bit for bit the values made afresh."""
+    carried = _changing_mix_steps(3)
+    monkeypatch.setattr("extender.placement.policies.sparse._carry_columns",
+                        lambda old, new: None)
+    afresh = _changing_mix_steps(3)
+    for step, (got, expected) in enumerate(zip(carried[:-1], afresh[:-1], strict=True)):
+        np.testing.assert_array_equal(got, expected, err_msg=f"step {step}")
+    assert carried[-1][0] < afresh[-1][0]  # fewer nodes priced with the carry
+
+
+def test_column_map_marks_the_new_tasks() -> None:
+    from extender.placement.policies.fgd import FragModel, column_map
+
+    def columns(rows, mem=None):
+        return FragModel(TypicalTasks.of([(*r, 1.0) for r in rows], mem), fill=True).columns
+
+    a, b, c = (100, 250, 1, None), (0, 500, 1, frozenset({"V100M16"})), (0, 1000, 2, None)
+    assert column_map(columns([a, b]), columns([c, b, a])).tolist() == [-1, 1, 0]
+    assert column_map(columns([a, b, c]), columns([c])).tolist() == [2]
+    assert column_map(columns([a, b], [1, 2]), columns([b, a], [2, 3])).tolist() == [1, -1]
+    assert column_map(columns([a, a]), columns([a])) is None  # ambiguous
+    assert column_map(columns([a, b]), columns([a, b], [1, 2])) is None  # memory tested
 
 
 def test_column_order_only_for_the_same_tasks() -> None:

@@ -67,6 +67,13 @@ class TypicalTasks:
             None if mem is None else np.asarray(mem, dtype=np.float64),
         )
 
+    def take(self, columns: np.ndarray) -> TypicalTasks:
+        """These tasks alone, in this order (popularities as they are, not summed to 1: for
+        per-task values, which do not read them)."""
+        return TypicalTasks(self.cpu[columns], self.milli[columns], self.num[columns],
+                            tuple(self.models[j] for j in columns.tolist()), self.p[columns],
+                            None if self.mem is None else self.mem[columns])
+
     def model_ok(self, state: ClusterState) -> np.ndarray:
         """(state models, tasks): may task m run on a GPU of that model."""
         out = np.ones((len(state.models), len(self.p)), dtype=bool)
@@ -82,18 +89,26 @@ def column_order(old: tuple, new: tuple) -> np.ndarray | None:
     otherwise. Per-task values (``frag(..., per_task=True)``, ``FGD.deltas``) are made task by
     task, elementwise, so those of ``old`` with their columns taken in this order are, bit for
     bit, those of ``new``."""
+    where = column_map(old, new)
+    if where is None or len(where) != len(old[2]) or (where < 0).any():
+        return None  # another count, or a task the old columns lack
+    return where
+
+
+def column_map(old: tuple, new: tuple) -> np.ndarray | None:
+    """``column_order`` where the tasks may also come and go (a re-read mix that learned a
+    new shape, or dropped one): each column of ``new``'s position in ``old``, -1 for a task
+    ``old`` lacks (its values are to be made, e.g. with a model of those tasks alone,
+    ``TypicalTasks.take``: values made task by task are the same in any company). None for
+    another measure, host memory tested in one only, or a task twice in ``old``."""
     if old[0] != new[0] or (old[5] is None) != (new[5] is None):
         return None  # another measure, or host memory tested in one only
     old_tasks = list(zip(*old[1:5], *(() if old[5] is None else (old[5],)), strict=True))
     new_tasks = list(zip(*new[1:5], *(() if new[5] is None else (new[5],)), strict=True))
     where = {task: j for j, task in enumerate(old_tasks)}
-    if len(where) != len(old_tasks) or len(new_tasks) != len(old_tasks):
-        return None  # a task twice (ambiguous), or another count
-    try:
-        order = [where[task] for task in new_tasks]
-    except KeyError:
-        return None  # a task the old columns lack
-    return np.asarray(order, dtype=np.int64)
+    if len(where) != len(old_tasks):
+        return None  # a task twice (ambiguous)
+    return np.asarray([where.get(task, -1) for task in new_tasks], dtype=np.int64)
 
 
 def default_tasks() -> TypicalTasks:
@@ -287,13 +302,14 @@ class FGD:
 
     def deltas(
         self, state: ClusterState, demand: PodDemand, masks: GpuMasks, per_task: bool = False,
-        share: np.ndarray | None = None,
+        share: np.ndarray | None = None, model: FragModel | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(share_delta per candidate GPU, whole_delta per candidate node): F_n - F_n'.
         share_delta is computed where ``share`` (by default ``masks.share``) holds (0
         elsewhere). ``per_task``: for each typical task (a trailing axis), before the
-        popularities weigh them."""
-        fm = self.model
+        popularities weigh them. ``model``: another model than the policy's (per-task values
+        for some of its tasks: ``TypicalTasks.take``)."""
+        fm = self.model if model is None else model
         # Alike candidates (each with its GPUs): positions are the masks' own nodes.
         nodes = (masks.nodes if masks.alike and masks.nodes is not None
                  else candidate_nodes(state, masks))

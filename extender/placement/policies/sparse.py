@@ -117,8 +117,9 @@ from extender.placement.policies.base import gpu_free_after, node_free_fraction
 from extender.placement.policies.common import pod_cpu, pod_mem
 from extender.placement.policies.fgd import (
     FGD,
+    FragModel,
     TypicalTasks,
-    column_order,
+    column_map,
     default_tasks,
     node_model,
 )
@@ -137,9 +138,9 @@ PRICE_SOLVES = (INLINE, DEFERRED)
 
 
 def _carry_columns(old: tuple[object, ...], new: tuple[object, ...]) -> np.ndarray | None:
-    """The fragmentation term's raw columns carried over a re-read mix whose tasks only
-    changed order (its epoch is the model's columns)."""
-    return column_order(old[0], new[0])  # type: ignore[arg-type]
+    """The fragmentation term's raw columns carried over a re-read mix whose tasks changed
+    order, came or went (its epoch is the model's columns): -1 where a task is new."""
+    return column_map(old[0], new[0])  # type: ignore[arg-type]
 
 
 def _free_milli(state: ClusterState, masks: GpuMasks, top: int) -> np.ndarray:
@@ -316,14 +317,18 @@ class Sparse:
             offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
         return share, whole
 
-    def _frag_raw(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
-                  ) -> TermValues:
+    def _frag_raw(self, state: ClusterState, demand: PodDemand, masks: GpuMasks,
+                  columns: np.ndarray | None = None) -> TermValues:
         """The fragmentation growth per typical task (GPUs x tasks), before the popularities
         weigh it: valid for as long as the mix keeps the same tasks (``FragModel.columns``);
-        None for the slots the demand has none of."""
+        None for the slots the demand has none of. ``columns``: those tasks' only (the
+        ones a re-read mix added, ``_carry_columns``)."""
         gpus = masks.gpus
         room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
-        share, whole = self._frag.deltas(state, demand, masks, per_task=True, share=room)
+        model = (None if columns is None
+                 else FragModel(self._frag.model.tasks.take(columns), self._frag.fill))
+        share, whole = self._frag.deltas(state, demand, masks, per_task=True, share=room,
+                                         model=model)
         has_whole = demand.whole_gpus or not demand.has_share
         return (share if demand.has_share else None,
                 whole[masks.owner] if has_whole else None)

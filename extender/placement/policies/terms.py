@@ -51,7 +51,8 @@ class CostTerm(NamedTuple):
     finish_epoch: tuple[object, ...] = ()  # what ``finish`` reads, compared by identity
     # ``carry(old epoch, new epoch)``: the order in which the raw arrays' columns (their
     # second axis) made with the old epoch are the raw values with the new one, or None
-    # (they are made again).
+    # (they are made again); -1 for a column the old arrays lack, made by
+    # ``raw(state, demand, masks, columns=<their positions>)``.
     carry: Callable[[tuple[object, ...], tuple[object, ...]], np.ndarray | None] | None = None
 
 

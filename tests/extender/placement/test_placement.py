@@ -247,3 +247,13 @@ def test_masks_over_every_node_in_order_match_any_other_order(alike):
             assert getattr(everything, name).tolist() == getattr(reordered, name)[back].tolist()
         assert fit(state, demand, ["a", "b", "c"]).fits.tolist() == \
             fit(state, demand, ["c", "a", "b"]).fits[[1, 2, 0]].tolist()
+
+
+def test_nodes_are_found_by_name_at_their_sorted_position_under_names_held_elsewhere():
+    names = ["node-c", "node-a", "nöde-ü", "node-b"]
+    state = ClusterState(inventory(*(gpu_node(n, 1) for n in names)), default_matrix())
+    assert state.node_names == sorted(names)
+    # the lookup keys are the state's own copies; requests bring other string objects
+    asked = ["".join(list(n)) for n in reversed(sorted(names))]
+    assert [state.node_index[n] for n in asked] == [3, 2, 1, 0]
+    assert fit(state, share(), asked).nodes.tolist() == [3, 2, 1, 0]
