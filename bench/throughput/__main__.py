@@ -211,15 +211,25 @@ def timed_pods(pods: int, bound_early: int) -> int:
     return pods - bound_early
 
 
-def log_problems(path: Path, limit: int = 20) -> list[str]:
-    """The extender's ERROR and CRITICAL lines and tracebacks (at most ``limit``)."""
+def log_problems(path: Path, limit: int = 80) -> list[str]:
+    """The extender's WARNING, ERROR and CRITICAL lines and every traceback, with the line
+    before it (what raised: a log message, or a thread's or the interpreter's own notice) and
+    the indented lines after it; at most ``limit`` lines."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    bad = [ln for ln in lines
-           if " ERROR " in ln or " CRITICAL " in ln or ln.startswith("Traceback")]
-    return bad[:limit]
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if any(f" {level} " in line for level in ("WARNING", "ERROR", "CRITICAL")):
+            keep.add(i)
+        elif line.startswith("Traceback"):
+            keep.update(range(max(i - 1, 0), i + 1))
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith(" ") or lines[j] == ""):
+                j += 1
+            keep.update(range(i + 1, min(j + 1, len(lines))))  # and the exception's line
+    return [lines[i] for i in sorted(keep)][:limit]
 
 
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
@@ -442,7 +452,7 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
             click.echo(f"    of the extender's CPU per bound pod, its child processes (the price"
                        f" worker): {children:.2f} ms")
         problems = r.get("extender_log", [])
-        click.echo(f"    extender log: {len(problems)} error line(s)"
+        click.echo(f"    extender log: {len(problems)} warning or error line(s)"
                    + "".join(f"\n      {line[:150]}" for line in problems))
 
 

@@ -61,12 +61,25 @@ def test_tree_cpu_of_a_gone_process_is_empty() -> None:
     assert tp.tree_cpu(None) == {}
 
 
-def test_log_problems_keeps_errors_and_tracebacks(tmp_path: Path) -> None:
+def test_log_problems_keeps_warnings_errors_and_whole_tracebacks(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
-    log.write_text("2026 WARNING sparse.http slow\n"
+    log.write_text("2026 INFO sparse ready\n"
+                   "2026 WARNING sparse.http slow\n"
                    "2026 ERROR sparse.prices share price table not solved\n"
+                   "2026 INFO sparse serving\n"
+                   "Exception in thread QueueManagerThread:\n"
                    "Traceback (most recent call last):\n"
-                   "2026 INFO sparse ready\n")
-    assert tp.log_problems(log) == ["2026 ERROR sparse.prices share price table not solved",
-                                    "Traceback (most recent call last):"]
+                   '  File "x.py", line 1, in <module>\n'
+                   "    boom()\n"
+                   "RuntimeError: boom\n"
+                   "2026 INFO sparse stopped\n")
+    assert tp.log_problems(log) == [
+        "2026 WARNING sparse.http slow",
+        "2026 ERROR sparse.prices share price table not solved",
+        "Exception in thread QueueManagerThread:",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "    boom()",
+        "RuntimeError: boom"]
+    assert tp.log_problems(log, limit=1) == ["2026 WARNING sparse.http slow"]
     assert tp.log_problems(tmp_path / "missing.log") == []
