@@ -167,10 +167,10 @@ class PriceSolver:
             self._executor = self.make_executor()
         return self._executor
 
-    def _reset(self) -> None:
+    def _reset(self, wait: bool = False) -> None:
         executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            executor.shutdown(wait=wait, cancel_futures=True)
 
     @property
     def starting(self) -> bool:
@@ -183,7 +183,11 @@ class PriceSolver:
         return list(processes)
 
     def close(self) -> None:
-        """Stop the worker; polls after this do nothing (a solve's wake-up included)."""
+        """Stop the worker and wait until it has exited (at most the running solve); polls
+        after this do nothing (a solve's wake-up included). Not waiting leaves the pool's
+        manager thread closing its wake-up pipe while the interpreter's exit hook writes to
+        it (Python 3.11): a clean shutdown then printed an ``OSError: [Errno 9]`` traceback
+        now and then."""
         self._closed = True
         self._running = None
-        self._reset()
+        self._reset(wait=True)

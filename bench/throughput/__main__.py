@@ -152,15 +152,84 @@ def scrape(url: str, c: e2e_cluster.LocalCluster | None = None) -> Samples:
         return Samples.parse(r.read().decode())
 
 
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first); None when unreadable."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def cpu_seconds(pid: int | None) -> float:
     """CPU seconds (user + system) a process has used, from /proc; 0 when unreadable."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat(pid) if pid is not None else None
+    if fields is None:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, theirs, ...), from /proc's parent ids."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            parent[int(entry.name)] = int(fields[1])
+    below, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, pp in parent.items() if pp in frontier]
+        below += kids
+        frontier = kids
+    return below
+
+
+def tree_cpu(pid: int | None) -> dict[int, float]:
+    """CPU seconds of a process and of each live descendant (the extender's share price
+    worker runs in a child process: its CPU is the extender's). The root's entry also holds
+    the CPU of children it has already reaped."""
+    if pid is None or (fields := _stat(pid)) is None:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {pid: sum(int(f) for f in fields[11:15]) / tick}
+    for child in descendants(pid):
+        out[child] = cpu_seconds(child)
+    return out
+
+
+def tree_cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds a process tree used between two ``tree_cpu`` readings; a process born
+    since counts from zero."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
+def timed_pods(pods: int, bound_early: int) -> int:
+    """Pods the clock counts; a clear error when the scheduler bound them all before it
+    answered ready (a burst too small for the cluster to time)."""
+    if bound_early >= pods:
+        raise click.ClickException(
+            f"all {pods} pods were bound before kube-scheduler answered ready: nothing to time;"
+            " run with more --pods")
+    return pods - bound_early
+
+
+def log_problems(path: Path, limit: int = 80) -> list[str]:
+    """The extender's WARNING, ERROR and CRITICAL lines and every traceback, with the line
+    before it (what raised: a log message, or a thread's or the interpreter's own notice) and
+    the indented lines after it; at most ``limit`` lines."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if any(f" {level} " in line for level in ("WARNING", "ERROR", "CRITICAL")):
+            keep.add(i)
+        elif line.startswith("Traceback"):
+            keep.update(range(max(i - 1, 0), i + 1))
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith(" ") or lines[j] == ""):
+                j += 1
+            keep.update(range(i + 1, min(j + 1, len(lines))))  # and the exception's line
+    return [lines[i] for i in sorted(keep)][:limit]
 
 
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
@@ -204,6 +273,7 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
         # Pods bound before the clock (between the scheduler's first cycle and its /readyz
         # answering) count neither in the pods nor in the time.
         bound_early = pods - unbound_count(c)
+        timed = timed_pods(pods, bound_early)
         spy = None
         if profile is not None and ext is not None and ext.proc is not None:
             spy = subprocess.Popen(
@@ -219,7 +289,7 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
                  "kube-apiserver": c.apiserver.pid if c.apiserver else None,
                  "etcd": c.etcd.pid if c.etcd else None,
                  "extender": ext.proc.pid if ext is not None and ext.proc is not None else None}
-        cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        cpu_before = {name: tree_cpu(pid) for name, pid in procs.items()}
         done, last_report, half_at = bound_early, started, None
         while done < pods:
             time.sleep(0.25)
@@ -232,15 +302,21 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"only {done}/{pods} pods bound after 10 minutes")
         elapsed = time.monotonic() - started
-        cpu_ms = {name: 1000 * (cpu_seconds(pid) - cpu_before[name]) / (pods - bound_early)
+        cpu_after = {name: tree_cpu(pid) for name, pid in procs.items()}
+        cpu_ms = {name: 1000 * tree_cpu_delta(cpu_before[name], cpu_after[name]) / timed
                   for name, pid in procs.items() if pid is not None}
+        ext_pid = procs["extender"]
+        if ext_pid is not None:  # the part of the extender's CPU its children used
+            children = {pid: sec for pid, sec in cpu_after["extender"].items() if pid != ext_pid}
+            cpu_ms["extender children"] = 1000 * tree_cpu_delta(
+                cpu_before["extender"], children) / timed
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             spy.wait(30)
         s_after = scrape(sched_url, c)
         a_after = scrape(f"{c.server}/metrics", c)
         out: dict = {"pods": pods, "seconds": elapsed,
-                     "pods_per_s": (pods - bound_early) / elapsed, "bound_early": bound_early,
+                     "pods_per_s": timed / elapsed, "bound_early": bound_early,
                      "verbs": verbs if ext is not None else None,
                      "load": [load_before, os.getloadavg()[0]],
                      "median_to_bind_s": half_at, "cpu_ms_per_pod": cpu_ms,
@@ -252,6 +328,9 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
         c.stop_scheduler()
         if ext is not None:
             ext.stop()
+    if isinstance(ext, Extender):  # one log per run: the next run's extender starts afresh
+        out["extender_log"] = log_problems(ext.log_path)
+        ext.log_path.unlink(missing_ok=True)
     return out
 
 
@@ -321,8 +400,9 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
             f"{v:{w}.2f}" if v is not None else f"{'-':>{w}}"
             for v, w in zip(cells, (9, 9, 6, 8), strict=True))
             + f" {sum(v for v in cells if v is not None):6.2f}")
-    click.echo("  (user + system CPU of each process over the run, per bound pod; the machine's"
-               f" {os.cpu_count()} cores are\n  shared by all of them and whatever else runs)")
+    click.echo("  (user + system CPU of each process over the run, per bound pod, with its"
+               " children's: the\n  extender's share price worker; the machine's"
+               f" {os.cpu_count()} cores are shared by all of them\n  and whatever else runs)")
     click.echo("\n  API server requests per bound pod (the bench's own polling of unbound pods"
                " included):")
     for label, r in results.items():
@@ -339,7 +419,7 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
         click.echo(f"    {'verb':11} {'calls':>6} {'total':>7} " +
                    " ".join(f"{s:>9}" for s in STAGES))
         for verb, row in ext.items():
-            if verb in ("event loop", "reuse"):
+            if verb in ("event loop", "reuse", "prices"):
                 continue
             click.echo(f"    {verb:11} {int(row['calls']):6d} {row['total_ms']:7.2f} " +
                        " ".join(f"{row.get(s, 0.0):9.3f}" for s in STAGES))
@@ -363,6 +443,17 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
         if lag:
             click.echo(f"    event-loop lag: mean {lag['total_ms']:.2f} ms, p99 <="
                        f" {lag['p99']:.1f} ms (a ready request waits as long)")
+        prices = ext.get("prices")
+        if prices is not None:
+            click.echo("    share price tables from the worker: " + ", ".join(
+                f"{n:.0f} {result}" for result, n in prices.items()))
+        children = r.get("cpu_ms_per_pod", {}).get("extender children")
+        if children is not None:
+            click.echo(f"    of the extender's CPU per bound pod, its child processes (the price"
+                       f" worker): {children:.2f} ms")
+        problems = r.get("extender_log", [])
+        click.echo(f"    extender log: {len(problems)} warning or error line(s)"
+                   + "".join(f"\n      {line[:150]}" for line in problems))
 
 
 @click.command()

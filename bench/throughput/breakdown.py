@@ -87,6 +87,11 @@ def extender_breakdown(before: Samples, after: Samples) -> dict[str, dict[str, f
                - before.total("sparse_extender_cost_reuse_total", cache=cache, result=r)
                for r in ("hit", "miss")}
         out.setdefault("reuse", {})[cache] = got
+    # The share price tables its worker process solved over the run (a failed one leaves the
+    # last table in use: the placement is then priced with an older mix).
+    out["prices"] = {r: after.total("sparse_extender_price_tables_total", result=r)
+                     - before.total("sparse_extender_price_tables_total", result=r)
+                     for r in ("installed", "dropped", "failed")}
     lag_n, lag_mean = delta_mean_ms(before, after, "sparse_extender_event_loop_lag_seconds")
     if lag_n:
         out["event loop"] = {"calls": lag_n, "total_ms": lag_mean,

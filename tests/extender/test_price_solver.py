@@ -270,5 +270,9 @@ def test_a_worker_process_solves_what_the_policy_would() -> None:
             min(own + WORKER_NICENESS, 19)]
         expected, _ = value_table(job.tasks, job.start)
         np.testing.assert_array_equal(policy._value["table"].value, expected)
+        workers = solver.worker_pids()
     finally:
         solver.close()
+    for pid in workers:  # close waited for the worker: it has exited and was reaped
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
