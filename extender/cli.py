@@ -173,6 +173,7 @@ def serve(**options: object) -> None:
         max_in_flight=options["max_in_flight"], queue_timeout_s=options["queue_timeout"],
         filter_best_within=options["filter_best_within"],
         filter_best_single=bool(options["filter_best_single"]),
+        start_price_worker=True,
     )  # type: ignore[arg-type]
     errors = settings.validate()
     if errors:

@@ -69,6 +69,9 @@ class Settings:
     # With filter_best_within: only the single best node (kube-scheduler then skips scoring).
     filter_best_single: bool = False
     success_events: bool = False  # a Normal event per bound pod (the scheduler posts one too)
+    # Start the share price worker before ready (``serve``), so its imports (about a second of
+    # CPU) are not paid inside the first burst; off, it starts with the first solve.
+    start_price_worker: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -12,9 +12,9 @@ One solve runs at a time. When it ends the policy is asked again for its job, wh
 the newest mix's: mixes re-read while a solve ran never queue up (no pile-up), and the running
 solve's table, if its mix was re-read since, is dropped by the policy. A solve that fails is
 logged and not retried: the policy keeps its table until the next re-read brings another job.
-The worker process starts with the first job (the first re-read of the mix; its imports take
-about a second of its own CPU while the old table prices) or with ``start``; one that dies is
-replaced on the next job.
+The worker process starts with ``start`` (``serve`` calls it before the extender answers
+ready: its spawn and imports take about a second of CPU, which would otherwise fall inside the
+first burst) or else with the first job; one that dies is replaced on the next job.
 """
 
 from __future__ import annotations

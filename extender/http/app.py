@@ -216,6 +216,8 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
         # pause of the event loop at 5,000 nodes). Reference counting still frees it.
         gc.collect()  # garbage made so far is freed first, not frozen with the rest
         gc.freeze()
+        if settings.start_price_worker:
+            scheduler.prices.start()  # the worker imports while nothing waits on it
         app[READY].set()
         expiry = asyncio.create_task(_expiry_loop(scheduler, settings.expire_interval_s))
         health = asyncio.create_task(scheduler.health.run(scheduler.ledger))

@@ -276,3 +276,20 @@ def test_a_worker_process_solves_what_the_policy_would() -> None:
     for pid in workers:  # close waited for the worker: it has exited and was reaped
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+async def test_serve_starts_the_worker_before_ready_and_lazy_otherwise() -> None:
+    """``start_price_worker`` (what ``serve`` sets) starts the worker with the app, before it
+    answers ready; without it nothing starts until the first solve."""
+    for eager in (True, False):
+        policy = _deferred(1000)
+        s = Scheduler(inventory=inventory(gpu_node("gpu-0", 4)), ledger=MemoryLedger(),
+                      matrix=default_matrix(), policy=policy)
+        pool = HeldPool()
+        s.prices = PriceSolver(policy, lambda pool=pool: pool)
+        client = TestClient(TestServer(make_app(Settings(start_price_worker=eager),
+                                                scheduler=s)))
+        await client.start_server()
+        assert (await client.get("/readyz")).status == 200
+        await client.close()
+        assert [fn.__name__ for _, fn, _ in pool.jobs] == (["_warm"] if eager else [])
