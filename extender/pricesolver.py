@@ -24,6 +24,8 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from typing import Protocol
@@ -51,18 +53,32 @@ def _warm() -> None:
     """Run first in a new worker: its imports (NumPy, SciPy) done before the first job."""
 
 
-def _lower_priority() -> None:
-    """The worker's initializer: the old table prices while it solves, so a late table costs
-    little and a slower event loop costs every request."""
+PARENT_CHECK_S = 1.0  # how often a worker looks whether the extender is still there
+
+
+def _exit_with(parent: int) -> None:
+    """End the worker once its parent is gone. A killed extender (SIGKILL, a crash) never
+    shuts its pool down, and an idle worker blocked on its queue would then live on, holding
+    ~100 MB, outside a container that would have reaped it."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
+
+
+def _worker_init(parent: int) -> None:
+    """The worker's initializer: a lower CPU priority (the old table prices while it solves,
+    so a late table costs little and a slower event loop costs every request), and a watch
+    that ends it with its parent."""
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
+    threading.Thread(target=_exit_with, args=(parent,), name="parent-watch", daemon=True).start()
 
 
 def worker_pool() -> Executor:
     """One worker process, started fresh (spawn: nothing of the event loop's process is
-    inherited) and at a lower CPU priority."""
+    inherited), at a lower CPU priority, ending with this process."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_lower_priority)
+                               initializer=_worker_init, initargs=(os.getpid(),))
 
 
 class PriceSolver:

@@ -293,3 +293,49 @@ async def test_serve_starts_the_worker_before_ready_and_lazy_otherwise() -> None
         assert (await client.get("/readyz")).status == 200
         await client.close()
         assert [fn.__name__ for _, fn, _ in pool.jobs] == (["_warm"] if eager else [])
+
+
+_OWNER = """
+import sys
+from extender.placement.policies.sparse import DEFERRED, Sparse
+from extender.pricesolver import PriceSolver
+solver = PriceSolver(Sparse(price_solve=DEFERRED))
+solver.start()
+solver._warming.result(timeout=120)
+print(*solver.worker_pids(), flush=True)
+sys.stdin.read()
+"""
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan that exited waits for whoever reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_a_worker_ends_when_its_extender_is_killed() -> None:
+    """A SIGKILLed extender never shuts its pool down; its idle worker must not live on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in owner.stdout.readline().split()]  # type: ignore[union-attr]
+        assert len(workers) == 1
+        assert _running(workers[0])  # alive while its parent is
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    deadline = time.monotonic() + 60  # a liveness bound, generous for a loaded machine
+    while time.monotonic() < deadline:
+        if not _running(workers[0]):
+            return
+        time.sleep(0.2)
+    os.kill(workers[0], signal.SIGKILL)
+    pytest.fail("the worker outlived its killed parent")
