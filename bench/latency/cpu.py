@@ -19,9 +19,7 @@ apart, with how many took filter's per-GPU pick instead of re-planning.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from pathlib import Path
 
 import click
 import msgspec
@@ -30,6 +28,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from bench.latency.cluster import request_bodies, synthetic_inventory
 from bench.latency.servers import extender_app, null_app
+from bench.procstat import cpu_seconds
 from extender.cli import use_fast_event_loop
 from extender.http.keys import DECODER, SCHEDULER
 from extender.placement.policies.sparse import DEFERRED, PRICE_SOLVES
@@ -72,20 +71,11 @@ async def _bind_best(client: TestClient, body: bytes, answer: bytes) -> None:
     await resp.read()
 
 
-def _proc_cpu_s(pid: int) -> float:
-    """CPU seconds of a process (utime + stime), from /proc; 0 when unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def price_worker_cpu_s(app: web.Application) -> float:
     """CPU seconds of the app's share price worker (the policy's value tables are solved
     there); 0 when it has none."""
     prices = getattr(app.get(SCHEDULER), "prices", None)
-    return sum(_proc_cpu_s(pid) for pid in (prices.worker_pids() if prices is not None else ()))
+    return sum(cpu_seconds(pid) for pid in (prices.worker_pids() if prices is not None else ()))
 
 
 def helper_cpu_s(app: web.Application) -> float:
@@ -96,7 +86,7 @@ def helper_cpu_s(app: web.Application) -> float:
     decoder = app.get(DECODER)
     proc = getattr(decoder, "_proc", None)
     if proc is not None and proc.returncode is None:
-        total += _proc_cpu_s(proc.pid)
+        total += cpu_seconds(proc.pid)
     return total
 
 

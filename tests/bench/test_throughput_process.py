@@ -1,5 +1,5 @@
 """The throughput bench's per-process bookkeeping: the pods it times, the CPU of a process
-tree (the extender and its price worker), the extender's error lines."""
+tree (``bench.procstat``: the extender and its price worker), the extender's error lines."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 import pytest
+
+from bench import procstat
 
 tp = importlib.import_module("bench.throughput.__main__")
 
@@ -36,11 +38,11 @@ def test_descendants_holds_children_and_grandchildren() -> None:
     try:
         assert child.stdout is not None
         grandchild = int(child.stdout.readline())
-        below = tp.descendants(child.pid)
+        below = procstat.descendants(child.pid)
         assert set(below) == {grandchild}
-        assert set(tp.descendants(os.getpid())) >= {
+        assert set(procstat.descendants(os.getpid())) >= {
             child.pid, grandchild}
-        assert set(tp.tree_cpu(child.pid)) == {child.pid, grandchild}
+        assert set(procstat.tree_cpu(child.pid)) == {child.pid, grandchild}
     finally:
         assert child.stdin is not None
         child.stdin.close()
@@ -50,15 +52,15 @@ def test_descendants_holds_children_and_grandchildren() -> None:
 def test_a_process_born_during_the_run_counts_from_zero() -> None:
     before = {1: 2.0}
     after = {1: 2.5, 7: 0.75}  # 7: the price worker, started after the first reading
-    assert tp.tree_cpu_delta(before, after) == pytest.approx(1.25)
-    assert tp.tree_cpu_delta({}, {}) == 0.0
+    assert procstat.tree_cpu_delta(before, after) == pytest.approx(1.25)
+    assert procstat.tree_cpu_delta({}, {}) == 0.0
 
 
 def test_tree_cpu_of_a_gone_process_is_empty() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(30)
-    assert tp.tree_cpu(gone.pid) == {}
-    assert tp.tree_cpu(None) == {}
+    assert procstat.tree_cpu(gone.pid) == {}
+    assert procstat.tree_cpu(None) == {}
 
 
 def test_log_problems_keeps_warnings_errors_and_whole_tracebacks(tmp_path: Path) -> None:
