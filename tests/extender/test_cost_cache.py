@@ -379,20 +379,21 @@ def test_column_map_marks_the_new_tasks() -> None:
     assert column_map(columns([a, b]), columns([a, b], [1, 2])) is None  # memory tested
 
 
-def test_column_order_only_for_the_same_tasks() -> None:
-    from extender.placement.policies.fgd import FragModel, column_order
+def test_column_map_reorders_the_same_tasks() -> None:
+    from extender.placement.policies.fgd import FragModel, column_map
 
     def columns(rows, mem=None):
         return FragModel(TypicalTasks.of([(*r, 1.0) for r in rows], mem), fill=True).columns
 
     a, b, c = (100, 250, 1, None), (0, 500, 1, frozenset({"V100M16"})), (0, 1000, 2, None)
-    assert column_order(columns([a, b, c]), columns([c, a, b])).tolist() == [2, 0, 1]
-    assert column_order(columns([a, b]), columns([a, c])) is None  # another task
-    assert column_order(columns([a, b]), columns([a, b, c])) is None  # one more
-    assert column_order(columns([a, a]), columns([a, a])) is None  # ambiguous
-    assert column_order(columns([a, b]), columns([b, a], [1, 2])) is None  # memory tested
-    assert column_order(columns([a, b], [1, 2]), columns([b, a], [2, 1])).tolist() == [1, 0]
-    assert column_order(columns([a, b], [1, 2]), columns([b, a], [1, 2])) is None
+    assert column_map(columns([a, b, c]), columns([c, a, b])).tolist() == [2, 0, 1]
+    assert column_map(columns([a, b]), columns([a, c])).tolist() == [0, -1]  # another task
+    assert column_map(columns([a, b]), columns([a, b, c])).tolist() == [0, 1, -1]  # one more
+    assert column_map(columns([a, a]), columns([a, a])) is None  # ambiguous
+    assert column_map(columns([a, b]), columns([b, a], [1, 2])) is None  # memory tested
+    assert column_map(columns([a, b], [1, 2]), columns([b, a], [2, 1])).tolist() == [1, 0]
+    # the same shapes with other host memory are other tasks
+    assert column_map(columns([a, b], [1, 2]), columns([b, a], [1, 2])).tolist() == [-1, -1]
 
 
 def test_terms_over_every_gpu_in_order_equal_the_gathered_ones() -> None:

@@ -83,23 +83,13 @@ class TypicalTasks:
         return out
 
 
-def column_order(old: tuple, new: tuple) -> np.ndarray | None:
-    """Where each task column of ``new`` (``FragModel.columns``) sits in ``old``, when both
-    hold the same tasks in another order (a re-read mix ranks its shapes anew); None
-    otherwise. Per-task values (``frag(..., per_task=True)``, ``FGD.deltas``) are made task by
-    task, elementwise, so those of ``old`` with their columns taken in this order are, bit for
-    bit, those of ``new``."""
-    where = column_map(old, new)
-    if where is None or len(where) != len(old[2]) or (where < 0).any():
-        return None  # another count, or a task the old columns lack
-    return where
-
-
 def column_map(old: tuple, new: tuple) -> np.ndarray | None:
-    """``column_order`` where the tasks may also come and go (a re-read mix that learned a
-    new shape, or dropped one): each column of ``new``'s position in ``old``, -1 for a task
-    ``old`` lacks (its values are to be made, e.g. with a model of those tasks alone,
-    ``TypicalTasks.take``: values made task by task are the same in any company). None for
+    """Each task column of ``new`` (``FragModel.columns``)'s position in ``old``, -1 for a task
+    ``old`` lacks: a re-read mix ranks its shapes anew, learns new ones and drops some.
+    Per-task values (``frag(..., per_task=True)``, ``FGD.deltas``) are made task by task,
+    elementwise, so those of ``old`` with their columns taken in this order are, bit for bit,
+    those of ``new``; the -1 columns are to be made, e.g. with a model of those tasks alone
+    (``TypicalTasks.take``: values made task by task are the same in any company). None for
     another measure, host memory tested in one only, or a task twice in ``old``."""
     if old[0] != new[0] or (old[5] is None) != (new[5] is None):
         return None  # another measure, or host memory tested in one only
