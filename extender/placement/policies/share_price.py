@@ -111,12 +111,17 @@ def share_prices(sizes: np.ndarray, q: np.ndarray, start: tuple[Packing, ...] = 
     return prices, used
 
 
+def share_tasks(tasks: TypicalTasks) -> np.ndarray:
+    """Which of the mix's tasks are shares: one GPU's part, more than nothing, less than all."""
+    return (tasks.num <= 1) & (tasks.milli > 0) & (tasks.milli < MILLI)
+
+
 def value_table(tasks: TypicalTasks, start: tuple[Packing, ...] = ()
                 ) -> tuple[np.ndarray, tuple[Packing, ...]]:
     """``value(r)`` for r = 0..1000 milli: the most, in the mix's share prices, a GPU with r
     free can hold (shares of the mix only; whole GPUs, CPU and models left out; all zeros
     when the mix has no shares), and the packings to start the next mix's prices from."""
-    share = (tasks.num <= 1) & (tasks.milli > 0) & (tasks.milli < MILLI)
+    share = share_tasks(tasks)
     if not share.any():
         return np.zeros(MILLI + 1), start
     sizes = np.ceil(tasks.milli[share] / STEP).astype(np.int64) * STEP
@@ -167,7 +172,7 @@ def host_share(tasks: TypicalTasks, cpu_left: np.ndarray | None, mem_left: np.nd
     model (``model_ok``: nodes x tasks, None = all) and whose CPU and host memory fit what the
     node has left (None = not tested); 1 where the mix has no shares. A GPU's free milli is
     worth that part of ``value``: the shares that cannot reach it cannot use it."""
-    share = (tasks.num <= 1) & (tasks.milli > 0) & (tasks.milli < MILLI)
+    share = share_tasks(tasks)
     p = tasks.p[share]
     total = p.sum()
     n = len(cpu_left) if cpu_left is not None else len(model_ok)
