@@ -263,13 +263,12 @@ class CostCache:
                 self._make_columns(entry, compute, state, demand, masks, subs, missing)
             self.generation += 1
         # A node's stamp changes with every booking on it (ClusterState.node_stamp).
-        if masks.every:  # every node in order (a whole-inventory refill): no gathers
-            stale = np.flatnonzero(entry.stamp != state.node_stamp)
-            stale_count = (int((state.node_stop[stale] - state.node_start[stale]).sum())
-                           if len(stale) else 0)
-        elif masks.nodes is not None:  # the candidate nodes (distinct): compare per node
-            nodes = masks.nodes
-            stale = nodes[entry.stamp[nodes] != state.node_stamp[nodes]]
+        if masks.every or masks.nodes is not None:
+            if masks.every:  # every node in order (a whole-inventory refill): no gathers
+                stale = np.flatnonzero(entry.stamp != state.node_stamp)
+            else:  # the candidate nodes (distinct): compare per node
+                nodes = masks.nodes
+                stale = nodes[entry.stamp[nodes] != state.node_stamp[nodes]]
             stale_count = (int((state.node_stop[stale] - state.node_start[stale]).sum())
                            if len(stale) else 0)
         else:
