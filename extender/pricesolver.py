@@ -144,8 +144,7 @@ class PriceSolver:
         try:
             value, packings = future.result()
         except Exception as exc:  # the old table stays; a new mix brings a new job
-            self.failed += 1
-            self._failed = job
+            self._fail(job)
             log.error("share price table not solved, the last one stays in use: %r", exc)
             if isinstance(exc, BrokenExecutor):
                 self._reset()  # the worker died: a new one for the next job
@@ -155,12 +154,16 @@ class PriceSolver:
         else:
             self.dropped += 1
 
+    def _fail(self, job: PriceJob) -> None:
+        """The job is not tried again: the old table stays until a new mix's job."""
+        self.failed += 1
+        self._failed = job
+
     def _submit(self, job: PriceJob) -> None:
         try:
             future = self._pool().submit(self.solver, job.tasks, job.start)
         except Exception:
-            self.failed += 1
-            self._failed = job
+            self._fail(job)
             log.exception("share price solve not started, the last table stays in use")
             self._reset()
             return
