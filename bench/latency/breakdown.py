@@ -109,7 +109,7 @@ def _steps() -> list[tuple[Any, str, str]]:
         (costcache.CostCache, "_filled", "cost cache entry brought up to date"),
         (costcache, "add_terms", "terms added"),
         (sparse.Sparse, "_frag_raw", "sparse: fragmentation per task (raw)"),
-        (sparse.Sparse, "_value_table", "sparse: share price value table"),
+        (sparse.Sparse, "_solve_prices", "sparse: share price table solved (inline)"),
         (sparse.Sparse, "_remainder_term", "sparse: remainder term"),
         (filter_verb, "parse_embedding", "embedding annotation"),
         (filter_verb.protocol, "filter_result", "filter answer built"),
