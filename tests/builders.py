@@ -172,6 +172,32 @@ async def random_bind_or_release(rng: Any, twins: Iterable[Scheduler], p: dict[s
             await s.release(gone["metadata"]["uid"])
 
 
+def without_node_verdicts(s: Scheduler) -> Scheduler:
+    """``s`` with filter's per-node verdicts off: fit and node_costs on every call (the
+    reference the verdicts are compared with)."""
+    s.node_verdicts.fits = lambda *a, **k: None  # type: ignore[method-assign]
+    return s
+
+
+def cycle_costs(s: Scheduler, uid: str) -> list[float] | None:
+    """The costs filter kept for pod ``uid``'s prioritize, or None."""
+    entry = s.cycle_costs._by_uid.get(uid)
+    return None if entry is None else entry[1].costs.tolist()
+
+
+async def filter_alike(cached: Scheduler, plain: Scheduler, p: dict[str, Any],
+                       names: Iterable[str], step: int) -> protocol.FilterResult:
+    """Filter ``p`` on both schedulers and check they answer alike, down to the costs kept
+    for prioritize; ``cached``'s answer."""
+    names = list(names)
+    a = await cached.filter(filter_args(p, names))
+    b = await plain.filter(filter_args(p, names))
+    assert protocol.encode(a) == protocol.encode(b), step
+    uid = p["metadata"]["uid"]
+    assert cycle_costs(cached, uid) == cycle_costs(plain, uid), step
+    return a
+
+
 def random_book_or_release(rng: Any, state: Any, demand: Any, fitting: list[str],
                            policy: Any, booked: list[str]) -> None:
     """One random step of the tests that drive a ``ClusterState`` directly: 30 % of the time

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import random
 
-from builders import bind_pod, filter_args, gpu_node, mixed_inventory, pod, random_bind_or_release
+from builders import (
+    bind_pod,
+    filter_alike,
+    filter_args,
+    gpu_node,
+    mixed_inventory,
+    pod,
+    random_bind_or_release,
+    without_node_verdicts,
+)
 
 from extender import protocol
 from extender.interference import default_matrix
@@ -22,16 +31,6 @@ def cluster() -> Scheduler:
                      matrix=default_matrix(), policy=make_policy("sparse"))
 
 
-def uncached(s: Scheduler) -> Scheduler:
-    s.node_verdicts.fits = lambda *a, **k: None  # fit and node_costs on every call
-    return s
-
-
-def cycle_costs(s: Scheduler, uid: str) -> list[float] | None:
-    entry = s.cycle_costs._by_uid.get(uid)
-    return None if entry is None else entry[1].costs.tolist()
-
-
 SHAPES = [dict(mem=4000, milli=200, job_class="cnn"), dict(mem=12000, milli=500),
           dict(mem=30000, milli=100, job_class="recommendation"), dict(gpus=1),
           dict(gpus=2), dict(mem=2000, milli=300, job_class="transformer"),
@@ -41,16 +40,12 @@ SHAPES = [dict(mem=4000, milli=200, job_class="cnn"), dict(mem=12000, milli=500)
 async def test_same_answers_and_costs_as_without_the_cache_over_bookings_and_releases(
 ) -> None:
     rng = random.Random(7)
-    cached, plain = cluster(), uncached(cluster())
+    cached, plain = cluster(), without_node_verdicts(cluster())
     bound: list[dict] = []
     for step in range(120):
         p = pod(**rng.choice(SHAPES))
         names = tuple(rng.sample(NODES, rng.randint(1, len(NODES))))
-        a = await cached.filter(filter_args(p, names))
-        b = await plain.filter(filter_args(p, names))
-        assert protocol.encode(a) == protocol.encode(b), step
-        assert cycle_costs(cached, p["metadata"]["uid"]) == cycle_costs(
-            plain, p["metadata"]["uid"]), step
+        a = await filter_alike(cached, plain, p, names, step)
         await random_bind_or_release(rng, (cached, plain), p, a.NodeNames, bound)
     assert cached.node_verdicts.reused > 0  # the cache did answer, and alike
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from builders import bind_pod, container, filter_args, pod, random_bind_or_release
+from builders import (
+    bind_pod,
+    container,
+    filter_alike,
+    filter_args,
+    pod,
+    random_bind_or_release,
+    without_node_verdicts,
+)
 
 from bench.latency.cluster import half_occupancy, synthetic_inventory
 from extender import protocol
@@ -43,19 +51,9 @@ def scheduler() -> Scheduler:
                      policy=policy)
 
 
-def uncached(s: Scheduler) -> Scheduler:
-    s.node_verdicts.fits = lambda *a, **k: None  # fit and node_costs on every call
-    return s
-
-
-def cycle_costs(s: Scheduler, uid: str) -> list[float] | None:
-    entry = s.cycle_costs._by_uid.get(uid)
-    return None if entry is None else entry[1].costs.tolist()
-
-
 async def test_whole_inventory_refills_answer_as_without_any_cache() -> None:
     rng = random.Random(3)
-    cached, plain = scheduler(), uncached(scheduler())
+    cached, plain = scheduler(), without_node_verdicts(scheduler())
     shared = 0
     real = cached.node_verdicts._every_masks
 
@@ -71,11 +69,7 @@ async def test_whole_inventory_refills_answer_as_without_any_cache() -> None:
         p = pod(**rng.choice(SHAPES if step % 5 else BIG))
         # mostly the whole inventory in some order, sometimes a window of it
         names = rng.sample(NAMES, len(NAMES) if rng.random() < 0.7 else rng.randint(3, 12))
-        a = await cached.filter(filter_args(p, names))
-        b = await plain.filter(filter_args(p, names))
-        assert protocol.encode(a) == protocol.encode(b), step
-        assert cycle_costs(cached, p["metadata"]["uid"]) == cycle_costs(
-            plain, p["metadata"]["uid"]), step
+        a = await filter_alike(cached, plain, p, names, step)
         await random_bind_or_release(rng, (cached, plain), p, a.NodeNames, bound)
     assert shared > 20  # masks were shared across shapes, and the answers stayed exact
 
