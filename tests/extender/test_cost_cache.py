@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from builders import pod, random_book_or_release
 
 from bench.latency.cluster import half_occupancy, synthetic_inventory
-from extender.demand import pod_demand
+from extender.demand import PodDemand, pod_demand
 from extender.interference import InterferenceMatrix, default_matrix
 from extender.interference.pairmodel import default_pair_model
 from extender.interference.profiles import ProfileBook
@@ -278,30 +279,41 @@ def test_every_node_in_order_reads_the_cache_without_copies_and_stays_exact() ->
     assert cache.reused_gpus > cache.computed_nodes
 
 
+def _mix_steps(rng: random.Random, state: ClusterState, names: list[str], steps: int,
+               reread: Callable[[], TypicalTasks], demand: Callable[[int], PodDemand]
+               ) -> list[np.ndarray]:
+    """Costs through the cache, the mix re-read (``reread``) every third step, between random
+    bookings and releases; the nodes the cache priced last."""
+    policy = Sparse(adaptive=False)
+    cache = CostCache()
+    booked: list[str] = []
+    out = []
+    for step in range(steps):
+        if step % 3 == 0:
+            policy.set_workload(reread())
+        d = demand(step)
+        candidates = rng.sample(names, rng.randint(5, len(names)))
+        out.append(_cached(policy, cache, state, d, candidates))
+        result = fit(state, d, candidates)
+        fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
+        random_book_or_release(rng, state, d, fitting, policy, booked)
+    out.append(np.array([cache.computed_nodes]))
+    return out
+
+
 def _reordered_mix_steps(seed: int) -> list[np.ndarray]:
     """Costs through the cache while the mix is re-read in another order (and with other
     popularities) between random bookings and releases."""
     rng = random.Random(seed)
     inv, state = _cluster()
-    names = sorted(inv.nodes)
     rows = [(0, 1000, 1, None), (0, 500, 1, None), (0, 250, 1, None), (0, 700, 2, None)]
-    policy = Sparse(adaptive=False)
-    cache = CostCache()
-    booked: list[str] = []
-    out = []
-    for step in range(30):
-        if step % 3 == 0:  # a re-read: the same tasks, ranked anew
-            order = rng.sample(rows, len(rows))
-            policy.set_workload(TypicalTasks.of([(*r, rng.random() + 0.1) for r in order]))
-        demand = _share(f"r-{step}", rng.choice([200, 300, 700]),
-                        rng.choice(["cnn", "recommendation"]))
-        candidates = rng.sample(names, rng.randint(5, len(names)))
-        out.append(_cached(policy, cache, state, demand, candidates))
-        result = fit(state, demand, candidates)
-        fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
-        random_book_or_release(rng, state, demand, fitting, policy, booked)
-    out.append(np.array([cache.computed_nodes]))
-    return out
+
+    def reread() -> TypicalTasks:  # the same tasks, ranked anew
+        order = rng.sample(rows, len(rows))
+        return TypicalTasks.of([(*r, rng.random() + 0.1) for r in order])
+
+    return _mix_steps(rng, state, sorted(inv.nodes), 30, reread, lambda step: _share(
+        f"r-{step}", rng.choice([200, 300, 700]), rng.choice(["cnn", "recommendation"])))
 
 
 def test_a_mix_reread_that_reorders_its_tasks_carries_the_fragmentation_columns(
@@ -331,25 +343,19 @@ def _changing_mix_steps(seed: int) -> list[np.ndarray]:
     mem = np.array([rng.choice([8192, 65536]) for _ in range(n)], dtype=np.int64)
     state.host = HostView(cpu, cpu.copy(), mem, mem.copy(), np.zeros(n, dtype=np.int64),
                           stamped=True)
-    policy = Sparse(adaptive=False)
-    cache = CostCache()
-    booked: list[str] = []
-    out = []
-    for step in range(36):
-        if step % 3 == 0:  # a re-read: some tasks in another order, some new, some gone
-            chosen = rng.sample(rows, rng.randint(2, len(rows)))
-            policy.set_workload(TypicalTasks.of([(*r, rng.random() + 0.1) for r in chosen],
-                                                [memory[r] for r in chosen]))
-        demand = (_share(f"c-{step}", rng.choice([200, 300, 700]),
-                         rng.choice(["cnn", "recommendation"])) if step % 4
-                  else pod_demand(pod_from_dict(pod(gpus=rng.choice([1, 2]), uid=f"w-{step}"))))
-        candidates = rng.sample(names, rng.randint(5, len(names)))
-        out.append(_cached(policy, cache, state, demand, candidates))
-        result = fit(state, demand, candidates)
-        fitting = [result.names[i] for i in np.flatnonzero(result.fits)]
-        random_book_or_release(rng, state, demand, fitting, policy, booked)
-    out.append(np.array([cache.computed_nodes]))
-    return out
+
+    def reread() -> TypicalTasks:  # some tasks in another order, some new, some gone
+        chosen = rng.sample(rows, rng.randint(2, len(rows)))
+        return TypicalTasks.of([(*r, rng.random() + 0.1) for r in chosen],
+                               [memory[r] for r in chosen])
+
+    def demand(step: int) -> PodDemand:
+        if step % 4:
+            return _share(f"c-{step}", rng.choice([200, 300, 700]),
+                          rng.choice(["cnn", "recommendation"]))
+        return pod_demand(pod_from_dict(pod(gpus=rng.choice([1, 2]), uid=f"w-{step}")))
+
+    return _mix_steps(rng, state, names, 36, reread, demand)
 
 
 def test_a_mix_reread_with_new_and_dropped_tasks_carries_the_columns_it_keeps(
