@@ -55,6 +55,7 @@ from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
 from extender.verbs.costcache import CachedPolicy, CostCache, CycleEntry
 from extender.verbs.nodecache import NodeVerdicts
+from extender.verbs.renewal import CacheRenewal
 
 __all__ = ["Outcome", "Scheduler"]
 
@@ -152,6 +153,9 @@ class Scheduler:
         # A deferred policy's share price tables, solved in a worker (extender.pricesolver):
         # polled after each verb that may have re-read its learned mix.
         self.prices = PriceSolver(policy)
+        # A prepared policy's new inputs (a re-read mix, an installed table), adopted once the
+        # caches are priced for them, a slice at a time between verbs (verbs.renewal).
+        self.renewal = CacheRenewal(self)
 
     # --- verbs (one module each) ----------------------------------------------------------
 
@@ -159,6 +163,7 @@ class Scheduler:
     # never an HTTP error; /readyz says so until a ping succeeds again.
 
     async def filter(self, args: ExtenderArgs) -> FilterResult:
+        self.renewal.begin()
         try:
             return await filter_verb.run(self, args)
         except LedgerUnavailable as exc:
@@ -166,8 +171,10 @@ class Scheduler:
             return FilterResult(Error=str(exc))
         finally:
             self.prices.poll()
+            self.renewal.end()
 
     async def prioritize(self, args: ExtenderArgs) -> list[HostPriority]:
+        self.renewal.begin()
         try:
             return await prioritize_verb.run(self, args)
         except LedgerUnavailable as exc:  # scores only advise: no scores, no contribution
@@ -175,8 +182,10 @@ class Scheduler:
             return []
         finally:
             self.prices.poll()
+            self.renewal.end()
 
     async def bind(self, args: BindingArgs) -> BindingResult:
+        self.renewal.begin()
         try:
             return await bind_verb.run(self, args)
         except LedgerUnavailable as exc:
@@ -184,6 +193,7 @@ class Scheduler:
             return BindingResult(Error=str(exc))
         finally:
             self.prices.poll()
+            self.renewal.end()
 
     async def preempt(self, args: PreemptionArgs) -> PreemptionResult:
         try:

@@ -41,9 +41,10 @@ log = logging.getLogger("sparse.app")
 
 def extender_policy(name: str) -> Policy:
     """The policy as the extender runs it: sparse's share price tables are solved in a worker
-    (``extender.pricesolver``), never inside a request."""
+    (``extender.pricesolver``), never inside a request, and a re-read mix or a new table is
+    taken into use once the caches are priced for it (``extender.verbs.renewal``)."""
     if name == sparse.NAME:
-        return sparse.Sparse(price_solve=sparse.DEFERRED)
+        return sparse.Sparse(price_solve=sparse.DEFERRED, renew=sparse.PREPARED)
     return make_policy(name)
 
 

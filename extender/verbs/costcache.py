@@ -169,6 +169,9 @@ class CostCache:
         # dropped): while it stands, a node unchanged since it was priced reads the very
         # values it was priced with (``NodeVerdicts.choice``).
         self.generation = 0
+        # Off while a successor is prepared node slice by node slice (``renewal``): a term
+        # mostly unknown on the slice is priced on the slice, not on every node at once.
+        self.whole_refills = True
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, masks: GpuMasks,
               note: bool = True, told: list[CostTerm] | None = None
@@ -279,7 +282,7 @@ class CostCache:
         if within is None:
             self.reused_gpus += len(masks.gpus) - stale_count
         candidates = len(masks.nodes) if masks.nodes is not None else len(stale)
-        if fill_all(len(stale), candidates, len(entry.stamp)):
+        if self.whole_refills and fill_all(len(stale), candidates, len(entry.stamp)):
             # Mostly unknown (new, or made with other global inputs): price every node now,
             # in one vectorised pass, rather than window by window as candidates come.
             unknown = entry.stamp != state.node_stamp
@@ -296,6 +299,39 @@ class CostCache:
         if within is None:
             self.computed_nodes += len(stale)
         return entry
+
+    def prepare_for(self, state: ClusterState) -> None:
+        """Start empty for this state's inventory (a successor's; ``renewal``)."""
+        self._inventory = state.gpu_uuid
+
+    def share_from(self, other: CostCache, policy: Policy, terms: list[CostTerm]) -> None:
+        """Use ``other``'s entries of these terms where they were made with the very same
+        global inputs (their values hold here too; either cache keeps them current)."""
+        if other._inventory is not self._inventory:
+            return
+        for t in terms:
+            if t.key is None or t.epoch is None:
+                continue
+            wanted = [((id(policy), t.key), t.epoch)]
+            if t.finish is not None:
+                wanted.append(((id(policy), t.key, "finished"), (*t.epoch, *t.finish_epoch)))
+            for key, epoch in wanted:
+                entry = other._entries.get(key)
+                if key not in self._entries and entry is not None and entry.holds(epoch):
+                    self._entries[key] = entry
+
+    def take_over(self, old: CostCache) -> None:
+        """Replace ``old`` (made while this cache was prepared): its counters carry on, its
+        entries this cache lacks are kept (they hold while their inputs stand), and the
+        generation moves past both (no value kept with either is taken as current)."""
+        self.computed_nodes += old.computed_nodes
+        self.reused_gpus += old.reused_gpus
+        self.bypassed += old.bypassed
+        if old._inventory is self._inventory:
+            for key, entry in old._entries.items():
+                self._entries.setdefault(key, entry)
+        self.generation = max(self.generation, old.generation) + 1
+        self.whole_refills = old.whole_refills
 
     def _make_columns(self, entry: _Entry, compute: Callable[..., TermValues],
                       state: ClusterState, demand: PodDemand, masks: GpuMasks,

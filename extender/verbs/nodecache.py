@@ -91,6 +91,7 @@ class _Entry:
         self.reasons: tuple[tuple[bytes, bytes], dict[str, str], dict[str, str]] | None = None
         self.terms: tuple[Hashable, ...] = ()  # the policy's term keys the costs were made of
         self.epoch: tuple[object, ...] = ()  # the global inputs they read (held: no id reuse)
+        self.demand: PodDemand | None = None  # the last pod of this shape (``renewal``)
 
     def costs_hold(self, terms: tuple[Hashable, ...], epoch: tuple[object, ...]) -> bool:
         return terms == self.terms and same_objects(epoch, self.epoch)
@@ -119,7 +120,12 @@ class NodeVerdicts:
                ) -> tuple[tuple[Hashable, ...], tuple[object, ...], list[CostTerm]] | None:
         """The policy's term keys, their global inputs and the terms; None when a term reads
         more than the nodes' own state (or the policy has no terms to tell)."""
-        terms = CostCache.terms_of(policy, state, demand, key)
+        return NodeVerdicts.terms_told(CostCache.terms_of(policy, state, demand, key))
+
+    @staticmethod
+    def terms_told(terms: list[CostTerm] | None
+                   ) -> tuple[tuple[Hashable, ...], tuple[object, ...], list[CostTerm]] | None:
+        """``_terms`` of terms asked already."""
         if terms is None or any(t.epoch is None for t in terms):
             return None
         keys = tuple([t.key for t in terms])
@@ -156,6 +162,7 @@ class NodeVerdicts:
             while len(self._entries) > self.shapes:
                 self._entries.popitem(last=False)
         self._entries.move_to_end(key)
+        entry.demand = demand
         stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.fit_stamp[nodes] != stamps)
         self.reused += len(nodes) - len(stale)
@@ -225,6 +232,64 @@ class NodeVerdicts:
         elif len(stale):
             self._fill_costs(entry, policy, state, demand, nodes[stale], terms)
         return entry.cost[nodes]
+
+    def recent_shapes(self, most: int) -> list[tuple[Hashable, PodDemand]]:
+        """The ``most`` shapes asked last, most recent first, with a pod of each."""
+        out = []
+        for key in reversed(self._entries):
+            demand = self._entries[key].demand
+            if demand is not None:
+                out.append((key, demand))
+                if len(out) == most:
+                    break
+        return out
+
+    def prefill(self, policy: Policy, state: ClusterState, key: Hashable, demand: PodDemand,
+                told: tuple[tuple[Hashable, ...], tuple[object, ...], list[CostTerm]],
+                nodes: np.ndarray, seed: NodeVerdicts | None = None) -> None:
+        """Fits and costs of ``nodes`` (ascending state indexes) for the shape, with the
+        terms ``told`` (``terms_told``: e.g. the terms the policy will have once it adopts
+        new inputs); the fits start from ``seed``'s where this cache has no entry yet. The
+        policy is not told of the pod: no pod is being placed."""
+        keys, epoch, terms = told
+        if state.gpu_uuid is not self._inventory:
+            self._inventory = state.gpu_uuid
+            self._entries.clear()
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(len(state.node_names))
+            entry.demand = demand
+            src = None if seed is None else seed._entries.get(key)
+            if src is not None and seed._inventory is state.gpu_uuid:  # type: ignore[union-attr]
+                entry.fit_stamp[:] = src.fit_stamp
+                entry.fits[:] = src.fits
+        if not entry.costs_hold(keys, epoch):
+            entry.cost_stamp[:] = 0
+            entry.terms, entry.epoch = keys, epoch
+        stamps = state.node_stamp[nodes]
+        self._fill_fits(entry, state, demand, nodes[entry.fit_stamp[nodes] != stamps])
+        todo = nodes[entry.fits[nodes] & (entry.cost_stamp[nodes] != stamps)]
+        self._fill_costs(entry, policy, state, demand, todo, terms)
+
+    def take_over(self, old: NodeVerdicts) -> None:
+        """Replace ``old`` (made while this one was prepared, over the same cost cache's
+        successor): its counters carry on and the shapes this one lacks are kept, their fits
+        as they are (their costs hold only where the inputs did not change; no kept GPU
+        choice is reused)."""
+        self.reused += old.reused
+        self.bind_reused += old.bind_reused
+        self.computed += old.computed
+        if self._inventory is None:  # nothing prepared
+            self._inventory = old._inventory
+        if old._inventory is not self._inventory:
+            return
+        for key, entry in old._entries.items():
+            if key not in self._entries:
+                entry.generation[:] = -1
+                self._entries[key] = entry
+                self._entries.move_to_end(key, last=False)  # older than the prepared ones
+        while len(self._entries) > self.shapes:
+            self._entries.popitem(last=False)
 
     def _fill_fits(self, entry: _Entry, state: ClusterState, demand: PodDemand,
                    nodes: np.ndarray, ordered: bool = False) -> None:

@@ -374,15 +374,21 @@ def test_a_mix_reread_with_new_and_dropped_tasks_carries_the_columns_it_keeps(
 def test_column_map_marks_the_new_tasks() -> None:
     from extender.placement.policies.fgd import FragModel, column_map
 
-    def columns(rows, mem=None):
-        return FragModel(TypicalTasks.of([(*r, 1.0) for r in rows], mem), fill=True).columns
+    def columns(rows, mem=None, fill=True):
+        return FragModel(TypicalTasks.of([(*r, 1.0) for r in rows], mem), fill=fill).columns
 
     a, b, c = (100, 250, 1, None), (0, 500, 1, frozenset({"V100M16"})), (0, 1000, 2, None)
     assert column_map(columns([a, b]), columns([c, b, a])).tolist() == [-1, 1, 0]
     assert column_map(columns([a, b, c]), columns([c])).tolist() == [2]
     assert column_map(columns([a, b], [1, 2]), columns([b, a], [2, 3])).tolist() == [1, -1]
     assert column_map(columns([a, a]), columns([a])) is None  # ambiguous
-    assert column_map(columns([a, b]), columns([a, b], [1, 2])) is None  # memory tested
+    # The fill measure skips a 0 MiB memory test: untested tasks are those of 0 MiB.
+    assert column_map(columns([a, b]), columns([a, b], [1, 2])).tolist() == [-1, -1]
+    assert column_map(columns([a, b]), columns([b, a], [0, 2])).tolist() == [1, -1]
+    assert column_map(columns([a, b], [0, 2]), columns([a])).tolist() == [0]
+    # FGD's measure does test 0 MiB (it fails where memory is overbooked): not carried.
+    assert column_map(columns([a, b], fill=False),
+                      columns([a, b], [0, 0], fill=False)) is None
 
 
 def test_column_map_reorders_the_same_tasks() -> None:
@@ -396,7 +402,8 @@ def test_column_map_reorders_the_same_tasks() -> None:
     assert column_map(columns([a, b]), columns([a, c])).tolist() == [0, -1]  # another task
     assert column_map(columns([a, b]), columns([a, b, c])).tolist() == [0, 1, -1]  # one more
     assert column_map(columns([a, a]), columns([a, a])) is None  # ambiguous
-    assert column_map(columns([a, b]), columns([b, a], [1, 2])) is None  # memory tested
+    # memory tested in one only: the untested are 0 MiB tasks (the fill measure skips them)
+    assert column_map(columns([a, b]), columns([b, a], [1, 2])).tolist() == [-1, -1]
     assert column_map(columns([a, b], [1, 2]), columns([b, a], [2, 1])).tolist() == [1, 0]
     # the same shapes with other host memory are other tasks
     assert column_map(columns([a, b], [1, 2]), columns([b, a], [1, 2])).tolist() == [-1, -1]

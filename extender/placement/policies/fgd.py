@@ -90,11 +90,23 @@ def column_map(old: tuple, new: tuple) -> np.ndarray | None:
     elementwise, so those of ``old`` with their columns taken in this order are, bit for bit,
     those of ``new``; the -1 columns are to be made, e.g. with a model of those tasks alone
     (``TypicalTasks.take``: values made task by task are the same in any company). None for
-    another measure, host memory tested in one only, or a task twice in ``old``."""
-    if old[0] != new[0] or (old[5] is None) != (new[5] is None):
-        return None  # another measure, or host memory tested in one only
-    old_tasks = list(zip(*old[1:5], *(() if old[5] is None else (old[5],)), strict=True))
-    new_tasks = list(zip(*new[1:5], *(() if new[5] is None else (new[5],)), strict=True))
+    another measure, FGD's measure with host memory tested in one only, or a task twice in
+    ``old``. The fill measure skips a task's test of 0 MiB (``fill_frag``), so there tasks
+    without a memory test are those of 0 MiB (a mix's first re-read learns the pods' memory
+    where its prior had none)."""
+    if old[0] != new[0]:
+        return None  # another measure
+    if (old[5] is None) != (new[5] is None) and not old[0]:
+        return None  # FGD's measure: a test of 0 MiB fails where memory is overbooked
+    tested = old[5] is not None or new[5] is not None
+
+    def tasks(columns: tuple) -> list[tuple]:
+        mem = columns[5]
+        if tested and mem is None:
+            mem = (0.0,) * len(columns[1])
+        return list(zip(*columns[1:5], *(() if mem is None else (mem,)), strict=True))
+
+    old_tasks, new_tasks = tasks(old), tasks(new)
     where = {task: j for j, task in enumerate(old_tasks)}
     if len(where) != len(old_tasks):
         return None  # a task twice (ambiguous)
@@ -129,6 +141,7 @@ class FragModel:
         self.full_delta = (a0[0] - a1[0], b0[0] - b1[0])  # one free GPU booked whole
         self._model_ok: tuple[int, np.ndarray] | None = None
         self._memo: tuple | None = None  # (key, left, count_ge, lt, u) for a whole state
+        self._carry: tuple | None = None  # a previous model's memo and column map
         # What each task's column of F_n(m) depends on (all but the popularity p): models
         # with equal columns give equal per-task values (``frag(..., per_task=True)``).
         self.columns: tuple = (fill, tuple(tasks.cpu.tolist()), tuple(milli.tolist()),
@@ -138,10 +151,40 @@ class FragModel:
     def carry_from(self, previous: FragModel) -> None:
         """Take over what a model with the same columns already knows (its per-node
         aggregates, and its ``columns`` object, which caches compare by identity); only the
-        popularities differ, and nothing memoised depends on them."""
+        popularities differ, and nothing memoised depends on them. With other columns, the
+        aggregates of the tasks both have are taken when first needed (``_carried``)."""
         if previous.columns == self.columns:
             self.columns = previous.columns
             self._memo, self._model_ok = previous._memo, previous._model_ok
+        elif previous._memo is not None:
+            order = column_map(previous.columns, self.columns)
+            if order is not None and (order >= 0).any():
+                self._carry = (previous._memo, order)
+
+    def _carried(self, key: tuple, state: ClusterState) -> tuple | None:
+        """A memo for ``key`` made of a previous model's aggregates (``carry_from``): the
+        columns of the tasks it had, copied, and the others summed over every GPU; a node
+        booked since the previous memo was made is then refreshed whole, as in any memo.
+        Sums of whole numbers: the same as a full pass."""
+        carry, self._carry = self._carry, None
+        if carry is None or carry[0][0] != key:
+            return None
+        (_, stamps, count_ge, lt, u), order = carry
+        kept = order >= 0
+        n = len(state.node_names)
+        ge = np.empty((n, len(order)))
+        less = np.empty((n, len(order)))
+        ge[:, kept] = count_ge[:, order[kept]]
+        less[:, kept] = lt[:, order[kept]]
+        stamps = stamps.copy()
+        missing = np.flatnonzero(~kept)
+        if len(missing):  # the new tasks' columns from the GPUs as they are now
+            sub = FragModel(self.tasks.take(missing), self.fill)
+            ge[:, missing], less[:, missing] = sub.aggregates(
+                state.milli_free.astype(np.float64), state.gpu_node, n)
+            # a node booked since the previous memo: its other columns are refreshed too
+            stamps[stamps != state.node_stamp] = -1
+        return (key, stamps, ge, less, u.copy())
 
     def state_aggregates(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """count_ge, lt (nodes, M) and U (nodes,) for every node of the state. Memoised: only
@@ -149,6 +192,8 @@ class FragModel:
         (``ClusterState.node_stamp``: equal stamps, equal bookings)."""
         key = (id(state.gpu_uuid), id(state.node_start), len(state.gpu_uuid))
         memo = self._memo
+        if (memo is None or memo[0] != key) and self._carry is not None:
+            memo = self._memo = self._carried(key, state)
         if memo is None or memo[0] != key:
             left = state.milli_free
             n = len(state.node_names)
@@ -278,11 +323,15 @@ class FGD:
         self.set_workload(tasks or default_tasks())
 
     def set_workload(self, tasks: TypicalTasks) -> None:
+        self.model = self.model_for(tasks)
+
+    def model_for(self, tasks: TypicalTasks) -> FragModel:
+        """A model of these tasks with what the one in use knows already (``carry_from``)."""
         model = FragModel(tasks, self.fill)
         previous = getattr(self, "model", None)
         if previous is not None:
             model.carry_from(previous)
-        self.model = model
+        return model
 
     def cache_epoch(self, state: ClusterState, demand: PodDemand) -> tuple[object, ...]:
         """What the costs read besides the nodes' own GPUs and the inventory: the typical

@@ -94,6 +94,14 @@ cache epoch is the table, so installing one reprices exactly the price term. A c
 it per share size, CPU and memory, recomputed on the nodes whose bookings changed and on all
 when the table changes.
 
+With ``renew="prepared"`` (the extender) a re-read mix's model and an installed table do not
+take effect at once: they wait in ``pending`` until the caller ``adopt``s them, which the
+extender does once its caches hold every kept shape's costs with them
+(``extender.verbs.renewal``),
+so no request pays for pricing the whole inventory again. ``cost_terms(..., inputs)`` gives
+the terms as they will be. Should the caller never adopt, the next re-read adopts what
+waits, so the mix in use is at most one re-read behind. The simulator renews inline.
+
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
 matrix), which also steers pods of unknown class.
@@ -135,6 +143,8 @@ NAME = "sparse"
 ORDER_SPAN = 1000  # node positions the order weight is spread over, at least
 INLINE, DEFERRED = "inline", "deferred"  # where the price term's value tables are solved
 PRICE_SOLVES = (INLINE, DEFERRED)
+PREPARED = "prepared"  # a re-read mix and a solved table wait for the caller (``adopt``)
+RENEWALS = (INLINE, PREPARED)
 
 
 def _carry_columns(old: tuple[object, ...], new: tuple[object, ...]) -> np.ndarray | None:
@@ -153,6 +163,20 @@ def _free_milli(state: ClusterState, masks: GpuMasks, top: int) -> np.ndarray:
     return np.minimum(np.maximum(left, 0, out=left), top, out=left)
 
 
+@dataclass(frozen=True, eq=False)
+class PolicyInputs:
+    """The global inputs sparse's costs read that change now and then: the fragmentation
+    model of the learned mix and the share price table (None: none solved). Compared by
+    identity: one object per change."""
+
+    model: FragModel
+    table: PriceTable | None
+
+    def warm(self, state: ClusterState) -> None:
+        """What the model computes once for every node (its per-node aggregates)."""
+        self.model.state_aggregates(state)
+
+
 @dataclass(frozen=True)
 class Sparse:
     interference_weight: float = 1.0
@@ -169,6 +193,7 @@ class Sparse:
     remainder_weight: float = 1.0
     price_weight: float = 1.0
     price_solve: str = INLINE  # DEFERRED: re-solves are left to the caller (price_job)
+    renew: str = INLINE  # PREPARED: new inputs wait in ``pending`` until the caller adopts them
     name: str = NAME
     _frag: FGD = field(default_factory=FGD, repr=False, compare=False)
     _mix: DemandMix = field(default_factory=DemandMix, repr=False, compare=False)
@@ -178,12 +203,16 @@ class Sparse:
     # the price term's value table in use ("table") and, deferred, the job of the current
     # mix ("job")
     _value: dict = field(default_factory=dict, repr=False, compare=False)
+    # PREPARED: the inputs waiting to be adopted ("model", "table" and both as "inputs")
+    _next: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mix_weigh not in WEIGHTS:
             raise ValueError(f"mix_weigh must be one of {', '.join(WEIGHTS)}")
         if self.price_solve not in PRICE_SOLVES:
             raise ValueError(f"price_solve must be one of {', '.join(PRICE_SOLVES)}")
+        if self.renew not in RENEWALS:
+            raise ValueError(f"renew must be one of {', '.join(RENEWALS)}")
         self._mix.weigh = self.mix_weigh
         self._mix.mem_step = self.mem_step
         self._frag.fill = self.fill
@@ -195,6 +224,7 @@ class Sparse:
         if self.adaptive:
             self._mix.seed(tasks)
             tasks = self._mix.tasks()
+        self._next.clear()
         self._frag.set_workload(tasks)
         if self.price_weight:  # the prior's table now (either mode): not in a request
             self._solve_prices()
@@ -204,9 +234,53 @@ class Sparse:
         it is due. ``costs`` does this first; a cost cache that answers without asking the
         policy calls it itself, so the mix sees every pod either way."""
         if self.adaptive and self._mix.observe(demand):
-            self._frag.set_workload(self._mix.tasks())
+            if self.renew == INLINE:
+                self._frag.set_workload(self._mix.tasks())
+            else:
+                # Still waiting from the last re-read (nobody prepares them): adopted now,
+                # so the model in use is at most one re-read behind.
+                waiting = self._next.get("inputs")
+                if waiting is not None:
+                    self.adopt(waiting)
+                self._stage("model", self._frag.model_for(self._mix.tasks()))
         if self.drain_weight:
             self._waiting.observe(demand)
+
+    # --- inputs renewed by the caller (renew=PREPARED) -------------------------------------
+
+    def pending(self) -> PolicyInputs | None:
+        """The inputs the policy will price with once adopted, one object until they change:
+        a re-read mix's model with its own price table, so the two are taken into use
+        together (deferred solves: None until the table is installed; inline: solved here),
+        or a new table alone; None when none wait."""
+        inputs: PolicyInputs | None = self._next.get("inputs")
+        if (inputs is not None and self.price_weight
+                and (inputs.table is None or inputs.table.job.model is not inputs.model)):
+            if self.price_solve == DEFERRED:
+                return None  # the new mix's table is still being solved
+            self._stage("table", solve(self._job(inputs.model)))  # inline: here, once
+            inputs = self._next["inputs"]
+        return inputs
+
+    def adopt(self, inputs: PolicyInputs) -> bool:
+        """Price with ``inputs`` (from ``pending``) from now on; False, and nothing changes,
+        when newer inputs superseded them."""
+        if inputs is not self._next.get("inputs"):
+            return False
+        self._next.clear()
+        self._frag.model = inputs.model
+        if inputs.table is not None:
+            self._value["table"] = inputs.table
+        return True
+
+    def _stage(self, name: str, value: object) -> None:
+        self._next[name] = value
+        self._next["inputs"] = PolicyInputs(self._next.get("model", self._frag.model),
+                                            self._next.get("table", self._value.get("table")))
+
+    def _model_ahead(self) -> FragModel:
+        """The model the next inputs will have: a staged one, else the one in use."""
+        return self._next.get("model", self._frag.model)
 
     def unplaced(self, demand: PodDemand) -> None:
         """The core found no room for the pod: it waits (``waiting.py``)."""
@@ -220,12 +294,14 @@ class Sparse:
         terms = self.cost_terms(state, demand)
         return add_terms(len(masks.gpus), [t.compute(state, demand, masks) for t in terms])
 
-    def cost_terms(self, state: ClusterState, demand: PodDemand) -> list[CostTerm]:
+    def cost_terms(self, state: ClusterState, demand: PodDemand,
+                   inputs: PolicyInputs | None = None) -> list[CostTerm]:
         """The costs as terms (``terms.py``), in the order they are added: best fit,
         interference (with the open-GPU cost), fragmentation, CPU, node order. Each says which
         of the demand's fields it reads, so a cache shares the interference term across pods
         of one class and share size, and the fragmentation term (the expensive one, stale
-        whenever the learned mix is re-read) across classes. Call after ``note``."""
+        whenever the learned mix is re-read) across classes. Call after ``note``.
+        ``inputs``: the terms as they will be once these (``pending``) are adopted."""
         terms = []
         if self.fit_weight:
             terms.append(CostTerm(None, (), self._fit_term))
@@ -238,14 +314,16 @@ class Sparse:
         if self.frag_weight:
             key = ("frag", demand.whole_gpus, demand.has_share, demand.share_milli,
                    pod_cpu(demand), pod_mem(demand))
-            model = self._frag.model
-            terms.append(CostTerm(key, (model.columns,), self._frag_term, self._frag_raw,
+            model = self._frag.model if inputs is None else inputs.model
+            terms.append(CostTerm(key, (model.columns,), partial(self._frag_term, model),
+                                  partial(self._frag_raw, model),
                                   self._frag_finish(state, demand, model.tasks.p), (model,),
                                   _carry_columns))
         if self.cpu_weight and getattr(state, "host", None) is not None:
             terms.append(CostTerm(None, (), self._cpu_term))
         if self.remainder_weight and demand.has_share and not demand.whole_gpus:
-            terms.append(CostTerm(None, (), self._remainder_term))
+            model = self._frag.model if inputs is None else inputs.model
+            terms.append(CostTerm(None, (), partial(self._remainder_term, model)))
         if self.price_weight and demand.has_share and not demand.whole_gpus:
             # reads the nodes' own GPUs, GPU model, CPU and memory, and the value table in use
             # with the mix it was solved from (the table: its epoch); inline, a re-read mix's
@@ -253,7 +331,8 @@ class Sparse:
             host = getattr(state, "host", None) is not None
             key = ("price", demand.share_milli, pod_cpu(demand) if host else 0,
                    pod_mem(demand) if host else 0)
-            table = self._price_table()
+            table = (self._price_table() if inputs is None or inputs.table is None
+                     else inputs.table)
             terms.append(CostTerm(key, (table,), partial(self._price_term, table)))
         if self.drain_weight and self._waiting.waiting(state, exclude=demand.uid):
             terms.append(CostTerm(None, None, self._drain_term))  # reads the waiting pods
@@ -298,8 +377,8 @@ class Sparse:
         return (self.interference_weight * interference
                 + self.open_gpu_cost * fraction * empty), None
 
-    def _frag_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
-                   ) -> TermValues:
+    def _frag_term(self, model: FragModel, state: ClusterState, demand: PodDemand,
+                   masks: GpuMasks) -> TermValues:
         """Growth of the node's fragmentation. Share values are priced on every GPU with the
         share's compute left (not only where ``masks.share`` holds: the term must not read
         the pod's GPU memory or models, which its key leaves out); where the share cannot go
@@ -308,7 +387,8 @@ class Sparse:
         if not len(gpus):
             return np.zeros(0), np.zeros(0)
         room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
-        share_delta, whole_delta = self._frag.deltas(state, demand, masks, share=room)
+        share_delta, whole_delta = self._frag.deltas(state, demand, masks, share=room,
+                                                     model=model)
         # dF >= -F_n >= -(GPUs per node): the offset keeps costs >= 0 (the core's
         # infeasibility test needs that) and is the same for every node.
         offset = float((state.node_stop - state.node_start).max(initial=1))
@@ -317,16 +397,16 @@ class Sparse:
             offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
         return share, whole
 
-    def _frag_raw(self, state: ClusterState, demand: PodDemand, masks: GpuMasks,
-                  columns: np.ndarray | None = None) -> TermValues:
+    def _frag_raw(self, model: FragModel, state: ClusterState, demand: PodDemand,
+                  masks: GpuMasks, columns: np.ndarray | None = None) -> TermValues:
         """The fragmentation growth per typical task (GPUs x tasks), before the popularities
         weigh it: valid for as long as the mix keeps the same tasks (``FragModel.columns``);
         None for the slots the demand has none of. ``columns``: those tasks' only (the
         ones a re-read mix added, ``_carry_columns``)."""
         gpus = masks.gpus
         room = state.milli_cap[gpus] - state.milli_used[gpus] >= demand.share_milli
-        model = (None if columns is None
-                 else FragModel(self._frag.model.tasks.take(columns), self._frag.fill))
+        if columns is not None:
+            model = FragModel(model.tasks.take(columns), self._frag.fill)
         share, whole = self._frag.deltas(state, demand, masks, per_task=True, share=room,
                                          model=model)
         has_whole = demand.whole_gpus or not demand.has_share
@@ -350,24 +430,24 @@ class Sparse:
 
         return finish
 
-    def _remainder_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
-                        ) -> TermValues:
+    def _remainder_term(self, model: FragModel, state: ClusterState, demand: PodDemand,
+                        masks: GpuMasks) -> TermValues:
         """Capacity the share's remainder leaves idle against the mix (``remainder.py``),
         plus one GPU so costs stay >= 0; whole-GPU slots get nothing. Read from a row per
         share size (the cost for every milli a GPU may have left), built once per re-read of
-        the mix: one lookup per candidate GPU."""
-        model = self._frag.model
-        if self._waste.get("model") is not model:
-            self._waste.clear()
-            self._waste["model"] = model
-            self._waste["table"] = waste_table(model.tasks)
+        the mix: one lookup per candidate GPU (kept for the model in use and the one waiting
+        to be adopted)."""
+        memo = self._waste.get(model)
+        if memo is None:
+            while len(self._waste) >= 2:
+                del self._waste[next(iter(self._waste))]
+            memo = self._waste[model] = {"table": waste_table(model.tasks)}
         size = int(demand.share_milli)
-        row = self._waste.get(size)
+        row = memo.get(size)
         if row is None:
-            left = np.arange(len(self._waste["table"]))
-            row = self.remainder_weight * (1.0 + remainder_cost(self._waste["table"], left,
-                                                                size))
-            self._waste[size] = row
+            left = np.arange(len(memo["table"]))
+            row = self.remainder_weight * (1.0 + remainder_cost(memo["table"], left, size))
+            memo[size] = row
         return row[_free_milli(state, masks, len(row) - 1)], None
 
     def _price_term(self, table: PriceTable, state: ClusterState, demand: PodDemand,
@@ -417,8 +497,8 @@ class Sparse:
         self._value["table"] = table
         return table
 
-    def _job(self) -> PriceJob:
-        model = self._frag.model
+    def _job(self, model: FragModel | None = None) -> PriceJob:
+        model = self._frag.model if model is None else model
         job: PriceJob | None = self._value.get("job")
         if job is None or job.model is not model:
             last: PriceTable | None = self._value.get("table")
@@ -428,22 +508,27 @@ class Sparse:
 
     def price_job(self) -> PriceJob | None:
         """Deferred: the solve the current mix needs (one object per mix, so a caller can
-        tell a new job from one it runs already); None when the table in use is the current
-        mix's, or the policy solves its own tables."""
+        tell a new job from one it runs already; ``renew=PREPARED``: the mix waiting to be
+        adopted); None when the table in use (or waiting) is that mix's, or the policy
+        solves its own tables."""
         if not self.price_weight or self.price_solve != DEFERRED:
             return None
-        table: PriceTable | None = self._value.get("table")
-        if table is not None and table.job.model is self._frag.model:
+        model = self._model_ahead()
+        table: PriceTable | None = self._next.get("table", self._value.get("table"))
+        if table is not None and table.job.model is model:
             return None
-        return self._job()
+        return self._job(model)
 
     def install_prices(self, table: PriceTable) -> bool:
-        """Price with ``table`` (solved elsewhere from ``price_job``) from now on; False, and
-        nothing changes, when the mix was re-read since its job was made (a newer job
-        supersedes it)."""
-        if table.job.model is not self._frag.model:
+        """Price with ``table`` (solved elsewhere from ``price_job``) from now on, or, with
+        ``renew=PREPARED``, once it is adopted; False, and nothing changes, when the mix was
+        re-read since its job was made (a newer job supersedes it)."""
+        if table.job.model is not self._model_ahead():
             return False
-        self._value["table"] = table
+        if self.renew == INLINE:
+            self._value["table"] = table
+        else:
+            self._stage("table", table)
         return True
 
     def _cpu_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
