@@ -111,6 +111,16 @@ class Metrics:
             " last table stays in use).",
             ["result"], lambda: {(result,): n for result, n in counts().items()}))
 
+    def watch_renewals(self, counts: Callable[[], dict[str, float]]) -> None:
+        """``counts``: result (renewed, failed) -> running total of the policy's new inputs
+        taken into use with caches priced ahead (``extender.verbs.renewal``)."""
+        self.registry.register(_CountsCollector(
+            "sparse_extender_cache_renewals",
+            "New policy inputs (a re-read pod mix with its share price table) taken into use"
+            " between requests: renewed (the caches were priced for them in idle time),"
+            " failed (logged; priced on demand instead).",
+            ["result"], lambda: {(result,): n for result, n in counts().items()}))
+
     def observe_stages(self, verb: str, times: dict[str, float]) -> None:
         """One call's stages; compute is the verb's time less what it waited for."""
         children = self._stage_children

@@ -182,6 +182,8 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     metrics.watch_price_tables(lambda: {"installed": scheduler.prices.installed,
                                         "dropped": scheduler.prices.dropped,
                                         "failed": scheduler.prices.failed})
+    metrics.watch_renewals(lambda: {"renewed": scheduler.renewal.renewed,
+                                    "failed": scheduler.renewal.failed})
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
         client_max_size=limit,

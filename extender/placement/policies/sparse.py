@@ -94,13 +94,13 @@ cache epoch is the table, so installing one reprices exactly the price term. A c
 it per share size, CPU and memory, recomputed on the nodes whose bookings changed and on all
 when the table changes.
 
-With ``renew="prepared"`` (the extender) a re-read mix's model and an installed table do not
-take effect at once: they wait in ``pending`` until the caller ``adopt``s them, which the
-extender does once its caches hold every kept shape's costs with them
-(``extender.verbs.renewal``),
-so no request pays for pricing the whole inventory again. ``cost_terms(..., inputs)`` gives
-the terms as they will be. Should the caller never adopt, the next re-read adopts what
-waits, so the mix in use is at most one re-read behind. The simulator renews inline.
+With ``renew="prepared"`` (the extender) a re-read mix's model and its price table do not
+take effect at once: they wait in ``pending`` until the caller ``adopt``s them together, which
+the extender does once its caches hold every kept shape's costs with them
+(``extender.verbs.renewal``), so no request pays for pricing the whole inventory again;
+``cost_terms(..., inputs)`` gives the terms as they will be. Should the caller never adopt,
+the next re-read adopts what waits, so the mix in use is at most one re-read behind. The
+simulator renews inline.
 
 Where the adapter knows the pods' solo profiles (``state.profiles``) the interference term is
 the learned pair model's (``pairwise.py``; residents without a profile are paired through the
