@@ -115,6 +115,7 @@ class CacheRenewal:
         self.failed = 0
         self._successor: _Successor | None = None
         self._armed: tuple[int] | None = None  # the verb count when the timer was set
+        self.in_idle_time = True  # False: slices run only when ``step`` or ``finish`` asks
 
     @property
     def active(self) -> bool:
@@ -131,7 +132,8 @@ class CacheRenewal:
         self._arm(IDLE_S)
 
     def _arm(self, delay: float) -> None:
-        if self._armed is not None or not self.active or self.owner.policy.pending() is None:  # type: ignore[attr-defined]
+        if (self._armed is not None or not self.in_idle_time or not self.active
+                or self.owner.policy.pending() is None):  # type: ignore[attr-defined]
             return
         try:
             loop = asyncio.get_running_loop()

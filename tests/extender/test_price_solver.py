@@ -19,7 +19,7 @@ from extender.http.app import make_app
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
 from extender.placement import ClusterState, fit, node_costs
-from extender.placement.policies import sparse as sparse_module
+from extender.placement.policies import sparse_inputs as sparse_module
 from extender.placement.policies.share_price import value_table
 from extender.placement.policies.sparse import DEFERRED, Sparse
 from extender.placement.policies.sparse_mix import DemandMix

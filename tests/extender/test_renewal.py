@@ -42,9 +42,13 @@ def prepared(refresh: int = 5, **kw) -> Sparse:  # type: ignore[no-untyped-def]
     return Sparse(renew=PREPARED, _mix=DemandMix(half_life=4.0, refresh=refresh), **kw)
 
 
-def scheduler(policy: Sparse) -> Scheduler:
-    return Scheduler(inventory=INVENTORY, ledger=MemoryLedger(), matrix=default_matrix(),
-                     policy=policy)
+def scheduler(policy: Sparse, in_idle_time: bool = False) -> Scheduler:
+    """``in_idle_time`` False: the renewal runs only when the test asks (``finish``), never
+    by itself while the test awaits."""
+    s = Scheduler(inventory=INVENTORY, ledger=MemoryLedger(), matrix=default_matrix(),
+                  policy=policy)
+    s.renewal.in_idle_time = in_idle_time
+    return s
 
 
 def demand(i: int, **shape):  # type: ignore[no-untyped-def]
@@ -97,7 +101,7 @@ async def test_after_a_swap_the_prepared_shapes_price_no_node() -> None:
 
 
 async def test_idle_time_completes_a_renewal_on_the_event_loop() -> None:
-    s = scheduler(prepared(refresh=4))
+    s = scheduler(prepared(refresh=4), in_idle_time=True)
     for i in range(8):
         await s.filter(filter_args(pod(**SHAPES[i % 3]), NAMES))
     assert s.policy.pending() is not None

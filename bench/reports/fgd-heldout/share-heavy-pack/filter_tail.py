@@ -29,7 +29,7 @@ from bench.latency.cluster import half_occupancy, pod, synthetic_inventory
 from extender.demand import pod_demand
 from extender.interference import default_matrix
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
-from extender.placement.policies import share_price, sparse
+from extender.placement.policies import share_price, sparse, sparse_inputs
 from extender.pricesolver import PriceSolver, worker_pool
 from extender.protocol import pod_from_dict
 from extender.verbs.costcache import CachedPolicy, CostCache
@@ -49,7 +49,7 @@ def _timed_solve(job: share_price.PriceJob) -> share_price.PriceTable:
     return share_price.PriceTable(job, *_timed_value_table(job.tasks, job.start))
 
 
-sparse.solve = _timed_solve  # the inline policy's solves, timed
+sparse_inputs.solve = _timed_solve  # the inline policy's solves, timed
 
 
 def run(mode: str, pods: int, seed: int = 3) -> None:
