@@ -106,9 +106,9 @@ class Metrics:
         tables solved off the request path (``extender.pricesolver``), read at scrape time."""
         self.registry.register(_CountsCollector(
             "sparse_extender_price_tables",
-            "Share price tables solved in the price worker: installed (in use from the next"
-            " request), dropped (the learned mix was re-read while it was solved), failed (the"
-            " last table stays in use).",
+            "Share price tables solved in the price worker: installed (taken into use with"
+            " its mix once the caches are priced for both), dropped (the learned mix was"
+            " re-read while it was solved), failed (the last table stays in use).",
             ["result"], lambda: {(result,): n for result, n in counts().items()}))
 
     def watch_renewals(self, counts: Callable[[], dict[str, float]]) -> None:
