@@ -106,6 +106,10 @@ class _Successor:
 
 
 class CacheRenewal:
+    """The scheduler's renewal of its caches for the policy's waiting inputs: told of each
+    verb's start and end (``begin``, ``end``), it runs slices on the event loop while no verb
+    is served and swaps the caches in once a successor is complete."""
+
     def __init__(self, owner: Caches, nodes_per_slice: int = NODES_PER_SLICE) -> None:
         self.owner = owner
         self.nodes_per_slice = nodes_per_slice
