@@ -104,22 +104,27 @@ class Metrics:
     def watch_price_tables(self, counts: Callable[[], dict[str, float]]) -> None:
         """``counts``: result (installed, dropped, failed) -> running total of the share price
         tables solved off the request path (``extender.pricesolver``), read at scrape time."""
-        self.registry.register(_CountsCollector(
+        self._watch_results(
             "sparse_extender_price_tables",
             "Share price tables solved in the price worker: installed (taken into use with"
             " its mix once the caches are priced for both), dropped (the learned mix was"
-            " re-read while it was solved), failed (the last table stays in use).",
-            ["result"], lambda: {(result,): n for result, n in counts().items()}))
+            " re-read while it was solved), failed (the last table stays in use).", counts)
 
     def watch_renewals(self, counts: Callable[[], dict[str, float]]) -> None:
         """``counts``: result (renewed, failed) -> running total of the policy's new inputs
         taken into use with caches priced ahead (``extender.verbs.renewal``)."""
-        self.registry.register(_CountsCollector(
+        self._watch_results(
             "sparse_extender_cache_renewals",
             "New policy inputs (a re-read pod mix with its share price table) taken into use"
             " between requests: renewed (the caches were priced for them in idle time),"
-            " failed (logged; priced on demand instead).",
-            ["result"], lambda: {(result,): n for result, n in counts().items()}))
+            " failed (logged; priced on demand instead).", counts)
+
+    def _watch_results(self, name: str, documentation: str,
+                       counts: Callable[[], dict[str, float]]) -> None:
+        """A counter per ``result`` label, read from ``counts`` at scrape time."""
+        self.registry.register(_CountsCollector(
+            name, documentation, ["result"],
+            lambda: {(result,): n for result, n in counts().items()}))
 
     def observe_stages(self, verb: str, times: dict[str, float]) -> None:
         """One call's stages; compute is the verb's time less what it waited for."""

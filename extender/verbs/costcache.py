@@ -224,7 +224,7 @@ class CostCache:
 
     def _term(self, policy: Policy, term: CostTerm, state: ClusterState, demand: PodDemand,
               masks: GpuMasks, subs: dict[bytes, GpuMasks]) -> TermValues:
-        raw = self._filled((id(policy), term.key), term.epoch, term.raw or term.compute,
+        raw = self._filled(*_raw_entry(policy, term), term.raw or term.compute,
                            state, demand, masks, subs, carry=term.carry)
         if term.finish is None:
             return _gather(raw, masks)
@@ -236,8 +236,7 @@ class CostCache:
 
         # The finished values too, while the finishing step's inputs stand (sparse: the
         # mix's popularities): a plain gather per call, no weighting.
-        done = self._filled((id(policy), term.key, "finished"),
-                            (*term.epoch, *term.finish_epoch), finish, state, demand, masks,
+        done = self._filled(*_finished_entry(policy, term), finish, state, demand, masks,
                             subs, within=raw)
         return _gather(done, masks)
 
@@ -312,9 +311,9 @@ class CostCache:
         for t in terms:
             if t.key is None or t.epoch is None:
                 continue
-            wanted = [((id(policy), t.key), t.epoch)]
+            wanted = [_raw_entry(policy, t)]
             if t.finish is not None:
-                wanted.append(((id(policy), t.key, "finished"), (*t.epoch, *t.finish_epoch)))
+                wanted.append(_finished_entry(policy, t))
             for key, epoch in wanted:
                 entry = other._entries.get(key)
                 if key not in self._entries and entry is not None and entry.holds(epoch):
@@ -363,6 +362,16 @@ class CostCache:
                 or sum(e.nbytes for e in self._entries.values()) > self.budget_bytes):
             self._entries.popitem(last=False)
             self.generation += 1
+
+
+def _raw_entry(policy: Policy, term: CostTerm) -> tuple[tuple, tuple[object, ...]]:
+    """The key and epoch of a term's entry (its raw values, for a two-step term)."""
+    return (id(policy), term.key), term.epoch  # type: ignore[return-value]
+
+
+def _finished_entry(policy: Policy, term: CostTerm) -> tuple[tuple, tuple[object, ...]]:
+    """The key and epoch of a two-step term's finished values."""
+    return (id(policy), term.key, "finished"), (*term.epoch, *term.finish_epoch)  # type: ignore[misc]
 
 
 def _stale_masks(state: ClusterState, demand: PodDemand, stale: np.ndarray, masks: GpuMasks,

@@ -96,6 +96,13 @@ class _Entry:
     def costs_hold(self, terms: tuple[Hashable, ...], epoch: tuple[object, ...]) -> bool:
         return terms == self.terms and same_objects(epoch, self.epoch)
 
+    def keep_costs_of(self, terms: tuple[Hashable, ...], epoch: tuple[object, ...]) -> None:
+        """Costs of these terms and inputs from now on: every kept cost is stale if they
+        are not the ones the costs were made of."""
+        if not self.costs_hold(terms, epoch):
+            self.cost_stamp[:] = 0
+            self.terms, self.epoch = terms, epoch
+
 
 # Masks of every node kept at once (``NodeVerdicts._every_masks``): about 0.8 MB each at
 # 5,000 nodes of 8 GPUs; a cluster's shapes mostly share a handful.
@@ -153,16 +160,7 @@ class NodeVerdicts:
         # fromiter: twice as fast as np.array on a tuple of ints
         nodes = (np.fromiter(found, dtype=np.int64, count=len(found))
                  if len(candidates) != 1 else np.array([found], dtype=np.int64))
-        if state.gpu_uuid is not self._inventory:  # a new inventory: nothing carries over
-            self._inventory = state.gpu_uuid
-            self._entries.clear()
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._entries[key] = _Entry(len(state.node_names))
-            while len(self._entries) > self.shapes:
-                self._entries.popitem(last=False)
-        self._entries.move_to_end(key)
-        entry.demand = demand
+        entry = self._entry(state, key, demand)[0]
         stamps = state.node_stamp[nodes]
         stale = np.flatnonzero(entry.fit_stamp[nodes] != stamps)
         self.reused += len(nodes) - len(stale)
@@ -213,9 +211,7 @@ class NodeVerdicts:
             return node_costs(state, demand, fit(state, demand, names, explain=False),
                               CachedPolicy(policy, self.cost_cache, note=False))
         keys, epoch, terms = told
-        if not entry.costs_hold(keys, epoch):  # a global input changed: every cost is stale
-            entry.cost_stamp[:] = 0
-            entry.terms, entry.epoch = keys, epoch
+        entry.keep_costs_of(keys, epoch)  # a global input changed: every cost is stale
         every = len(fitting) == len(v.nodes)  # all fit: the candidates themselves
         nodes = v.nodes if every else v.nodes[fitting]
         stamps = v.current(state) if every else None
@@ -232,6 +228,23 @@ class NodeVerdicts:
         elif len(stale):
             self._fill_costs(entry, policy, state, demand, nodes[stale], terms)
         return entry.cost[nodes]
+
+    def _entry(self, state: ClusterState, key: Hashable, demand: PodDemand
+               ) -> tuple[_Entry, bool]:
+        """The shape's entry, now the most recent, with ``demand`` as its pod; and whether
+        it is new (none kept, or a new inventory: nothing carries over)."""
+        if state.gpu_uuid is not self._inventory:
+            self._inventory = state.gpu_uuid
+            self._entries.clear()
+        entry = self._entries.get(key)
+        new = entry is None
+        if entry is None:
+            entry = self._entries[key] = _Entry(len(state.node_names))
+            while len(self._entries) > self.shapes:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(key)
+        entry.demand = demand
+        return entry, new
 
     def recent_shapes(self, most: int) -> list[tuple[Hashable, PodDemand]]:
         """The ``most`` shapes asked last, most recent first, with a pod of each."""
@@ -252,20 +265,12 @@ class NodeVerdicts:
         new inputs); the fits start from ``seed``'s where this cache has no entry yet. The
         policy is not told of the pod: no pod is being placed."""
         keys, epoch, terms = told
-        if state.gpu_uuid is not self._inventory:
-            self._inventory = state.gpu_uuid
-            self._entries.clear()
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._entries[key] = _Entry(len(state.node_names))
-            entry.demand = demand
-            src = None if seed is None else seed._entries.get(key)
-            if src is not None and seed._inventory is state.gpu_uuid:  # type: ignore[union-attr]
-                entry.fit_stamp[:] = src.fit_stamp
-                entry.fits[:] = src.fits
-        if not entry.costs_hold(keys, epoch):
-            entry.cost_stamp[:] = 0
-            entry.terms, entry.epoch = keys, epoch
+        entry, new = self._entry(state, key, demand)
+        src = None if seed is None or not new else seed._entries.get(key)
+        if src is not None and seed._inventory is state.gpu_uuid:  # type: ignore[union-attr]
+            entry.fit_stamp[:] = src.fit_stamp
+            entry.fits[:] = src.fits
+        entry.keep_costs_of(keys, epoch)
         stamps = state.node_stamp[nodes]
         self._fill_fits(entry, state, demand, nodes[entry.fit_stamp[nodes] != stamps])
         todo = nodes[entry.fits[nodes] & (entry.cost_stamp[nodes] != stamps)]

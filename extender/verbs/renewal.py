@@ -118,7 +118,7 @@ class CacheRenewal:
         self.renewed = 0  # inputs adopted with their caches
         self.failed = 0
         self._successor: _Successor | None = None
-        self._armed: tuple[int] | None = None  # the verb count when the timer was set
+        self._armed: int | None = None  # the verb count when the timer was set
         self.in_idle_time = True  # False: slices run only when ``step`` or ``finish`` asks
 
     @property
@@ -143,14 +143,14 @@ class CacheRenewal:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop: the policy adopts at its next re-read
             return
-        self._armed = (self.verbs,)
+        self._armed = self.verbs
         loop.call_later(delay, self._tick)
 
     def _tick(self) -> None:
         armed, self._armed = self._armed, None
         if self.in_flight:
             return  # the verb's end sets the timer again
-        if armed is None or armed[0] != self.verbs:  # a verb came and went: not idle yet
+        if armed != self.verbs:  # a verb came and went: not idle yet
             self._arm(IDLE_S)
             return
         if self.step():

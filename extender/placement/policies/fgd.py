@@ -164,8 +164,8 @@ class FragModel:
     def _carried(self, key: tuple, state: ClusterState) -> tuple | None:
         """A memo for ``key`` made of a previous model's aggregates (``carry_from``): the
         columns of the tasks it had, copied, and the others summed over every GPU; a node
-        booked since the previous memo was made is then refreshed whole, as in any memo.
-        Sums of whole numbers: the same as a full pass."""
+        booked since the previous memo was made keeps that memo's stamp, so it is refreshed
+        whole, as in any memo. Sums of whole numbers: the same as a full pass."""
         carry, self._carry = self._carry, None
         if carry is None or carry[0][0] != key:
             return None
@@ -176,15 +176,12 @@ class FragModel:
         less = np.empty((n, len(order)))
         ge[:, kept] = count_ge[:, order[kept]]
         less[:, kept] = lt[:, order[kept]]
-        stamps = stamps.copy()
         missing = np.flatnonzero(~kept)
         if len(missing):  # the new tasks' columns from the GPUs as they are now
             sub = FragModel(self.tasks.take(missing), self.fill)
             ge[:, missing], less[:, missing] = sub.aggregates(
                 state.milli_free.astype(np.float64), state.gpu_node, n)
-            # a node booked since the previous memo: its other columns are refreshed too
-            stamps[stamps != state.node_stamp] = -1
-        return (key, stamps, ge, less, u.copy())
+        return (key, stamps.copy(), ge, less, u.copy())
 
     def state_aggregates(self, state: ClusterState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """count_ge, lt (nodes, M) and U (nodes,) for every node of the state. Memoised: only
