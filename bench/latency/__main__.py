@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from bench.latency.cluster import request_bodies, synthetic_inventory
-from bench.latency.servers import wait_ready
+from bench.latency.servers import cycle, wait_ready
 from bench.redis_server import free_port
 
 
@@ -23,7 +23,6 @@ async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str
     cycles in flight (1 = the scheduler's serial cycle)."""
     latencies: list[float] = []
     queue = list(enumerate(bodies))
-    base = f"http://127.0.0.1:{port}/scheduler"
     conn = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=conn) as session:
 
@@ -31,12 +30,7 @@ async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str
             while queue:
                 _, body = queue.pop()
                 started = time.perf_counter()
-                for verb in ("filter", "prioritize"):
-                    async with session.post(f"{base}/{verb}", data=body,
-                                            headers={"Content-Type": "application/json"}) as r:
-                        await r.read()
-                        if r.status != 200:
-                            raise RuntimeError(f"{verb} -> HTTP {r.status}")
+                await cycle(session, port, body)
                 latencies.append(time.perf_counter() - started)
 
         started = time.perf_counter()

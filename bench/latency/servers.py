@@ -44,6 +44,17 @@ def extender_app(nodes: int, gpus: int, price_solve: str = DEFERRED) -> web.Appl
     return make_app(Settings(max_body_mib=256), scheduler=scheduler)
 
 
+async def cycle(session: aiohttp.ClientSession, port: int, body: bytes) -> None:
+    """One scheduling cycle of kube-scheduler against the server on ``port``: filter, then
+    prioritize, with the same body."""
+    for verb in ("filter", "prioritize"):
+        async with session.post(f"http://127.0.0.1:{port}/scheduler/{verb}", data=body,
+                                headers={"Content-Type": "application/json"}) as r:
+            await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"{verb} -> HTTP {r.status}")
+
+
 async def wait_ready(port: int, timeout_s: float = 300, interval_s: float = 0.2) -> None:
     """Poll ``/readyz`` on localhost until it answers 200."""
     deadline = time.monotonic() + timeout_s

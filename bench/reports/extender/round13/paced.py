@@ -4,9 +4,11 @@ for several re-reads of the learned mix.
 
 The servers, inventory and request bodies of ``python -m bench.latency`` (5,000 nodes x 8
 GPUs at half occupancy, 500 NodeNames per pod); each pod is sent once, in order, after 20
-warm-up pods. Run from the root of the checkout whose extender is measured:
+warm-up pods. The server runs the code of the current directory (``-m``); run from the root
+of the checkout whose extender is measured, with this checkout's (``$THIS``) interpreter:
 
-    .venv/bin/python bench/reports/extender/round13/paced.py --pods 1000 --gap-ms 2
+    cd <checkout> && $THIS/.venv/bin/python \
+        $THIS/bench/reports/extender/round13/paced.py --pods 1000 --gap-ms 2
 
 Prints the latency percentiles per block of pods (the learned mix is re-read every 256 pods)
 and, where the extender exports it, how many renewals it made
@@ -28,7 +30,7 @@ import click
 import numpy as np
 
 from bench.latency.cluster import request_bodies, synthetic_inventory
-from bench.latency.servers import wait_ready
+from bench.latency.servers import cycle, wait_ready
 from bench.redis_server import free_port
 
 WARM_UP = 20
@@ -40,12 +42,7 @@ async def _run(port: int, bodies: list[bytes], gap_s: float) -> tuple[list[float
     async with aiohttp.ClientSession() as session:
         for i, body in enumerate(bodies):
             started = time.perf_counter()
-            for verb in ("filter", "prioritize"):
-                async with session.post(f"{base}/scheduler/{verb}", data=body,
-                                        headers={"Content-Type": "application/json"}) as r:
-                    await r.read()
-                    if r.status != 200:
-                        raise RuntimeError(f"{verb} -> HTTP {r.status}")
+            await cycle(session, port, body)
             if i >= WARM_UP:
                 latencies.append((time.perf_counter() - started) * 1000)
             if gap_s:

@@ -6,16 +6,18 @@ compare on a noisy machine where wall-clock percentiles do not.
 The servers, inventory and bodies of ``python -m bench.latency`` (5,000 nodes x 8 GPUs at half
 occupancy, 500 NodeNames, 20 warm-up pods, then ``--pods`` one at a time, the pod order of its
 c=1 run). Work done between pods (the renewal's slices in idle time, with ``--gap-ms``) is not
-any pod's: the scheduler does not wait for it. Run from the root of the checkout measured:
+any pod's: the scheduler does not wait for it. The server runs the code of the current
+directory (``-m``); run from the root of the checkout measured, with this checkout's (``$THIS``)
+interpreter (an older checkout lacks the client's helpers):
 
-    .venv/bin/python bench/reports/extender/round13/server_cpu.py --pods 400
+    cd <checkout> && $THIS/.venv/bin/python \
+        $THIS/bench/reports/extender/round13/server_cpu.py --pods 400
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -25,30 +27,11 @@ import aiohttp
 import click
 import numpy as np
 
-# The two the older checkouts compared here have too (not the newer helpers).
 from bench.latency.cluster import request_bodies, synthetic_inventory
+from bench.latency.servers import cycle, wait_ready
+from bench.redis_server import free_port
 
 WARM_UP = 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def wait_ready(port: int, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"server on port {port} not ready in {timeout_s:.0f} s")
 
 
 def _cpu_ns(pid: int) -> int:
@@ -59,17 +42,11 @@ def _cpu_ns(pid: int) -> int:
 
 async def _run(port: int, pid: int, bodies: list[bytes], gap_s: float
                ) -> tuple[list[float], list[float]]:
-    base = f"http://127.0.0.1:{port}/scheduler"
     wall, cpu = [], []
     async with aiohttp.ClientSession() as session:
         for i, body in enumerate(bodies):
             before_cpu, started = _cpu_ns(pid), time.perf_counter()
-            for verb in ("filter", "prioritize"):
-                async with session.post(f"{base}/{verb}", data=body,
-                                        headers={"Content-Type": "application/json"}) as r:
-                    await r.read()
-                    if r.status != 200:
-                        raise RuntimeError(f"{verb} -> HTTP {r.status}")
+            await cycle(session, port, body)
             took = time.perf_counter() - started
             used = _cpu_ns(pid) - before_cpu
             if i >= WARM_UP:
