@@ -34,6 +34,7 @@ from service_proc import ServiceProcess  # noqa: E402
 
 from bench.procstat import tree_cpu, tree_cpu_delta  # noqa: E402
 from bench.redis_server import RedisServer  # noqa: E402
+from bench.throughput.bound import BoundWatch  # noqa: E402
 from bench.throughput.breakdown import (  # noqa: E402
     STAGES,
     Samples,
@@ -113,24 +114,6 @@ async def create_pods(kubeconfig: str, count: int, workload: str) -> None:
 async def create_nodes(kubeconfig: str, count: int, gpus: int) -> None:
     await _create_many(kubeconfig, count, lambda core, i: e2e_cluster.create_gpu_node(
         core, f"tp-node-{i:05d}", gpus=gpus, memory_mib=16384))
-
-
-# Only the pods' metadata: the API server's CPU per poll is mostly serialising the unbound
-# pods, and a run that takes longer polls more often; full pods (a MiB early in a burst of
-# 1,000) made the bench itself cost the slower runs (the extender's) a share of the cores.
-METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-
-
-def unbound_count(c: e2e_cluster.LocalCluster) -> int:
-    """Pods still waiting (their metadata only); the list shrinks as the run goes."""
-    import urllib.request
-
-    req = urllib.request.Request(
-        f"{c.server}/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3D")
-    req.add_header("Authorization", f"Bearer {c.token}")
-    req.add_header("Accept", METADATA_ONLY)
-    with urllib.request.urlopen(req, context=c._ssl, timeout=30) as resp:
-        return len(json.loads(resp.read())["items"] or [])
 
 
 def delete_pods(c: e2e_cluster.LocalCluster) -> None:
@@ -218,14 +201,11 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
     # otherwise bind pods while the bench scrapes (the API server's page is large).
     a_before = scrape(f"{c.server}/metrics", c)
     e_before = scrape(ext_url) if ext_url else None
+    bound = BoundWatch(c.server, c.token, c._ssl).start()
     try:
         c.start_scheduler(ext.url if ext else None, overrides=overrides, verbosity=0,
                           extra_args=[f"--authorization-always-allow-paths={OPEN_PATHS}"])
         started = time.monotonic()
-        # Pods bound before the clock (between the scheduler's first cycle and its /readyz
-        # answering) count neither in the pods nor in the time.
-        bound_early = pods - unbound_count(c)
-        timed = timed_pods(pods, bound_early)
         spy = None
         if profile is not None and ext is not None and ext.proc is not None:
             spy = subprocess.Popen(
@@ -242,18 +222,20 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
                  "etcd": c.etcd.pid if c.etcd else None,
                  "extender": ext.proc.pid if ext is not None and ext.proc is not None else None}
         cpu_before = {name: tree_cpu(pid) for name, pid in procs.items()}
-        done, last_report, half_at = bound_early, started, None
+        done = 0
         while done < pods:
-            time.sleep(0.25)
-            done = pods - unbound_count(c)
-            if half_at is None and 2 * done >= pods:
-                half_at = time.monotonic() - started
-            if time.monotonic() - last_report > 5:
+            done = bound.wait(pods, 5)
+            if done < pods:
                 click.echo(f"    {done}/{pods} bound", err=True)
-                last_report = time.monotonic()
             if time.monotonic() - started > 600:
                 raise RuntimeError(f"only {done}/{pods} pods bound after 10 minutes")
-        elapsed = time.monotonic() - started
+        times = bound.times()
+        # Pods bound before the clock (between the scheduler's first cycle and its /readyz
+        # answering) count neither in the pods nor in the time.
+        bound_early = sum(t <= started for t in times)
+        timed = timed_pods(pods, bound_early)
+        elapsed = max(times[-1] - started, 1e-3)
+        half_at = max(times[(pods + 1) // 2 - 1] - started, 0.0)
         cpu_after = {name: tree_cpu(pid) for name, pid in procs.items()}
         cpu_ms = {name: 1000 * tree_cpu_delta(cpu_before[name], cpu_after[name]) / timed
                   for name, pid in procs.items() if pid is not None}
@@ -272,11 +254,13 @@ def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
                      "verbs": verbs if ext is not None else None,
                      "load": [load_before, os.getloadavg()[0]],
                      "median_to_bind_s": half_at, "cpu_ms_per_pod": cpu_ms,
+                     "bound_watch_renewals": bound.renewals,
                      "scheduler": scheduler_breakdown(s_before, s_after, pods),
                      "api_requests": api_requests(a_before, a_after, pods)}
         if ext_url and e_before is not None:
             out["extender"] = extender_breakdown(e_before, scrape(ext_url))
     finally:
+        bound.close()
         c.stop_scheduler()
         if ext is not None:
             ext.stop()
@@ -355,7 +339,7 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
     click.echo("  (user + system CPU of each process over the run, per bound pod, with its"
                " children's: the\n  extender's share price worker; the machine's"
                f" {os.cpu_count()} cores are shared by all of them\n  and whatever else runs)")
-    click.echo("\n  API server requests per bound pod (the bench's own polling of unbound pods"
+    click.echo("\n  API server requests per bound pod (the bench's own watch of bound pods"
                " included):")
     for label, r in results.items():
         top = list(r.get("api_requests", {}).items())[:6]

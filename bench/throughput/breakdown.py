@@ -129,7 +129,7 @@ def scheduler_breakdown(before: Samples, after: Samples, pods: int) -> dict[str,
 
 def api_requests(before: Samples, after: Samples, pods: int) -> dict[str, float]:
     """API server requests per bound pod over the run, by verb and resource (and
-    subresource), from its apiserver_request_total; the bench's own polling included."""
+    subresource), from its apiserver_request_total; the bench's own requests included."""
     counts: dict[str, float] = {}
     for sign, samples in ((-1.0, before), (1.0, after)):
         for labels, value in samples.by_name.get("apiserver_request_total", []):
