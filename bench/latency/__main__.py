@@ -46,10 +46,13 @@ async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str
 @click.option("--gpus", default=8, show_default=True)
 @click.option("--candidates", default=500, show_default=True)
 @click.option("--requests", "count", default=400, show_default=True,
-              help="Pods per measurement (after 20 warm-up pods).")
+              help="Pods per measurement (after the warm-up pods).")
+@click.option("--warm-up", "warm_up", default=20, show_default=True,
+              help="Pods sent to each server before measuring; the first pod of each shape"
+                   " the warm-up did not send prices every node (each server gets the same).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/latency.json"),
               show_default=True)
-def main(nodes: int, gpus: int, candidates: int, count: int, out: Path) -> None:
+def main(nodes: int, gpus: int, candidates: int, count: int, warm_up: int, out: Path) -> None:
     """Filter + prioritize latency and throughput: NodeNames and full Node objects, each
     against a null server in the same run; prints the ratios."""
     inventory = synthetic_inventory(nodes, gpus)
@@ -64,15 +67,15 @@ def main(nodes: int, gpus: int, candidates: int, count: int, out: Path) -> None:
         for port, _ in procs.values():
             asyncio.run(wait_ready(port))
         for mode, full in (("NodeNames", False), ("full Nodes", True)):
-            click.echo(f"building {count + 20} {mode} requests of {candidates} candidates ...",
-                       err=True)
-            bodies = request_bodies(inventory, count + 20, candidates, full)
+            click.echo(f"building {count + warm_up} {mode} requests of {candidates} candidates"
+                       " ...", err=True)
+            bodies = request_bodies(inventory, count + warm_up, candidates, full)
             click.echo(f"  body size {len(bodies[0]) / 1024:.0f} KiB", err=True)
             for kind, (port, _) in procs.items():
-                asyncio.run(_measure(port, bodies[:20], 1))  # warm-up
+                asyncio.run(_measure(port, bodies[:warm_up], 1))
                 for conc in (1, 4):
                     results[f"{kind} | {mode} | c={conc}"] = asyncio.run(
-                        _measure(port, bodies[20:], conc))
+                        _measure(port, bodies[warm_up:], conc))
     finally:
         for _, proc in procs.values():
             proc.terminate()
