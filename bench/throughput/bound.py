@@ -93,7 +93,8 @@ class BoundWatch:
                     version = self._watch(version)
                 except _Expired:
                     version = self._list()
-                self.renewals += not self._closed
+                if not self._closed:
+                    self.renewals += 1
         except BaseException as exc:  # noqa: BLE001 (handed to the waiting thread)
             with self._lock:
                 if not self._closed:
