@@ -40,6 +40,7 @@ from builders import free_port, pod  # noqa: E402
 
 from bench.redis_server import SentinelGroup  # noqa: E402
 from extender.ledger.connect import RedisOptions  # noqa: E402
+from extender.ledger.health import raise_if_cancelling  # noqa: E402
 from extender.ledger.redis import NotReplicated, RedisLedger  # noqa: E402
 from extender.ledger.rules import from_json  # noqa: E402
 
@@ -371,6 +372,8 @@ class Driver:
             self.fig.seconds = time.monotonic() - begun
             await self.quiesce(session)
             follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
         return self.fig
 
     async def follow_master(self) -> None:
@@ -378,6 +381,9 @@ class Driver:
         while True:
             with contextlib.suppress(Exception):  # failing over: next round
                 await self.ledger.ping()
+            # The Redis client can turn a cancellation into a timeout, which the line above
+            # swallows: the loop would then outlive the run and hold up the loop's shutdown.
+            raise_if_cancelling()
             await asyncio.sleep(0.5)
 
     async def quiesce(self, session: aiohttp.ClientSession) -> None:
