@@ -119,6 +119,17 @@ class Metrics:
             " between requests: renewed (the caches were priced for them in idle time),"
             " failed (logged; priced on demand instead).", counts)
 
+    def watch_renewal_work(self, work: Callable[[], tuple[float, float]]) -> None:
+        """``work``: (steps, CPU seconds) the cache renewal ran so far, read at scrape time."""
+        for name, doc, at in (
+                ("sparse_extender_cache_renewal_steps",
+                 "Steps of the cache renewal run between requests (a slice of nodes priced"
+                 " with new inputs, a shape completed, or the swap).", 0),
+                ("sparse_extender_cache_renewal_cpu_seconds",
+                 "CPU seconds the serving thread spent in the cache renewal's steps.", 1)):
+            self.registry.register(_CountsCollector(
+                name, doc, [], lambda at=at: {(): work()[at]}))
+
     def _watch_results(self, name: str, documentation: str,
                        counts: Callable[[], dict[str, float]]) -> None:
         """A counter per ``result`` label, read from ``counts`` at scrape time."""

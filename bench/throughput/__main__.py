@@ -355,7 +355,7 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
         click.echo(f"    {'verb':11} {'calls':>6} {'total':>7} " +
                    " ".join(f"{s:>9}" for s in STAGES))
         for verb, row in ext.items():
-            if verb in ("event loop", "reuse", "prices"):
+            if verb in ("event loop", "reuse", "prices", "renewal"):
                 continue
             click.echo(f"    {verb:11} {int(row['calls']):6d} {row['total_ms']:7.2f} " +
                        " ".join(f"{row.get(s, 0.0):9.3f}" for s in STAGES))
@@ -383,6 +383,10 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
         if prices is not None:
             click.echo("    share price tables from the worker: " + ", ".join(
                 f"{n:.0f} {result}" for result, n in prices.items()))
+        renewal = ext.get("renewal")
+        if renewal is not None:
+            click.echo(f"    cache renewal between requests: {renewal['renewed']:.0f} renewed,"
+                       f" {renewal['steps']:.0f} steps, {renewal['cpu_ms']:.0f} ms of CPU")
         children = r.get("cpu_ms_per_pod", {}).get("extender children")
         if children is not None:
             click.echo(f"    of the extender's CPU per bound pod, its child processes (the price"

@@ -92,6 +92,13 @@ def extender_breakdown(before: Samples, after: Samples) -> dict[str, dict[str, f
     out["prices"] = {r: after.total("sparse_extender_price_tables_total", result=r)
                      - before.total("sparse_extender_price_tables_total", result=r)
                      for r in ("installed", "dropped", "failed")}
+    out["renewal"] = {
+        "renewed": after.total("sparse_extender_cache_renewals_total", result="renewed")
+        - before.total("sparse_extender_cache_renewals_total", result="renewed"),
+        "steps": after.total("sparse_extender_cache_renewal_steps_total")
+        - before.total("sparse_extender_cache_renewal_steps_total"),
+        "cpu_ms": 1000 * (after.total("sparse_extender_cache_renewal_cpu_seconds_total")
+                          - before.total("sparse_extender_cache_renewal_cpu_seconds_total"))}
     lag_n, lag_mean = delta_mean_ms(before, after, "sparse_extender_event_loop_lag_seconds")
     if lag_n:
         out["event loop"] = {"calls": lag_n, "total_ms": lag_mean,

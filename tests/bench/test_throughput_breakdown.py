@@ -15,6 +15,9 @@ sparse_extender_stage_duration_seconds_sum{verb="filter",stage="compute"} 0.03
 sparse_extender_cost_reuse_total{cache="cycle",result="hit"} 5
 sparse_extender_price_tables_total{result="installed"} 2
 sparse_extender_price_tables_total{result="failed"} 1
+sparse_extender_cache_renewals_total{result="renewed"} 1
+sparse_extender_cache_renewal_steps_total 40
+sparse_extender_cache_renewal_cpu_seconds_total 0.05
 sparse_extender_event_loop_lag_seconds_bucket{le="0.001"} 10
 sparse_extender_event_loop_lag_seconds_bucket{le="0.01"} 10
 sparse_extender_event_loop_lag_seconds_bucket{le="+Inf"} 10
@@ -35,6 +38,9 @@ sparse_extender_cost_reuse_total{cache="cycle",result="miss"} 1
 sparse_extender_price_tables_total{result="installed"} 5
 sparse_extender_price_tables_total{result="dropped"} 1
 sparse_extender_price_tables_total{result="failed"} 1
+sparse_extender_cache_renewals_total{result="renewed"} 3
+sparse_extender_cache_renewal_steps_total 100
+sparse_extender_cache_renewal_cpu_seconds_total 0.125
 sparse_extender_event_loop_lag_seconds_bucket{le="0.001"} 10
 sparse_extender_event_loop_lag_seconds_bucket{le="0.01"} 110
 sparse_extender_event_loop_lag_seconds_bucket{le="+Inf"} 110
@@ -54,6 +60,7 @@ def test_breakdown_is_the_runs_delta_per_call() -> None:
     assert ext["filter"]["ledger"] == pytest.approx(0.2)  # 4 ms over 20 calls
     assert ext["reuse"]["cycle"] == {"hit": 20, "miss": 1}
     assert ext["prices"] == {"installed": 3, "dropped": 1, "failed": 0}  # over the run only
+    assert ext["renewal"] == pytest.approx({"renewed": 2, "steps": 60, "cpu_ms": 75.0})
     assert ext["event loop"]["total_ms"] == pytest.approx(3.0)
     assert ext["event loop"]["p99"] == pytest.approx(10.0)  # the bucket holding it
     sched = scheduler_breakdown(before, after, pods=20)

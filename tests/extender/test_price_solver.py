@@ -218,6 +218,8 @@ async def test_the_extender_solves_after_filter_and_prices_with_the_new_table() 
     await client.close()
     assert 'sparse_extender_price_tables_total{result="installed"} 1.0' in text
     assert 'sparse_extender_price_tables_total{result="failed"} 1.0' in text
+    assert "sparse_extender_cache_renewal_steps_total " in text  # how much idle work
+    assert "sparse_extender_cache_renewal_cpu_seconds_total " in text
 
 
 def test_a_poll_never_raises_and_does_nothing_once_closed(

@@ -110,6 +110,7 @@ async def test_idle_time_completes_a_renewal_on_the_event_loop() -> None:
             break
         await asyncio.sleep(0.005)
     assert s.renewal.renewed == 1 and s.policy.pending() is None
+    assert s.renewal.steps >= 2 and s.renewal.step_seconds > 0  # slices, then the swap
 
 
 def test_a_prepared_policy_stages_inputs_and_adopts_them_at_the_next_re_read() -> None:

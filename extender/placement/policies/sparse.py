@@ -328,9 +328,11 @@ class Sparse(ChangingInputs):
         """The class matrix's loss, plus the open-GPU cost on an empty GPU."""
         gpus = masks.gpus
         fraction = gpu_fraction(demand.share_milli)
-        interference = state.matrix.placement_loss(demand.job_class, fraction,
-                                                   state.class_frac[gpus])
-        empty = state.residents[gpus] == 0
+        # every GPU in order (a whole-inventory refill): the rows themselves, not a copy of
+        # them (the gather of GPUs x classes floats was half of this term's time)
+        resident_frac = state.class_frac if masks.every else state.class_frac[gpus]
+        interference = state.matrix.placement_loss(demand.job_class, fraction, resident_frac)
+        empty = (state.residents if masks.every else state.residents[gpus]) == 0
         return (self.interference_weight * interference
                 + self.open_gpu_cost * fraction * empty), None
 
