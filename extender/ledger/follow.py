@@ -36,15 +36,23 @@ BLOCK_MS = 200  # each blocking read returns at least this often (below the sock
 KEEP = 2_000  # changes kept; a view further behind reads the store
 READ_COUNT = 1_000  # entries per read
 RETRY_S = (0.05, 1.0)  # first and largest wait after a failed read
+# After a read that brought changes, the next starts this much later: in a burst (two changes
+# per pod: booked, then confirmed bound) one read then carries several changes instead of
+# one each, and every read costs both processes CPU. A view this much further behind another
+# replica's changes can only meet a conflict at bind, never book a GPU twice (see above);
+# a replica's own changes are in its view at once.
+COALESCE_S = 0.005
 
 
 class ChangeFollower:
     """The Redis ledger's change log, read by one background task (:meth:`run`)."""
 
-    def __init__(self, ledger: RedisLedger, keep: int = KEEP, block_ms: int = BLOCK_MS) -> None:
+    def __init__(self, ledger: RedisLedger, keep: int = KEEP, block_ms: int = BLOCK_MS,
+                 coalesce_s: float = COALESCE_S) -> None:
         self.ledger = ledger
         self.keep = keep
         self.block_ms = block_ms
+        self.coalesce_s = coalesce_s
         self.head = -1  # version of the last change read (-1: nothing read yet)
         self._log: deque[tuple[int, Change]] = deque()  # contiguous versions up to head
         self.live = False  # the last read succeeded: views may rely on what was read
@@ -91,8 +99,9 @@ class ChangeFollower:
             self.ledger.disrupted()
             self._reset(version)
 
-    async def read_once(self, block: bool = True) -> None:
-        """One read of the log after ``head`` (waiting up to ``block_ms`` for news)."""
+    async def read_once(self, block: bool = True) -> int:
+        """One read of the log after ``head`` (waiting up to ``block_ms`` for news); the
+        number of entries it brought."""
         if self.head < 0:
             self._reset(await self.ledger.version())
         entries, version = await self.ledger.read_log(self.head, self.block_ms if block else None,
@@ -100,13 +109,16 @@ class ChangeFollower:
         self.take(entries, version)
         self.live = True
         self.reads += 1
+        return len(entries)
 
     async def run(self) -> None:
         delay = RETRY_S[0]
         while True:
             try:
-                await self.read_once()
+                brought = await self.read_once()
                 delay = RETRY_S[0]
+                if brought and self.coalesce_s:  # more are likely coming: batch them
+                    await asyncio.sleep(self.coalesce_s)
             except LedgerUnavailable as exc:  # counted as a disruption by the ledger
                 if self.live:
                     log.warning("following the ledger's change log: %s", exc)

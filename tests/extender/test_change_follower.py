@@ -141,3 +141,37 @@ async def test_bind_on_a_stale_view_never_books_a_gpu_twice(redis_url) -> None:
         state = await store_state(a, inv)
         assert set(state.reservations) == {held}
         assert int(state.mem_used.max()) <= 16000
+
+
+async def test_the_running_reader_carries_a_burst_of_changes_in_few_reads(redis_url) -> None:
+    """After a read that brought changes the reader waits a moment before the next: the
+    changes written meanwhile arrive in one read, and the view catches up."""
+    import asyncio
+
+    inv = inventory(gpu_node("n", 8))
+    async with replicas(redis_url, inv) as (a, b):
+        follower = b.ledger.follower
+        follower.coalesce_s = 1.0  # long enough for a busy machine to write several
+
+        async def caught_up() -> int:
+            version = int(await a.ledger._r.get("fol:ver"))
+            for _ in range(1000):  # whatever the machine's speed
+                if follower.head >= version:
+                    break
+                await asyncio.sleep(0.01)
+            assert follower.head == version
+            return version
+
+        task = asyncio.create_task(follower.run())
+        try:
+            await place_pod(a, pod(mem=100, milli=10), "n")
+            first = await caught_up()  # that read brought it: the reader now waits
+            reads = follower.reads
+            uids = [await place_pod(a, pod(mem=100, milli=10), "n") for _ in range(11)]
+            assert await caught_up() - first >= 11
+            assert follower.reads - reads < 11  # several changes per read
+            assert set(uids) <= set((await b.view()).reservations)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
