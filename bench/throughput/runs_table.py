@@ -13,6 +13,8 @@ import json
 import re
 from pathlib import Path
 
+import click
+
 HEAD = ("| run | load | verbs | stock pods/s (median) | null | ours, memory | ours, Redis"
         " | extender CPU ms/pod, memory / Redis (worker) |")
 EVERYTHING = " all CPU ms/pod: stock / null / memory / Redis |"
@@ -67,3 +69,16 @@ def print_tables(folder: Path, runs: range, all_cpu: bool = False) -> None:
                                  f" {p['installed']:.0f} installed, {p['dropped']:.0f} dropped,"
                                  f" {p['failed']:.0f} failed; log lines {len(r['extender_log'])}")
     print("\n" + "\n".join(notes))
+
+
+@click.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--runs", default=3, show_default=True, help="Runs 1..N (missing ones skipped).")
+@click.option("--all-cpu", is_flag=True, help="With every process's CPU per bound pod.")
+def main(folder: Path, runs: int, all_cpu: bool) -> None:
+    """Print FOLDER's end-to-end run tables (throughput-N-runK.json with their .txt)."""
+    print_tables(folder, range(1, runs + 1), all_cpu=all_cpu)
+
+
+if __name__ == "__main__":
+    main()
