@@ -124,7 +124,7 @@ class Metrics:
         for name, doc, at in (
                 ("sparse_extender_cache_renewal_steps",
                  "Steps of the cache renewal run between requests (a slice of nodes priced"
-                 " with new inputs, a shape completed, or the swap).", 0),
+                 " with new inputs, or the swap).", 0),
                 ("sparse_extender_cache_renewal_cpu_seconds",
                  "CPU seconds the serving thread spent in the cache renewal's steps.", 1)):
             self.registry.register(_CountsCollector(
