@@ -52,6 +52,8 @@ def print_tables(folder: Path, runs: range, all_cpu: bool = False) -> None:
             s1, s2 = results["stock kube-scheduler"], results["stock kube-scheduler (again)"]
             stock = (s1["pods_per_s"] + s2["pods_per_s"]) / 2
             for verbs, tag in (("two-call", ""), ("filter-one", " (filter-one)")):
+                if f"null extender{tag}" not in results:  # a run of the other verbs only
+                    continue
                 null = results[f"null extender{tag}"]["pods_per_s"]
                 mem, red = (results[f"extender, shares, {s}{tag}"] for s in ("memory", "redis"))
                 cpu = " / ".join(f"{r['cpu_ms_per_pod']['extender']:.2f}"

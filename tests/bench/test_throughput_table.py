@@ -58,9 +58,15 @@ def test_a_report_folders_run_tables_from_its_files(tmp_path) -> None:
         (tmp_path / f"throughput-{nodes}-run1.json").write_text(json.dumps({str(nodes): runs}))
         (tmp_path / f"throughput-{nodes}-run1.txt").write_text(
             "start 10:00:00 load 1.50 1.0 1.0\n...\nend 10:01:00 load 2.50 1.0 1.0\n")
-    out = CliRunner().invoke(main, [str(tmp_path), "--runs", "2", "--all-cpu"]).output
+    one = {k: v for k, v in runs.items() if "filter-one" in k or k.startswith("stock")}
+    (tmp_path / "throughput-5000-run3.json").write_text(json.dumps({"5000": one}))
+    (tmp_path / "throughput-5000-run3.txt").write_text(
+        "start 10:00:00 load 1.50 1.0 1.0\nend 10:01:00 load 2.50 1.0 1.0\n")
+    out = CliRunner().invoke(main, [str(tmp_path), "--runs", "3", "--all-cpu"]).output
     rows = [line for line in out.splitlines() if line.startswith("| 1 ")]
     assert len(rows) == 4  # two scales, two verb sets; run 2 missing
+    assert [line.split("|")[3].strip() for line in out.splitlines()
+            if line.startswith("| 3 ")] == ["filter-one"]  # a run of one verb set
     cells = [c.strip() for c in rows[1].split("|")]
     assert cells[2] == "1.5-2.5" and cells[3] == "filter-one"
     assert cells[5] == "100.0, 0.50x"  # stock: the mean of 300 and 100
