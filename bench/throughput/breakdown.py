@@ -42,10 +42,15 @@ class Samples:
         return sorted(acc.items())
 
 
+def delta_total(before: Samples, after: Samples, name: str, **match: str) -> float:
+    """What a counter (or a histogram's ``_count``, ``_sum``) gained over the run."""
+    return after.total(name, **match) - before.total(name, **match)
+
+
 def delta_mean_ms(before: Samples, after: Samples, name: str, **match: str) -> tuple[float, float]:
     """(calls, mean ms) of a histogram over the run."""
-    count = after.total(f"{name}_count", **match) - before.total(f"{name}_count", **match)
-    seconds = after.total(f"{name}_sum", **match) - before.total(f"{name}_sum", **match)
+    count = delta_total(before, after, f"{name}_count", **match)
+    seconds = delta_total(before, after, f"{name}_sum", **match)
     return count, (1000 * seconds / count if count else 0.0)
 
 
@@ -83,22 +88,21 @@ def extender_breakdown(before: Samples, after: Samples) -> dict[str, dict[str, f
                 row[stage] = ms * n / calls  # per call, also when a stage is not in every call
         out[verb] = row
     for cache in ("cycle", "shape", "node"):
-        got = {r: after.total("sparse_extender_cost_reuse_total", cache=cache, result=r)
-               - before.total("sparse_extender_cost_reuse_total", cache=cache, result=r)
+        got = {r: delta_total(before, after, "sparse_extender_cost_reuse_total", cache=cache,
+                              result=r)
                for r in ("hit", "miss")}
         out.setdefault("reuse", {})[cache] = got
     # The share price tables its worker process solved over the run (a failed one leaves the
     # last table in use: the placement is then priced with an older mix).
-    out["prices"] = {r: after.total("sparse_extender_price_tables_total", result=r)
-                     - before.total("sparse_extender_price_tables_total", result=r)
+    out["prices"] = {r: delta_total(before, after, "sparse_extender_price_tables_total",
+                                    result=r)
                      for r in ("installed", "dropped", "failed")}
     out["renewal"] = {
-        "renewed": after.total("sparse_extender_cache_renewals_total", result="renewed")
-        - before.total("sparse_extender_cache_renewals_total", result="renewed"),
-        "steps": after.total("sparse_extender_cache_renewal_steps_total")
-        - before.total("sparse_extender_cache_renewal_steps_total"),
-        "cpu_ms": 1000 * (after.total("sparse_extender_cache_renewal_cpu_seconds_total")
-                          - before.total("sparse_extender_cache_renewal_cpu_seconds_total"))}
+        "renewed": delta_total(before, after, "sparse_extender_cache_renewals_total",
+                               result="renewed"),
+        "steps": delta_total(before, after, "sparse_extender_cache_renewal_steps_total"),
+        "cpu_ms": 1000 * delta_total(before, after,
+                                     "sparse_extender_cache_renewal_cpu_seconds_total")}
     lag_n, lag_mean = delta_mean_ms(before, after, "sparse_extender_event_loop_lag_seconds")
     if lag_n:
         out["event loop"] = {"calls": lag_n, "total_ms": lag_mean,
@@ -128,8 +132,7 @@ def scheduler_breakdown(before: Samples, after: Samples, pods: int) -> dict[str,
             out[f"{point.lower()}_calls"] = n / max(pods, 1)
     # OpportunisticBatching (on by default since 1.35, and off in a profile with extenders):
     # a pod that reuses the previous identical pod's sorted nodes skips filtering and scoring.
-    hinted = (after.total("scheduler_batch_attempts_total", result="hint_used")
-              - before.total("scheduler_batch_attempts_total", result="hint_used"))
+    hinted = delta_total(before, after, "scheduler_batch_attempts_total", result="hint_used")
     out["hinted_per_pod"] = hinted / max(pods, 1)
     return out
 

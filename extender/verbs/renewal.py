@@ -168,7 +168,8 @@ class CacheRenewal:
         started, renewed = time.thread_time(), self.renewed
         try:
             more = self._step()
-            self.steps += more or self.renewed != renewed  # a slice, or the swap
+            if more or self.renewed != renewed:  # a slice priced, or the swap made
+                self.steps += 1
             return more
         except Exception:
             self.failed += 1

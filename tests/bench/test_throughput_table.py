@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import json
 
 from click.testing import CliRunner
+
+from bench.throughput.runs_table import main as runs_table
 
 
 def result(rate: float, verbs: str | None) -> dict:
@@ -40,10 +43,6 @@ def test_ratios_to_the_null_extender_of_the_same_verbs() -> None:
 def test_a_report_folders_run_tables_from_its_files(tmp_path) -> None:
     """``python -m bench.throughput.runs_table FOLDER``: per scale and run, the stock rate
     (mean of its two runs), the null's and ours as ratios to it; runs missing are skipped."""
-    import json
-
-    from bench.throughput.runs_table import main
-
     def run(rate: float, cpu: float = 4.0) -> dict:
         return {"pods_per_s": rate, "median_to_bind_s": 2.0, "extender_log": [],
                 "cpu_ms_per_pod": {"extender": cpu, "extender children": 0.02, "apiserver": 3.0},
@@ -62,7 +61,7 @@ def test_a_report_folders_run_tables_from_its_files(tmp_path) -> None:
     (tmp_path / "throughput-5000-run3.json").write_text(json.dumps({"5000": one}))
     (tmp_path / "throughput-5000-run3.txt").write_text(
         "start 10:00:00 load 1.50 1.0 1.0\nend 10:01:00 load 2.50 1.0 1.0\n")
-    out = CliRunner().invoke(main, [str(tmp_path), "--runs", "3", "--all-cpu"]).output
+    out = CliRunner().invoke(runs_table, [str(tmp_path), "--runs", "3", "--all-cpu"]).output
     rows = [line for line in out.splitlines() if line.startswith("| 1 ")]
     assert len(rows) == 4  # two scales, two verb sets; run 2 missing
     assert [line.split("|")[3].strip() for line in out.splitlines()

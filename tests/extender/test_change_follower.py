@@ -4,6 +4,7 @@ not live send the view back to the store; binds never book a GPU twice on a stal
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -146,8 +147,6 @@ async def test_bind_on_a_stale_view_never_books_a_gpu_twice(redis_url) -> None:
 async def test_the_running_reader_carries_a_burst_of_changes_in_few_reads(redis_url) -> None:
     """After a read that brought changes the reader waits a moment before the next: the
     changes written meanwhile arrive in one read, and the view catches up."""
-    import asyncio
-
     inv = inventory(gpu_node("n", 8))
     async with replicas(redis_url, inv) as (a, b):
         follower = b.ledger.follower
