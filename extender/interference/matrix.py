@@ -90,9 +90,13 @@ class InterferenceMatrix:
         With whole jobs (f = 1) and one resident this is (1 - norm(a|b)) + (1 - norm(b|a)),
         the measured pairwise loss."""
         a = self.index(job_class)
-        victim = fraction * (1.0 - np.exp(resident_frac @ self._log_norm[a]))
-        aggressor = resident_frac @ (1.0 - self.norm[:, a] ** fraction)
-        return victim + aggressor
+        # in place: the same operations in the same order, without a temporary per step
+        loss = resident_frac @ self._log_norm[a]
+        np.exp(loss, out=loss)
+        np.subtract(1.0, loss, out=loss)
+        loss *= fraction  # the victim's part
+        loss += resident_frac @ (1.0 - self.norm[:, a] ** fraction)  # its co-runners'
+        return loss
 
 
 def parse_csv(text: str) -> InterferenceMatrix:

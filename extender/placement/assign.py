@@ -126,7 +126,9 @@ def node_costs_and_choices(state: ClusterState, demand: PodDemand, result: FitRe
         # assign's solver sees INFEASIBLE (not inf) where a GPU is unusable, and refuses
         # a pick that costs INFEASIBLE / 2 or more: no choice there.
         pick = runs.argmin(axis=1)
-        choices = masks.gpus.reshape(n, masks.alike)[np.arange(n), pick]
+        # every GPU in order: node i's GPUs are i * alike onwards (no gather)
+        choices = (pick + np.arange(0, n * masks.alike, masks.alike) if masks.every
+                   else masks.gpus.reshape(n, masks.alike)[np.arange(n), pick])
         ok = result.fits & (out < INFEASIBLE / 2)
         out[~result.fits] = np.inf
         return out, np.where(ok, choices, -1)

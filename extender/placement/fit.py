@@ -85,6 +85,14 @@ def masks_key(demand: PodDemand) -> tuple[object, ...]:
     return demand.allowed_models, demand.share_mem_mib, demand.share_milli, demand.has_share
 
 
+def fits_key(demand: PodDemand) -> tuple[object, ...]:
+    """The demand's fields ``node_fits`` reads (its masks', the whole GPUs, the host's CPU
+    and memory): demands equal here fit the same nodes of one state, whatever their job
+    class."""
+    return (masks_key(demand), demand.whole_gpus, getattr(demand, "cpu_milli", 0),
+            getattr(demand, "host_mem_mib", 0))
+
+
 def gpu_masks(state: ClusterState, demand: PodDemand, nodes: np.ndarray) -> GpuMasks:
     every = _every_node(state, nodes)
     gpus, owner, alike = candidate_gpus(state, nodes, every)

@@ -40,7 +40,14 @@ import numpy as np
 from extender.demand import PodDemand
 from extender.placement import Assignment, ClusterState, Policy, fit, node_costs
 from extender.placement.assign import node_costs_and_choices
-from extender.placement.fit import FitResult, GpuMasks, gpu_masks, masks_key, node_fits
+from extender.placement.fit import (
+    FitResult,
+    GpuMasks,
+    fits_key,
+    gpu_masks,
+    masks_key,
+    node_fits,
+)
 from extender.placement.policies.terms import CostTerm
 from extender.verbs.costcache import (
     CACHED_POLICIES,
@@ -121,6 +128,7 @@ class NodeVerdicts:
         # (state, its last stamp, masks over every node per masks_key): see _every_masks
         self._masks: tuple[object, object, dict[tuple[object, ...], GpuMasks]] = (
             None, None, {})
+        self._by_fits: dict[Hashable, Hashable] = {}  # fits_key -> the last shape of it
 
     @staticmethod
     def _terms(policy: Policy, state: ClusterState, demand: PodDemand, key: Hashable
@@ -236,15 +244,30 @@ class NodeVerdicts:
         if state.gpu_uuid is not self._inventory:
             self._inventory = state.gpu_uuid
             self._entries.clear()
+            self._by_fits.clear()
         entry = self._entries.get(key)
         new = entry is None
         if entry is None:
             entry = self._entries[key] = _Entry(len(state.node_names))
             while len(self._entries) > self.shapes:
                 self._entries.popitem(last=False)
+            self._fits_from_sibling(entry, key, demand)
         self._entries.move_to_end(key)
         entry.demand = demand
         return entry, new
+
+    def _fits_from_sibling(self, entry: _Entry, key: Hashable, demand: PodDemand) -> None:
+        """A new shape's fits start from those of the last shape that fits the same nodes
+        (``fits_key``: pods of another job class mostly): each holds while its node's stamp
+        stands, whichever shape it was made for."""
+        fits = fits_key(demand)
+        sibling = self._entries.get(self._by_fits.get(fits))
+        if sibling is not None and sibling is not entry:
+            entry.fit_stamp[:] = sibling.fit_stamp
+            entry.fits[:] = sibling.fits
+        if len(self._by_fits) > 4 * self.shapes:  # keys of shapes dropped since
+            self._by_fits.clear()
+        self._by_fits[fits] = key
 
     def recent_shapes(self, most: int) -> list[tuple[Hashable, PodDemand]]:
         """The ``most`` shapes asked last, most recent first, with a pod of each."""

@@ -160,6 +160,12 @@ def _carry_columns(old: tuple[object, ...], new: tuple[object, ...]) -> np.ndarr
     return column_map(old[0], new[0])  # type: ignore[arg-type]
 
 
+def _has_whole(demand: PodDemand) -> bool:
+    """Whether the pod takes whole GPUs: a share alone has no whole slot, and the core never
+    reads its whole-GPU costs (the terms leave them out, ``add_terms`` gives zeros)."""
+    return bool(demand.whole_gpus) or not demand.has_share
+
+
 def _free_milli(state: ClusterState, masks: GpuMasks, top: int) -> np.ndarray:
     """Free milli of each GPU of ``masks.gpus``, within 0..``top`` (an index into a per-milli
     table)."""
@@ -280,7 +286,10 @@ class Sparse(ChangingInputs):
             terms.append(CostTerm(None, (), self._cpu_term))
         if self.remainder_weight and demand.has_share and not demand.whole_gpus:
             model = self._frag.model if inputs is None else inputs.model
-            terms.append(CostTerm(None, (), partial(self._remainder_term, model)))
+            # reads the GPUs' compute left and the mix's waste table: one entry per share
+            # size and mix (a share size's first filter prices every GPU once, not again)
+            terms.append(CostTerm(("remainder", demand.share_milli), (model,),
+                                  partial(self._remainder_term, model)))
         if self.price_weight and demand.has_share and not demand.whole_gpus:
             # reads the nodes' own GPUs, GPU model, CPU and memory, and the value table in use
             # with the mix it was solved from (the table: its epoch); inline, a re-read mix's
@@ -311,7 +320,8 @@ class Sparse(ChangingInputs):
 
     def _fit_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks) -> TermValues:
         return (self.fit_weight * gpu_free_after(state, demand, masks.gpus),
-                self.fit_weight * node_free_fraction(state, masks))
+                self.fit_weight * node_free_fraction(state, masks) if _has_whole(demand)
+                else None)
 
     def _learned_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                       ) -> TermValues:
@@ -331,10 +341,12 @@ class Sparse(ChangingInputs):
         # every GPU in order (a whole-inventory refill): the rows themselves, not a copy of
         # them (the gather of GPUs x classes floats was half of this term's time)
         resident_frac = state.class_frac if masks.every else state.class_frac[gpus]
-        interference = state.matrix.placement_loss(demand.job_class, fraction, resident_frac)
+        cost = state.matrix.placement_loss(demand.job_class, fraction, resident_frac)
+        cost *= self.interference_weight
         empty = (state.residents if masks.every else state.residents[gpus]) == 0
-        return (self.interference_weight * interference
-                + self.open_gpu_cost * fraction * empty), None
+        # the open-GPU cost where the GPU is empty (adding 0.0 elsewhere changes nothing)
+        np.add(cost, self.open_gpu_cost * fraction, out=cost, where=empty)
+        return cost, None
 
     def _frag_term(self, model: FragModel, state: ClusterState, demand: PodDemand,
                    masks: GpuMasks) -> TermValues:
@@ -352,6 +364,8 @@ class Sparse(ChangingInputs):
         # infeasibility test needs that) and is the same for every node.
         offset = float((state.node_stop - state.node_start).max(initial=1))
         share = self.frag_weight * (offset - share_delta / 1000.0)
+        if not _has_whole(demand):
+            return share, None
         whole = self.frag_weight * (
             offset - whole_delta[masks.owner] / 1000.0) / max(demand.whole_gpus, 1)
         return share, whole
@@ -368,21 +382,23 @@ class Sparse(ChangingInputs):
             model = FragModel(model.tasks.take(columns), self._frag.fill)
         share, whole = self._frag.deltas(state, demand, masks, per_task=True, share=room,
                                          model=model)
-        has_whole = demand.whole_gpus or not demand.has_share
         return (share if demand.has_share else None,
-                whole[masks.owner] if has_whole else None)
+                whole[masks.owner] if _has_whole(demand) else None)
 
     def _frag_finish(self, state: ClusterState, demand: PodDemand, p: np.ndarray):
         """Raw rows (``_frag_raw``) to the fragmentation term's values, as ``_frag_term``.
         The offset is read when the rows are finished (a cache mostly answers without)."""
         slots = max(demand.whole_gpus, 1)
         weight = self.frag_weight
+        has_whole = _has_whole(demand)
 
         def finish(share: np.ndarray | None, whole: np.ndarray | None) -> TermValues:
             offset = float((state.node_stop - state.node_start).max(initial=1))
             size = len(share if share is not None else whole)
             share_cost = (weight * (offset - (share @ p) / 1000.0) if share is not None
                           else np.full(size, weight * offset))
+            if not has_whole:
+                return share_cost, None
             whole_cost = (weight * (offset - (whole @ p) / 1000.0) / slots if whole is not None
                           else np.full(size, weight * offset / slots))
             return share_cost, whole_cost
@@ -445,7 +461,7 @@ class Sparse(ChangingInputs):
         if not len(masks.gpus):
             return np.zeros(0), np.zeros(0)
         cpu = self._cpu_cost(state, demand, state.gpu_node[masks.gpus])
-        return cpu, cpu / max(demand.whole_gpus, 1)
+        return cpu, cpu / max(demand.whole_gpus, 1) if _has_whole(demand) else None
 
     def _order_term(self, state: ClusterState, demand: PodDemand, masks: GpuMasks
                     ) -> TermValues:
@@ -456,6 +472,8 @@ class Sparse(ChangingInputs):
         # Every GPU in order: the memo itself (term values are read, never written: the
         # costs add them into a copy of the first term's)
         order = held[1] if masks.every else held[1][masks.gpus]
+        if not _has_whole(demand):
+            return order, None
         slots = max(demand.whole_gpus, 1)
         return order, order / slots if slots > 1 else order
 
