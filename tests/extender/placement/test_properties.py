@@ -81,3 +81,19 @@ def test_never_over_capacity_and_models_respected(spec, demands, policy_name):
         assert (state.mem_used <= state.mem_cap).all()
         assert (state.milli_used <= state.milli_cap).all()
         assert (state.mem_used >= 0).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 16), st.integers(1, 30),
+       st.lists(st.sampled_from([0.0, 1.0, 2.0, -0.0, np.inf, -np.inf, np.nan]),
+                min_size=480, max_size=480))
+def test_first_minimum_is_argmin_along_rows(width: int, rows: int, values: list[float]) -> None:
+    """The pick of each node's cheapest GPU equals argmin's, ties, infinities and NaN
+    included, for every row width (those read as one integer and the others)."""
+    from extender.placement.assign import first_minimum
+
+    runs = np.array(values[: width * rows]).reshape(rows, width)
+    least = runs[:, 0].copy()
+    for j in range(1, width):
+        np.minimum(least, runs[:, j], out=least)
+    np.testing.assert_array_equal(first_minimum(runs, least), runs.argmin(axis=1))
