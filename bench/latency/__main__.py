@@ -18,17 +18,27 @@ from bench.latency.servers import cycle, wait_ready
 from bench.redis_server import free_port
 
 
-async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str, float]:
+async def _measure(port: int, bodies: list[bytes], concurrency: int,
+                   shapes: list[tuple[str, ...]] | None = None,
+                   seen: set[tuple[str, ...]] | None = None) -> dict[str, float]:
     """Each pod = filter then prioritize, as one scheduling cycle does; ``concurrency``
-    cycles in flight (1 = the scheduler's serial cycle)."""
+    cycles in flight (1 = the scheduler's serial cycle). ``shapes``: each body's
+    (``shape_of``), and ``seen``: those the server was sent before, to report the first pod
+    of each new shape apart (it prices every node); updated with this run's."""
     latencies: list[float] = []
+    first: list[bool] = []
+    seen = set() if seen is None else seen
+    shapes = shapes if shapes is not None else [()] * len(bodies)
     queue = list(enumerate(bodies))
     conn = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=conn) as session:
 
         async def worker() -> None:
             while queue:
-                _, body = queue.pop()
+                i, body = queue.pop()
+                shape = shapes[i]
+                first.append(shape not in seen)
+                seen.add(shape)
                 started = time.perf_counter()
                 await cycle(session, port, body)
                 latencies.append(time.perf_counter() - started)
@@ -37,8 +47,14 @@ async def _measure(port: int, bodies: list[bytes], concurrency: int) -> dict[str
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     ms = np.array(latencies) * 1000
+    new = np.array(first[: len(ms)])
+    rest = ms[~new] if (~new).any() else ms
     return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
-            "pods_per_s": len(latencies) / elapsed}
+            "pods_per_s": len(latencies) / elapsed,
+            "new_shapes": int(new.sum()),
+            "new_shape_p50_ms": float(np.percentile(ms[new], 50)) if new.any() else 0.0,
+            "new_shape_max_ms": float(ms[new].max()) if new.any() else 0.0,
+            "others_p99_ms": float(np.percentile(rest, 99))}
 
 
 @click.command()
@@ -66,16 +82,20 @@ def main(nodes: int, gpus: int, candidates: int, count: int, warm_up: int, out: 
                  str(gpus)]))
         for port, _ in procs.values():
             asyncio.run(wait_ready(port))
+        seen_by: dict[str, set[tuple[str, ...]]] = {kind: set() for kind in procs}
         for mode, full in (("NodeNames", False), ("full Nodes", True)):
             click.echo(f"building {count + warm_up} {mode} requests of {candidates} candidates"
                        " ...", err=True)
-            bodies = request_bodies(inventory, count + warm_up, candidates, full)
+            shapes: list[tuple[str, ...]] = []
+            bodies = request_bodies(inventory, count + warm_up, candidates, full,
+                                    shapes=shapes)
             click.echo(f"  body size {len(bodies[0]) / 1024:.0f} KiB", err=True)
             for kind, (port, _) in procs.items():
-                asyncio.run(_measure(port, bodies[:warm_up], 1))
+                seen = seen_by[kind]  # the server keeps what it priced across modes
+                asyncio.run(_measure(port, bodies[:warm_up], 1, shapes[:warm_up], seen))
                 for conc in (1, 4):
                     results[f"{kind} | {mode} | c={conc}"] = asyncio.run(
-                        _measure(port, bodies[warm_up:], conc))
+                        _measure(port, bodies[warm_up:], conc, shapes[warm_up:], seen))
     finally:
         for _, proc in procs.values():
             proc.terminate()
@@ -85,6 +105,13 @@ def main(nodes: int, gpus: int, candidates: int, count: int, warm_up: int, out: 
     click.echo(header)
     for key, r in results.items():
         click.echo(f"{key:40} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['pods_per_s']:8.0f}")
+    click.echo("\nc=1, the first pod of each shape the server had not seen (it prices every"
+               " node) and the others:")
+    for key, r in results.items():
+        if key.endswith("c=1") and r["new_shapes"]:
+            click.echo(f"  {key:36} {r['new_shapes']:3d} first: p50 {r['new_shape_p50_ms']:.2f}"
+                       f" max {r['new_shape_max_ms']:.2f} ms; others p99"
+                       f" {r['others_p99_ms']:.2f} ms")
     click.echo("\nratios extender / null (p99; goals: NodeNames <= 1.5x the null's,"
                " full Nodes <= 0.5x):")
     for mode in ("NodeNames", "full Nodes"):

@@ -87,7 +87,8 @@ def node_object(node: NodeGpus) -> dict[str, Any]:
 
 
 def request_bodies(inventory: Inventory, count: int, candidates: int, full_nodes: bool,
-                   seed: int = 3) -> list[bytes]:
+                   seed: int = 3, shapes: list[tuple[str, ...]] | None = None) -> list[bytes]:
+    """``shapes``: a list given here gets each body's ``shape_of``."""
     rng = random.Random(seed)
     names = sorted(inventory.nodes)
     objects = ({n: json.dumps(node_object(inventory.nodes[n])) for n in names}
@@ -95,7 +96,10 @@ def request_bodies(inventory: Inventory, count: int, candidates: int, full_nodes
     bodies = []
     for i in range(count):
         chosen = rng.sample(names, candidates)
-        pod_json = json.dumps(pod(i, rng))
+        body_pod = pod(i, rng)
+        if shapes is not None:
+            shapes.append(shape_of(body_pod))
+        pod_json = json.dumps(body_pod)
         if full_nodes:
             items = ",".join(objects[n] for n in chosen)
             body = f'{{"Pod":{pod_json},"Nodes":{{"items":[{items}]}},"NodeNames":null}}'
@@ -103,3 +107,12 @@ def request_bodies(inventory: Inventory, count: int, candidates: int, full_nodes
             body = f'{{"Pod":{pod_json},"Nodes":null,"NodeNames":{json.dumps(chosen)}}}'
         bodies.append(body.encode())
     return bodies
+
+
+
+def shape_of(pod: dict[str, Any]) -> tuple[str, ...]:
+    """What the extender prices a pod by (its class and GPU request): the first pod of each
+    shape prices every node, the others read what it priced."""
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    return (pod["metadata"]["annotations"]["sparse.io/job-class"],
+            limits["sparse.io/gpu-mem"], limits["sparse.io/gpu-milli"])

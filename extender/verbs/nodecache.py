@@ -26,6 +26,9 @@ A refill of every node (a shape's first filter, or its first after a re-read of 
 mix: every shape then prices the whole inventory) reads the GPU masks of every node kept per
 state and the demand fields they read (``fit.masks_key``), shared by the shapes that differ
 only in their job class, and a shape's fits come from state indexes, not one lookup per name.
+A new shape's fits start from those of the last shape that fits the same nodes
+(``fit.fits_key``: the same sizes, models, CPU and memory, another job class), so its first
+filter prices only its costs.
 """
 
 from __future__ import annotations

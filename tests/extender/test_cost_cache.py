@@ -197,14 +197,14 @@ async def test_scheduler_filters_price_with_the_current_mix_and_matrix() -> None
     computed = cache.computed_nodes
     policy.set_workload(TypicalTasks.of([(0, 1000, 4, None, 1.0)]))
     await filtered("g-1")
-    # the fragmentation, remainder and price terms (all read the mix), on every node
-    assert cache.computed_nodes == computed + 18
+    # the fragmentation and price terms (both read the mix), on every node
+    assert cache.computed_nodes == computed + 12
     prior = s.matrix
     s.matrix = s.state.matrix = InterferenceMatrix(prior.classes, prior.norm ** 4)
     await filtered("g-2")
-    assert cache.computed_nodes == computed + 24  # the interference term, on every node
+    assert cache.computed_nodes == computed + 18  # the interference term, on every node
     await filtered("g-3")
-    assert cache.computed_nodes == computed + 24  # nothing changed since: all reused
+    assert cache.computed_nodes == computed + 18  # nothing changed since: all reused
 
 
 def test_new_popularities_over_the_same_tasks_reuse_the_fragmentation_per_task() -> None:
@@ -224,25 +224,25 @@ def test_new_popularities_over_the_same_tasks_reuse_the_fragmentation_per_task()
     got = _cached(policy, cache, state, again, names)
     np.testing.assert_allclose(got, _fresh(policy, state, again, names), rtol=1e-12, atol=1e-12)
     assert not np.allclose(got, first)  # the popularities do change the costs
-    # ... and the fragmentation was not priced again: only the price and remainder terms,
-    # whose tables the popularities make, on every node
-    assert cache.computed_nodes == computed + 2 * len(names)
+    # ... and the fragmentation was not priced again: only the price term, whose value table
+    # the popularities make, on every node
+    assert cache.computed_nodes == computed + len(names)
     policy.set_workload(TypicalTasks.of(rows[:2]))  # a task gone: its column left out
     got = _cached(policy, cache, state, _share("h-2", 300), names)
     np.testing.assert_allclose(got, _fresh(policy, state, _share("h-2", 300), names),
                                rtol=1e-12, atol=1e-12)
-    assert cache.computed_nodes == computed + 4 * len(names)  # only those two again
+    assert cache.computed_nodes == computed + 2 * len(names)  # only the prices again
     policy.set_workload(TypicalTasks.of([(0, 750, 1, None, 0.4), *rows[:2]]))  # a new task
     got = _cached(policy, cache, state, _share("h-3", 300), names)
     np.testing.assert_allclose(got, _fresh(policy, state, _share("h-3", 300), names),
                                rtol=1e-12, atol=1e-12)
-    # its column priced on every node (the others carried), and those two
-    assert cache.computed_nodes == computed + 7 * len(names)
+    # its column priced on every node (the others carried), and the prices
+    assert cache.computed_nodes == computed + 4 * len(names)
     policy.set_workload(TypicalTasks.of(rows, mem=[1, 2, 3]))  # another measure: afresh
     got = _cached(policy, cache, state, _share("h-4", 300), names)
     np.testing.assert_allclose(got, _fresh(policy, state, _share("h-4", 300), names),
                                rtol=1e-12, atol=1e-12)
-    assert cache.computed_nodes == computed + 10 * len(names)
+    assert cache.computed_nodes == computed + 6 * len(names)
 
 
 def test_every_node_in_order_reads_the_cache_without_copies_and_stays_exact() -> None:

@@ -286,10 +286,7 @@ class Sparse(ChangingInputs):
             terms.append(CostTerm(None, (), self._cpu_term))
         if self.remainder_weight and demand.has_share and not demand.whole_gpus:
             model = self._frag.model if inputs is None else inputs.model
-            # reads the GPUs' compute left and the mix's waste table: one entry per share
-            # size and mix (a share size's first filter prices every GPU once, not again)
-            terms.append(CostTerm(("remainder", demand.share_milli), (model,),
-                                  partial(self._remainder_term, model)))
+            terms.append(CostTerm(None, (), partial(self._remainder_term, model)))
         if self.price_weight and demand.has_share and not demand.whole_gpus:
             # reads the nodes' own GPUs, GPU model, CPU and memory, and the value table in use
             # with the mix it was solved from (the table: its epoch); inline, a re-read mix's
