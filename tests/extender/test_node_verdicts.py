@@ -61,6 +61,33 @@ async def test_only_the_booked_node_is_computed_again() -> None:
     assert s.node_verdicts.computed - before == 2  # node a: its fit, then its cost
 
 
+async def test_a_new_job_class_of_the_same_request_starts_from_its_fits() -> None:
+    s = cluster()
+    assert (await s.filter(filter_args(pod(mem=4000, milli=200, job_class="cnn"), NODES))
+            ).NodeNames
+    before = s.node_verdicts.computed
+    other = pod(mem=4000, milli=200, job_class="recommendation")
+    assert len((await s.filter(filter_args(other, NODES))).NodeNames) == len(NODES)
+    assert s.node_verdicts.computed - before == len(NODES)  # its costs; the fits were there
+
+
+async def test_shapes_that_share_fits_answer_as_without_the_cache() -> None:
+    """Job classes over the same requests, one of them limited to a GPU model (other fits),
+    through bookings and releases: a shape's fits taken from another shape are its own."""
+    rng = random.Random(11)
+    cached, plain = cluster(), without_node_verdicts(cluster())
+    requests = [dict(mem=4000, milli=200), dict(mem=4000, milli=200, models="A100-80GB"),
+                dict(mem=12000, milli=500), dict(gpus=1), dict(gpus=1, models="A100-80GB")]
+    classes = ["cnn", "recommendation", "transformer", "rnn"]
+    bound: list[dict] = []
+    for step in range(150):
+        p = pod(**rng.choice(requests), job_class=rng.choice(classes))
+        names = tuple(rng.sample(NODES, rng.randint(2, len(NODES))))
+        a = await filter_alike(cached, plain, p, names, step)
+        await random_bind_or_release(rng, (cached, plain), p, a.NodeNames, bound)
+    assert cached.node_verdicts.reused > 0
+
+
 async def test_a_full_node_stops_passing_and_passes_again_once_released() -> None:
     s = cluster()
     whole = pod(gpus=1)
