@@ -19,16 +19,14 @@ from bench.redis_server import free_port
 
 
 async def _measure(port: int, bodies: list[bytes], concurrency: int,
-                   shapes: list[tuple[str, ...]] | None = None,
-                   seen: set[tuple[str, ...]] | None = None) -> dict[str, float]:
+                   shapes: list[tuple[str, ...]], seen: set[tuple[str, ...]]
+                   ) -> dict[str, float]:
     """Each pod = filter then prioritize, as one scheduling cycle does; ``concurrency``
     cycles in flight (1 = the scheduler's serial cycle). ``shapes``: each body's
     (``shape_of``), and ``seen``: those the server was sent before, to report the first pod
     of each new shape apart (it prices every node); updated with this run's."""
     latencies: list[float] = []
     first: list[bool] = []
-    seen = set() if seen is None else seen
-    shapes = shapes if shapes is not None else [()] * len(bodies)
     queue = list(enumerate(bodies))
     conn = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=conn) as session:

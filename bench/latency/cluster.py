@@ -109,7 +109,6 @@ def request_bodies(inventory: Inventory, count: int, candidates: int, full_nodes
     return bodies
 
 
-
 def shape_of(pod: dict[str, Any]) -> tuple[str, ...]:
     """What the extender prices a pod by (its class and GPU request): the first pod of each
     shape prices every node, the others read what it priced."""
