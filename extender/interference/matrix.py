@@ -78,8 +78,8 @@ class InterferenceMatrix:
     def pair(self, victim: str, co_runner: str) -> float:
         return float(self.norm[self.index(victim), self.index(co_runner)])
 
-    def placement_loss(self, job_class: str, fraction: float,
-                       resident_frac: np.ndarray) -> np.ndarray:
+    def placement_loss(self, job_class: str, fraction: float, resident_frac: np.ndarray,
+                       survival: np.ndarray | None = None) -> np.ndarray:
         """Throughput lost, in GPUs' worth, if a job of ``job_class`` using ``fraction`` of a
         GPU joins each GPU whose residents use ``resident_frac[g, c]`` (summed GPU fractions
         per class). A job that uses f of a GPU slows its co-runners as if present f of the
@@ -88,15 +88,24 @@ class InterferenceMatrix:
             loss = f_a (1 - prod_b norm(a|b) ** f_b) + sum_b f_b (1 - norm(b|a) ** f_a)
 
         With whole jobs (f = 1) and one resident this is (1 - norm(a|b)) + (1 - norm(b|a)),
-        the measured pairwise loss."""
+        the measured pairwise loss. ``survival``: ``survival(job_class, resident_frac)``,
+        where the caller holds it (read, not written)."""
         a = self.index(job_class)
-        # in place: the same operations in the same order, without a temporary per step
-        loss = resident_frac @ self._log_norm[a]
-        np.exp(loss, out=loss)
-        np.subtract(1.0, loss, out=loss)
+        if survival is None:  # in place: the same steps in the same order, no temporaries
+            loss = self.survival(job_class, resident_frac)
+            np.subtract(1.0, loss, out=loss)
+        else:
+            loss = np.subtract(1.0, survival)
         loss *= fraction  # the victim's part
         loss += resident_frac @ (1.0 - self.norm[:, a] ** fraction)  # its co-runners'
         return loss
+
+    def survival(self, job_class: str, resident_frac: np.ndarray) -> np.ndarray:
+        """prod_b norm(a|b) ** f_b per GPU: the share of its speed a whole job of
+        ``job_class`` keeps beside each GPU's residents. It does not depend on the job's own
+        fraction, so one serves every share size of the class (``placement_loss``)."""
+        kept = resident_frac @ self._log_norm[self.index(job_class)]
+        return np.exp(kept, out=kept)
 
 
 def parse_csv(text: str) -> InterferenceMatrix:

@@ -481,3 +481,38 @@ def test_the_price_term_cached_equals_it_fresh_through_bookings_host_changes_and
     assert priced > 0  # the term did price something
     assert cache.reused_gpus > cache.computed_nodes
     assert any(key[1][0] == "price" for key in cache._entries)
+
+
+def test_the_interference_term_over_every_gpu_reuses_a_class_survival_only_while_it_holds(
+) -> None:
+    """A class's survival beside each GPU's residents is kept across its share sizes while the
+    state's bookings and matrix stand: the term over every GPU is bit for bit the one made
+    without it, after a booking and after a new matrix too."""
+    from extender.ledger.rules import Allocation, Reservation
+    from extender.placement.fit import gpu_masks
+
+    inv, state = _cluster()
+    every = np.arange(len(state.node_names))
+    policy, plain = Sparse(), Sparse()
+
+    def both(milli: int, job_class: str) -> None:
+        demand = _share(f"s-{milli}-{job_class}", milli, job_class)
+        masks = gpu_masks(state, demand, every)
+        assert masks.every
+        kept = policy._pair_term(state, demand, masks)[0]
+        fresh = plain._pair_term(state.copy(), demand, masks)[0]  # another state: not kept
+        np.testing.assert_array_equal(kept, fresh)
+
+    for milli in (200, 300, 700):
+        both(milli, "cnn")
+    both(300, "recommendation")
+    assert len(policy._kept["classes"]) == 2
+    gpu = state.gpu_uuid[0]
+    state.apply(Reservation(pod_uid="new", namespace="ns", name="new", node=state.node_names[0],
+                            allocations=(Allocation(gpu, "main", 1024, 500),),
+                            job_class="transformer"))
+    both(200, "cnn")  # the booking changed the residents of GPU 0
+    assert list(policy._kept["classes"]) == ["cnn"]
+    prior = state.matrix
+    state.matrix = InterferenceMatrix(prior.classes, prior.norm ** 3)
+    both(700, "cnn")

@@ -199,6 +199,7 @@ class Sparse(ChangingInputs):
     _order: dict = field(default_factory=dict, repr=False, compare=False)  # per GPU, memo
     _waiting: WaitingPods = field(default_factory=WaitingPods, repr=False, compare=False)
     _waste: dict = field(default_factory=dict, repr=False, compare=False)  # per mix, memo
+    _kept: dict = field(default_factory=dict, repr=False, compare=False)  # ``_survival``'s
     # the price term's value table in use ("table") and, deferred, the job of the current
     # mix ("job")
     _value: dict = field(default_factory=dict, repr=False, compare=False)
@@ -338,12 +339,33 @@ class Sparse(ChangingInputs):
         # every GPU in order (a whole-inventory refill): the rows themselves, not a copy of
         # them (the gather of GPUs x classes floats was half of this term's time)
         resident_frac = state.class_frac if masks.every else state.class_frac[gpus]
-        cost = state.matrix.placement_loss(demand.job_class, fraction, resident_frac)
+        kept = self._survival(state, demand.job_class) if masks.every else None
+        cost = state.matrix.placement_loss(demand.job_class, fraction, resident_frac, kept)
         cost *= self.interference_weight
         empty = (state.residents if masks.every else state.residents[gpus]) == 0
         # the open-GPU cost where the GPU is empty (adding 0.0 elsewhere changes nothing)
         np.add(cost, self.open_gpu_cost * fraction, out=cost, where=empty)
         return cost, None
+
+    def _survival(self, state: ClusterState, job_class: str) -> np.ndarray | None:
+        """The class's ``survival`` over every GPU, kept while the state's bookings and
+        matrix stand (its arrays and last stamp): a class's new share sizes then price only
+        the co-runners' part of the interference term. None where the state gives no
+        stamp (computed by the caller then)."""
+        stamp = getattr(state, "last_stamp", None)
+        if stamp is None:
+            return None
+        held = self._kept
+        sign = held.get("sign")
+        if (sign is None or sign[0] is not state.class_frac or sign[1] != stamp
+                or sign[2] is not state.matrix):  # one state's at a time: an array per class
+            held["sign"] = (state.class_frac, stamp, state.matrix)
+            held["classes"] = {}
+        classes = held["classes"]
+        kept = classes.get(job_class)
+        if kept is None:
+            kept = classes[job_class] = state.matrix.survival(job_class, state.class_frac)
+        return kept
 
     def _frag_term(self, model: FragModel, state: ClusterState, demand: PodDemand,
                    masks: GpuMasks) -> TermValues:
