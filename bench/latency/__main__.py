@@ -45,7 +45,7 @@ async def _measure(port: int, bodies: list[bytes], concurrency: int,
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     ms = np.array(latencies) * 1000
-    new = np.array(first[: len(ms)])
+    new = np.array(first)  # one per latency: both appended per pod
     rest = ms[~new] if (~new).any() else ms
     return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
             "pods_per_s": len(latencies) / elapsed,

@@ -103,6 +103,12 @@ class _Entry:
         self.epoch: tuple[object, ...] = ()  # the global inputs they read (held: no id reuse)
         self.demand: PodDemand | None = None  # the last pod of this shape (``renewal``)
 
+    def take_fits(self, other: _Entry) -> None:
+        """``other``'s fits and their stamps (each holds while its node's stamp stands,
+        whichever entry it was made in)."""
+        self.fit_stamp[:] = other.fit_stamp
+        self.fits[:] = other.fits
+
     def costs_hold(self, terms: tuple[Hashable, ...], epoch: tuple[object, ...]) -> bool:
         return terms == self.terms and same_objects(epoch, self.epoch)
 
@@ -266,8 +272,7 @@ class NodeVerdicts:
         fits = fits_key(demand)
         sibling = self._entries.get(self._by_fits.get(fits))
         if sibling is not None and sibling is not entry:
-            entry.fit_stamp[:] = sibling.fit_stamp
-            entry.fits[:] = sibling.fits
+            entry.take_fits(sibling)
         if len(self._by_fits) > 4 * self.shapes:  # keys of shapes dropped since
             self._by_fits.clear()
         self._by_fits[fits] = key
@@ -294,8 +299,7 @@ class NodeVerdicts:
         entry, new = self._entry(state, key, demand)
         src = None if seed is None or not new else seed._entries.get(key)
         if src is not None and seed._inventory is state.gpu_uuid:  # type: ignore[union-attr]
-            entry.fit_stamp[:] = src.fit_stamp
-            entry.fits[:] = src.fits
+            entry.take_fits(src)
         entry.keep_costs_of(keys, epoch)
         stamps = state.node_stamp[nodes]
         self._fill_fits(entry, state, demand, nodes[entry.fit_stamp[nodes] != stamps])
