@@ -87,16 +87,27 @@ def node_object(node: NodeGpus) -> dict[str, Any]:
 
 
 def request_bodies(inventory: Inventory, count: int, candidates: int, full_nodes: bool,
-                   seed: int = 3, shapes: list[tuple[str, ...]] | None = None) -> list[bytes]:
-    """``shapes``: a list given here gets each body's ``shape_of``."""
+                   seed: int = 3, shapes: list[tuple[str, ...]] | None = None,
+                   burst: bool = False) -> list[bytes]:
+    """``shapes``: a list given here gets each body's ``shape_of``. ``burst``: replicas of
+    one pod shape, each offered the next window of nodes in order, as kube-scheduler offers
+    a burst (its search starts where the previous pod's stopped); else random shapes, each
+    offered a random sample of the nodes."""
     rng = random.Random(seed)
     names = sorted(inventory.nodes)
     objects = ({n: json.dumps(node_object(inventory.nodes[n])) for n in names}
                if full_nodes else {})
     bodies = []
+    replica = pod(0, rng)
     for i in range(count):
-        chosen = rng.sample(names, candidates)
-        body_pod = pod(i, rng)
+        if burst:
+            start = i * candidates % len(names)
+            chosen = (names + names)[start:start + candidates]
+            body_pod = json.loads(json.dumps(replica))
+            body_pod["metadata"].update(name=f"bench-{i}", uid=f"bench-uid-{i}")
+        else:
+            chosen = rng.sample(names, candidates)
+            body_pod = pod(i, rng)
         if shapes is not None:
             shapes.append(shape_of(body_pod))
         pod_json = json.dumps(body_pod)

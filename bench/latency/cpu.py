@@ -164,6 +164,13 @@ def answer_without_placement(app: web.Application) -> None:
 @click.option("--filter-only", is_flag=True,
               help="Filter alone per pod (no prioritizeVerb): the extender answers its best"
                    " nodes (--filter-best-within 0), the null server passes every node.")
+@click.option("--single", is_flag=True,
+              help="With --filter-only: the extender answers its one best node"
+                   " (--filter-best-single), as the throughput bench's filter-one.")
+@click.option("--burst", is_flag=True,
+              help="Replicas of one pod shape, each offered the next window of nodes in"
+                   " order (kube-scheduler's search in a burst); else random shapes and"
+                   " random samples of the nodes.")
 @click.option("--stub-verbs", is_flag=True,
               help="Answer filter and prioritize without placement: the HTTP layer alone.")
 @click.option("--bind", is_flag=True,
@@ -177,8 +184,8 @@ def answer_without_placement(app: web.Application) -> None:
               help="Where the sparse policy's share price tables are solved: in the extender's"
                    " worker process (deferred, as shipped) or in the request (inline).")
 def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: bool,
-         filter_only: bool, stub_verbs: bool, bind: bool, rotate: bool,
-         price_solve: str) -> None:
+         filter_only: bool, single: bool, burst: bool, stub_verbs: bool, bind: bool,
+         rotate: bool, price_solve: str) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
     use_fast_event_loop()
     for nodes in scales:
@@ -188,18 +195,20 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
             if is_full and not full:
                 continue
             n = count if not is_full else max(count // 5, 20)
-            bodies = request_bodies(inventory, n + WARM_UP, picks, is_full)
+            bodies = request_bodies(inventory, n + WARM_UP, picks, is_full, burst=burst)
             apps = {"extender": extender_app(nodes, gpus, price_solve), "null": null_app()}
             if filter_only:
                 apps["extender"][SCHEDULER].filter_best_within = 0.0
+                apps["extender"][SCHEDULER].filter_best_single = single
             if stub_verbs:
                 answer_without_placement(apps["extender"])
-            verdicts = apps["extender"][SCHEDULER].node_verdicts
             row = asyncio.run(cpu_per_pod(apps, bodies,
                                           ("filter",) if filter_only else TWO_CALL, bind,
                                           rotate))
             click.echo(f"{nodes:>6} nodes, {picks} {mode:10}"
                        f"{' (filter only)' if filter_only else ''}"
+                       f"{', one answered' if filter_only and single else ''}"
+                       f"{', one shape in a moving window' if burst else ''}"
                        f"{', bound' if bind else ''}: extender {row['extender']:.2f}"
                        f" ms CPU/pod, null {row['null']:.2f} ms, ratio"
                        f" {row['extender'] / row['null']:.2f}x, above null"
@@ -210,9 +219,11 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
                            f" {prices.installed}, dropped {prices.dropped}, failed"
                            f" {prices.failed}; its CPU {row['prices']:.3f} ms/pod, counted"
                            " with the extender's")
+            # (read after the run: a renewal replaces the verdicts, carrying the counters)
+            verdicts = apps["extender"][SCHEDULER].node_verdicts
             if bind:
                 click.echo(f"{'':>14}bind {row['bind']:.2f} ms CPU/pod; filter's pick taken"
-                           f" by {getattr(verdicts, 'bind_reused', 0)} of {len(bodies)} binds")
+                           f" by {verdicts.bind_reused} of {len(bodies)} binds")
 
 
 if __name__ == "__main__":

@@ -164,3 +164,22 @@ def test_the_fit_verdicts_stamps_are_read_again_only_while_no_stamp_moved() -> N
     state.apply(Reservation(pod_uid="x", namespace="ns", name="x", node="b",
                             allocations=(Allocation(gpu, "main", 1000, 100),)))
     assert v.current(state) is None  # a node's stamp moved since
+
+
+async def test_a_refill_takes_the_other_nodes_booked_since_with_it() -> None:
+    """kube-scheduler's window moves with every pod: a node booked outside this request's
+    candidates is priced with the stale candidate, once, and answers alike later."""
+    s, plain = cluster(), without_node_verdicts(cluster())
+    shape = dict(mem=4000, milli=200, job_class="cnn")
+    first, second = pod(**shape), pod(**shape)
+    for p in (first, second):
+        await filter_alike(s, plain, p, NODES, 0)
+    for p, node in ((first, "a"), (second, "b")):
+        for sched in (s, plain):
+            await bind_pod(sched, p, node)
+    before = s.node_verdicts.computed
+    await filter_alike(s, plain, pod(**shape), ("a", "c"), 1)
+    assert s.node_verdicts.computed - before == 4  # a and b: fit, then cost
+    before = s.node_verdicts.computed
+    await filter_alike(s, plain, pod(**shape), ("b", "e"), 2)
+    assert s.node_verdicts.computed == before  # b was priced with a
