@@ -142,7 +142,7 @@ def fit(
             if not ok:
                 unresolvable[name] = "node has no GPU inventory known to sparse"
     masks = gpu_masks(state, demand, nodes)
-    fits = _gpu_fits(demand, masks, len(nodes))
+    fits = gpu_fits(demand, masks, len(nodes))
     failed: dict[str, str] = {}
     bad = np.flatnonzero(~fits)
     if explain and len(bad):
@@ -151,11 +151,8 @@ def fit(
     if short is not None:
         fits = fits & ~short
         if explain:
-            host = state.host
-            cpu, mem = getattr(demand, "cpu_milli", 0), getattr(demand, "host_mem_mib", 0)
             for i in np.flatnonzero(short).tolist():
-                failed[known[i]] = _host_reason(cpu, mem, int(host.cpu_left[nodes[i]]),
-                                                int(host.mem_left[nodes[i]]))
+                failed[known[i]] = host_reason(state, demand, int(nodes[i]))
     return FitResult(
         nodes=nodes, names=known, fits=fits, masks=masks, failed=failed, unresolvable=unresolvable
     )
@@ -167,12 +164,12 @@ def node_fits(state: ClusterState, demand: PodDemand, nodes: np.ndarray,
     without a lookup per name (a refill of thousands of nodes). ``masks``: the nodes'
     ``gpu_masks``, where the caller holds them."""
     masks = gpu_masks(state, demand, nodes) if masks is None else masks
-    fits = _gpu_fits(demand, masks, len(nodes))
+    fits = gpu_fits(demand, masks, len(nodes))
     short = _host_short(state, demand, nodes, fits)
     return fits if short is None else fits & ~short
 
 
-def _gpu_fits(demand: PodDemand, masks: GpuMasks, n: int) -> np.ndarray:
+def gpu_fits(demand: PodDemand, masks: GpuMasks, n: int) -> np.ndarray:
     """Per node: whether its GPUs can take the pod (Hall's condition, module docstring)."""
     w = demand.whole_gpus
     if demand.has_share and not w:  # a share alone: one GPU that can take it
@@ -196,6 +193,13 @@ def _host_short(state: ClusterState, demand: PodDemand, nodes: np.ndarray, fits:
     # the pods bound there; the simulator pre-filters, so this never bites there).
     short = fits & ((host.cpu_left[nodes] < cpu) | (host.mem_left[nodes] < mem))
     return short if short.any() else None
+
+
+def host_reason(state: ClusterState, demand: PodDemand, node: int) -> str:
+    """Why the CPU or memory left on state node ``node`` (whose GPUs fit) is short."""
+    host = state.host
+    return _host_reason(getattr(demand, "cpu_milli", 0), getattr(demand, "host_mem_mib", 0),
+                        int(host.cpu_left[node]), int(host.mem_left[node]))
 
 
 def _host_reason(cpu: int, mem: int, cpu_left: int, mem_left: int) -> str:
@@ -223,11 +227,17 @@ def _explain(
     failed: dict[str, str],
     unresolvable: dict[str, str],
 ) -> None:
-    """One reason per kind of misfit, the same string for every node of that kind, numbers
-    summarised over the group and the closest node named: kube-scheduler groups identical
-    reasons, so a pending pod's message stays short however many nodes it was tried on.
-    'Unresolvable' when even an empty node of this shape could never take the pod (model,
-    GPU count or size), so preemption and waiting are futile."""
+    """The reasons of the candidates at positions ``bad`` (``misfits``, then
+    ``describe_misfits``)."""
+    kinds, figures = misfits(state, demand, nodes, masks, bad)
+    describe_misfits(demand, names, bad.tolist(), kinds, figures, failed, unresolvable)
+
+
+def misfits(state: ClusterState, demand: PodDemand, nodes: np.ndarray, masks: GpuMasks,
+            bad: np.ndarray) -> tuple[list[str], list[int]]:
+    """Why the GPUs of the nodes at positions ``bad`` cannot take the pod: per node, its
+    kind of misfit and the figure ``describe_misfits`` ranks that kind's nodes by. Each reads
+    only its own node's GPUs (``masks`` holds the GPUs of ``nodes``)."""
     n = len(nodes)
     gpus = masks.gpus
     ok = masks.model_ok
@@ -248,54 +258,74 @@ def _explain(
     count_free = _per_node(masks.free, masks.owner, n)
     count_share = _per_node(masks.share, masks.owner, n)
     slots = demand.slot_count
-    kinds: dict[str, list[int]] = {}
+    kinds: list[str] = []
+    figures: list[int] = []
     for i in bad.tolist():
         if models_ok[i] == 0:
-            kind = "model"
+            kind, figure = "model", 0
         elif models_ok[i] < slots:
-            kind = "count"
+            kind, figure = "count", models_ok[i]
         elif demand.has_share and largest[i] < demand.share_mem_mib:
-            kind = "size"
+            kind, figure = "size", largest[i]
         elif (count_free[i] < demand.whole_gpus or not demand.has_share
               or count_share[i] >= 1):  # the share's GPU is one the whole GPUs need
-            kind = "free"
+            kind, figure = "free", count_free[i]
         elif best_milli[i] >= 0:  # a GPU has the memory free, not the compute
-            kind = "compute"
+            kind, figure = "compute", best_milli[i]
         else:
-            kind = "memory"
-        kinds.setdefault(kind, []).append(i)
+            kind, figure = "memory", best_mem[i]
+        kinds.append(kind)
+        figures.append(int(figure))
+    return kinds, figures
 
-    def top(members: list[int], by: np.ndarray) -> int:
-        return max(members, key=lambda i: (by[i], -i))
 
-    for kind, members in kinds.items():
+def describe_misfits(demand: PodDemand, names: list[str], positions: list[int],
+                     kinds: list[str], figures: list[int], failed: dict[str, str],
+                     unresolvable: dict[str, str]) -> None:
+    """One reason per kind of misfit, the same string for every node of that kind, numbers
+    summarised over the group and the closest node named: kube-scheduler groups identical
+    reasons, so a pending pod's message stays short however many nodes it was tried on.
+    'Unresolvable' when even an empty node of this shape could never take the pod (model,
+    GPU count or size), so preemption and waiting are futile. ``positions``: the nodes'
+    places in ``names`` (ascending), each with its kind and figure from ``misfits``."""
+    groups: dict[str, list[int]] = {}
+    figure_at: dict[int, int] = {}
+    for i, kind, figure in zip(positions, kinds, figures, strict=True):
+        groups.setdefault(kind, []).append(i)
+        figure_at[i] = figure
+    slots = demand.slot_count
+
+    def top(members: list[int]) -> int:
+        return max(members, key=lambda i: (figure_at[i], -i))
+
+    for kind, members in groups.items():
         target = failed
         if kind == "model":
             wanted = "|".join(sorted(demand.allowed_models or ()))
             reason = f"GPU model: no GPU of model {wanted} {_nodes(names, members, None)}"
             target = unresolvable
         elif kind == "count":
-            c = top(members, models_ok)
-            reason, target = (f"GPU count: needs {slots} GPUs, at most {models_ok[c]} usable on a"
-                              f" node {_nodes(names, members, c)}"), unresolvable
+            c = top(members)
+            reason, target = (f"GPU count: needs {slots} GPUs, at most {figure_at[c]} usable on"
+                              f" a node {_nodes(names, members, c)}"), unresolvable
         elif kind == "size":
-            c = top(members, largest)
+            c = top(members)
             reason, target = (f"GPU size: needs {demand.share_mem_mib} MiB on one GPU, the"
-                              f" largest has {largest[c]} MiB {_nodes(names, members, c)}"), \
+                              f" largest has {figure_at[c]} MiB {_nodes(names, members, c)}"), \
                 unresolvable
         elif kind == "free":
-            c = top(members, count_free)
+            c = top(members)
             extra = " plus one for the share" if demand.has_share else ""
             reason = (f"free GPUs: needs {demand.whole_gpus} free whole GPU(s){extra}, at most"
-                      f" {count_free[c]} free on a node {_nodes(names, members, c)}")
+                      f" {figure_at[c]} free on a node {_nodes(names, members, c)}")
         elif kind == "memory":
-            c = top(members, best_mem)
-            reason = (f"GPU memory: needs {demand.share_mem_mib} MiB, at most {best_mem[c]} MiB"
+            c = top(members)
+            reason = (f"GPU memory: needs {demand.share_mem_mib} MiB, at most {figure_at[c]} MiB"
                       f" free on a GPU {_nodes(names, members, c)}")
         else:
-            c = top(members, best_milli)
+            c = top(members)
             reason = (f"GPU compute: needs {demand.share_milli} milli, at most"
-                      f" {best_milli[c]} milli free on a GPU with"
+                      f" {figure_at[c]} milli free on a GPU with"
                       f" {demand.share_mem_mib} MiB free {_nodes(names, members, c)}")
         for i in members:
             target[names[i]] = reason

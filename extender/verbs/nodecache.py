@@ -46,9 +46,13 @@ from extender.placement.assign import node_costs_and_choices
 from extender.placement.fit import (
     FitResult,
     GpuMasks,
+    describe_misfits,
     fits_key,
+    gpu_fits,
     gpu_masks,
+    host_reason,
     masks_key,
+    misfits,
     node_fits,
 )
 from extender.placement.policies.terms import CostTerm
@@ -60,6 +64,8 @@ from extender.verbs.costcache import (
     same_objects,
     shape_key,
 )
+
+HOST = "host"  # a node whose GPUs fit and whose CPU or memory does not (``_Entry.misfit_of``)
 
 # A refill of a few stale candidates takes every other stale node of the shape with it while
 # they are at most this many.
@@ -116,9 +122,33 @@ class _Entry:
         self.generation = np.full(n_nodes, -1, dtype=np.int64)
         # (failing nodes and their stamps, failed, unresolvable): the last reasons given
         self.reasons: tuple[tuple[bytes, bytes], dict[str, str], dict[str, str]] | None = None
+        # Per failing node, why (``misfit_of``), and its stamp then (-1: not known)
+        self.misfit: list[tuple[str, int | str] | None] = [None] * n_nodes
+        self.misfit_stamp = np.full(n_nodes, -1, dtype=np.int64)
         self.terms: tuple[Hashable, ...] = ()  # the policy's term keys the costs were made of
         self.epoch: tuple[object, ...] = ()  # the global inputs they read (held: no id reuse)
         self.demand: PodDemand | None = None  # the last pod of this shape (``renewal``)
+
+    def misfit_of(self, state: ClusterState, demand: PodDemand, nodes: np.ndarray
+                  ) -> list[tuple[str, int | str]]:
+        """Why each of ``nodes`` (state indexes, whose current fit is false) cannot take the
+        pod: ``fit.misfits``'s kind and figure for its GPUs, or (``HOST``, the reason) where
+        its GPUs fit and its CPU or memory does not. Made for the nodes whose stamp moved."""
+        stamps = state.node_stamp[nodes]
+        stale = np.unique(nodes[self.misfit_stamp[nodes] != stamps])
+        if len(stale):
+            masks = gpu_masks(state, demand, stale)
+            gpu_ok = gpu_fits(demand, masks, len(stale))
+            bad = np.flatnonzero(~gpu_ok)
+            made = self.misfit
+            for j, kind, figure in zip(bad.tolist(), *misfits(state, demand, stale, masks, bad),
+                                       strict=True):
+                made[int(stale[j])] = (kind, figure)
+            for j in np.flatnonzero(gpu_ok).tolist():
+                made[int(stale[j])] = (HOST, host_reason(state, demand, int(stale[j])))
+            self.misfit_stamp[stale] = state.node_stamp[stale]
+        made = self.misfit
+        return [made[i] for i in nodes.tolist()]  # type: ignore[misc]
 
     def take_fits(self, other: _Entry) -> None:
         """``other``'s fits and their stamps (each holds while its node's stamp stands,
@@ -221,13 +251,25 @@ class NodeVerdicts:
                  ) -> tuple[dict[str, str], dict[str, str]]:
         """``fit``'s reasons for the failing candidates (positions ``bad``), kept while the
         same nodes fail at the same stamps: the words read only those nodes (a node's name
-        is fixed by its index within one inventory) and the shape. Copies: callers add to
-        them."""
+        is fixed by its index within one inventory) and the shape. Else summarised from each
+        failing node's own misfit, kept while its stamp stands (``_Entry.misfit_of``): the
+        scheduler's window moves with every pod, so the failing candidates change from pod
+        to pod while each failing node stays as it was. Copies: callers add to them."""
         sign = (nodes[bad].tobytes(), stamps[bad].tobytes())
         kept = entry.reasons
         if kept is None or kept[0] != sign:
-            explained = fit(state, demand, [candidates[i] for i in bad.tolist()])
-            kept = entry.reasons = (sign, explained.failed, explained.unresolvable)
+            failed: dict[str, str] = {}
+            unresolvable: dict[str, str] = {}
+            misfit = entry.misfit_of(state, demand, nodes[bad])
+            gpu = [(int(i), m) for i, m in zip(bad.tolist(), misfit, strict=True)
+                   if m[0] != HOST]
+            describe_misfits(demand, candidates, [i for i, _ in gpu],
+                             [m[0] for _, m in gpu], [m[1] for _, m in gpu],
+                             failed, unresolvable)
+            for i, m in zip(bad.tolist(), misfit, strict=True):
+                if m[0] == HOST:  # as fit: after the GPUs' reasons
+                    failed[candidates[i]] = m[1]
+            kept = entry.reasons = (sign, failed, unresolvable)
         return dict(kept[1]), dict(kept[2])
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, v: Verdicts,

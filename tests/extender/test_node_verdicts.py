@@ -116,14 +116,13 @@ async def test_reasons_are_kept_while_the_failing_nodes_stay_as_they_were(monkey
     import extender.verbs.nodecache as nodecache
 
     explained: list[list[str]] = []
-    real_fit = nodecache.fit
+    real_misfits = nodecache.misfits
 
-    def counting_fit(state, demand, names, explain=True):  # type: ignore[no-untyped-def]
-        if explain:
-            explained.append(list(names))
-        return real_fit(state, demand, names, explain)
+    def counting_misfits(state, demand, nodes, masks, bad):  # type: ignore[no-untyped-def]
+        explained.append([state.node_names[nodes[j]] for j in bad])
+        return real_misfits(state, demand, nodes, masks, bad)
 
-    monkeypatch.setattr(nodecache, "fit", counting_fit)
+    monkeypatch.setattr(nodecache, "misfits", counting_misfits)
     s = cluster()
 
     async def place(p: dict, node: str) -> None:
@@ -183,3 +182,31 @@ async def test_a_refill_takes_the_other_nodes_booked_since_with_it() -> None:
     before = s.node_verdicts.computed
     await filter_alike(s, plain, pod(**shape), ("b", "e"), 2)
     assert s.node_verdicts.computed == before  # b was priced with a
+
+
+async def test_a_failing_node_is_explained_once_whichever_window_it_shows_in(monkeypatch
+                                                                             ) -> None:
+    """kube-scheduler's window moves with every pod: the failing candidates change while each
+    failing node stays as it was; its misfit is read again only once it changed, and the
+    words are fit's."""
+    import extender.verbs.nodecache as nodecache
+
+    explained: list[str] = []
+    real_misfits = nodecache.misfits
+
+    def counting_misfits(state, demand, nodes, masks, bad):  # type: ignore[no-untyped-def]
+        explained.extend(state.node_names[nodes[j]] for j in bad)
+        return real_misfits(state, demand, nodes, masks, bad)
+
+    monkeypatch.setattr(nodecache, "misfits", counting_misfits)
+    s, plain = cluster(), without_node_verdicts(cluster())
+    for step, (shape, node) in enumerate([(dict(gpus=1), "d"), (dict(gpus=2), "b")]):
+        p = pod(**shape)
+        await filter_alike(s, plain, p, NODES, step)
+        for sched in (s, plain):
+            await bind_pod(sched, p, node)
+    explained.clear()
+    for step, window in enumerate([("a", "b", "d"), ("b", "c"), ("d", "e"), ("e", "b", "d")]):
+        answer = await filter_alike(s, plain, pod(gpus=1), window, step)
+        assert set(answer.FailedNodes) == {"b", "d"} & set(window)
+    assert sorted(explained) == ["b", "d"]

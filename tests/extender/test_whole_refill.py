@@ -24,7 +24,7 @@ from extender.demand import pod_demand
 from extender.interference import default_matrix
 from extender.ledger.memory import MemoryLedger
 from extender.placement import ClusterState
-from extender.placement.fit import _gpu_fits, fit, gpu_masks, masks_key, node_fits
+from extender.placement.fit import fit, gpu_fits, gpu_masks, masks_key, node_fits
 from extender.placement.policies.common import HostView
 from extender.placement.policies.sparse import Sparse
 from extender.placement.policies.sparse_mix import DemandMix
@@ -129,7 +129,7 @@ def test_fits_from_state_indexes_equal_fit_by_names() -> None:
         assert got.tolist() == expected.fits.tolist(), step
         assert node_fits(state, demand, nodes, gpu_masks(state, demand, nodes)).tolist() == (
             expected.fits.tolist())
-        short += int((_gpu_fits(demand, expected.masks, len(nodes)) & ~got).sum())
+        short += int((gpu_fits(demand, expected.masks, len(nodes)) & ~got).sum())
     assert short > 0  # host CPU or memory did turn nodes away
 
 
