@@ -9,9 +9,14 @@ check and the per-node assignment cost over every candidate GPU were the bulk of
 The verdicts are what ``fit`` and ``node_costs`` answer, node by node: the fit of a node reads
 only that node's GPUs (and its CPU and memory left, which renew its stamp where a host view is
 attached and ``stamped``), and its cost only the policy's per-GPU costs of its GPUs, which come
-from the per-term ``CostCache`` either way. The reasons of the nodes that do not fit are not
-kept: they are summarised over the request's failing nodes, so they are asked of ``fit`` for
-exactly those nodes, in the request's order (the same words as one call over all of them).
+from the per-term ``CostCache`` either way. The reasons of the nodes that do not fit are
+summarised over the request's failing nodes, in the request's order (the same words as one
+``fit`` over all of them), from each failing node's own misfit, kept while its stamp stands.
+
+Kube-scheduler's window of candidates moves with every pod, so a node booked for one pod comes
+back in a later pod's window (at 5,000 nodes about ten pods on), one a pod. A refill of stale
+candidates takes every other node of the shape booked since with it while they are few: a
+refill costs mostly its fixed NumPy work, not its nodes.
 
 Costs are kept with the policy's terms (their keys, compared by value) and the global inputs
 they read (their epochs, compared by identity): a new fragmentation model or interference
@@ -65,6 +70,8 @@ from extender.verbs.costcache import (
     shape_key,
 )
 
+# (failing nodes and their stamps, failed, unresolvable)
+KeptReasons = tuple[tuple[bytes, bytes], dict[str, str], dict[str, str]]
 HOST = "host"  # a node whose GPUs fit and whose CPU or memory does not (``_Entry.misfit_of``)
 
 # A refill of a few stale candidates takes every other stale node of the shape with it while
@@ -121,7 +128,7 @@ class _Entry:
         self.choice = np.full(n_nodes, -1, dtype=np.int64)
         self.generation = np.full(n_nodes, -1, dtype=np.int64)
         # (failing nodes and their stamps, failed, unresolvable): the last reasons given
-        self.reasons: tuple[tuple[bytes, bytes], dict[str, str], dict[str, str]] | None = None
+        self.last_reasons: KeptReasons | None = None
         # Per failing node, why (``misfit_of``), and its stamp then (-1: not known)
         self.misfit: list[tuple[str, int | str] | None] = [None] * n_nodes
         self.misfit_stamp = np.full(n_nodes, -1, dtype=np.int64)
@@ -149,6 +156,32 @@ class _Entry:
             self.misfit_stamp[stale] = state.node_stamp[stale]
         made = self.misfit
         return [made[i] for i in nodes.tolist()]  # type: ignore[misc]
+
+    def reasons(self, state: ClusterState, demand: PodDemand, candidates: list[str],
+                 nodes: np.ndarray, stamps: np.ndarray, bad: np.ndarray
+                 ) -> tuple[dict[str, str], dict[str, str]]:
+        """``fit``'s reasons for the failing candidates (positions ``bad``), kept while the
+        same nodes fail at the same stamps: the words read only those nodes (a node's name
+        is fixed by its index within one inventory) and the shape. Else summarised from each
+        failing node's own misfit, kept while its stamp stands (``misfit_of``): the
+        scheduler's window moves with every pod, so the failing candidates change from pod
+        to pod while each failing node stays as it was. Copies: callers add to them."""
+        sign = (nodes[bad].tobytes(), stamps[bad].tobytes())
+        kept = self.last_reasons
+        if kept is None or kept[0] != sign:
+            failed: dict[str, str] = {}
+            unresolvable: dict[str, str] = {}
+            misfit = self.misfit_of(state, demand, nodes[bad])
+            gpu = [(int(i), m) for i, m in zip(bad.tolist(), misfit, strict=True)
+                   if m[0] != HOST]
+            describe_misfits(demand, candidates, [i for i, _ in gpu],
+                             [m[0] for _, m in gpu], [m[1] for _, m in gpu],
+                             failed, unresolvable)
+            for i, m in zip(bad.tolist(), misfit, strict=True):
+                if m[0] == HOST:  # as fit: after the GPUs' reasons
+                    failed[candidates[i]] = m[1]
+            kept = self.last_reasons = (sign, failed, unresolvable)
+        return dict(kept[1]), dict(kept[2])
 
     def take_fits(self, other: _Entry) -> None:
         """``other``'s fits and their stamps (each holds while its node's stamp stands,
@@ -240,37 +273,10 @@ class NodeVerdicts:
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         if not fits.all():  # the reasons, summarised over exactly the failing nodes
-            failed, unresolvable = self._reasons(entry, state, demand, candidates, nodes,
-                                                 stamps, np.flatnonzero(~fits))
+            failed, unresolvable = entry.reasons(state, demand, candidates, nodes, stamps,
+                                                 np.flatnonzero(~fits))
         return Verdicts(nodes, list(candidates), fits, failed, unresolvable, key, entry,
                         stamps, state, getattr(state, "last_stamp", -1))
-
-    @staticmethod
-    def _reasons(entry: _Entry, state: ClusterState, demand: PodDemand, candidates: list[str],
-                 nodes: np.ndarray, stamps: np.ndarray, bad: np.ndarray
-                 ) -> tuple[dict[str, str], dict[str, str]]:
-        """``fit``'s reasons for the failing candidates (positions ``bad``), kept while the
-        same nodes fail at the same stamps: the words read only those nodes (a node's name
-        is fixed by its index within one inventory) and the shape. Else summarised from each
-        failing node's own misfit, kept while its stamp stands (``_Entry.misfit_of``): the
-        scheduler's window moves with every pod, so the failing candidates change from pod
-        to pod while each failing node stays as it was. Copies: callers add to them."""
-        sign = (nodes[bad].tobytes(), stamps[bad].tobytes())
-        kept = entry.reasons
-        if kept is None or kept[0] != sign:
-            failed: dict[str, str] = {}
-            unresolvable: dict[str, str] = {}
-            misfit = entry.misfit_of(state, demand, nodes[bad])
-            gpu = [(int(i), m) for i, m in zip(bad.tolist(), misfit, strict=True)
-                   if m[0] != HOST]
-            describe_misfits(demand, candidates, [i for i, _ in gpu],
-                             [m[0] for _, m in gpu], [m[1] for _, m in gpu],
-                             failed, unresolvable)
-            for i, m in zip(bad.tolist(), misfit, strict=True):
-                if m[0] == HOST:  # as fit: after the GPUs' reasons
-                    failed[candidates[i]] = m[1]
-            kept = entry.reasons = (sign, failed, unresolvable)
-        return dict(kept[1]), dict(kept[2])
 
     def costs(self, policy: Policy, state: ClusterState, demand: PodDemand, v: Verdicts,
               fitting: np.ndarray) -> np.ndarray:
