@@ -64,11 +64,13 @@ class NullExtender(ServiceProcess):
 
     what = "null extender"
 
-    def __init__(self, workdir: Path, c: e2e_cluster.LocalCluster, one: bool = False) -> None:
+    def __init__(self, workdir: Path, c: e2e_cluster.LocalCluster, one: bool = False,
+                 burn_ms: float = 0.0) -> None:
         super().__init__(workdir, "null-extender")
         self.server, self.token = c.server, c.token
         (self.port,) = e2e_cluster.free_ports(1)
         self.one = one  # filter passes only the first candidate
+        self.burn_ms = burn_ms  # CPU each filter spends first
 
     @property
     def url(self) -> str:
@@ -79,7 +81,8 @@ class NullExtender(ServiceProcess):
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "bench.throughput.null_extender", str(self.port),
-                self.server, self.token, *(["one"] if self.one else [])]
+                self.server, self.token, *(["one"] if self.one else []),
+                *([f"{self.burn_ms:g}"] if self.burn_ms else [])]
 
 
 def pod_request(workload: str, i: int) -> dict[str, Any]:
@@ -169,15 +172,18 @@ def log_problems(path: Path, limit: int = 80) -> list[str]:
 
 def run_once(c: e2e_cluster.LocalCluster, nodes: int, pods: int, workload: str,
              store: str | None, workdir: Path, profile: Path | None = None,
-             verbs: str = "two-call", percentage: int | None = None) -> dict:
+             verbs: str = "two-call", percentage: int | None = None,
+             null_burn_ms: float = 0.0) -> dict:
     """One burst; ``store`` None = the stock scheduler alone, "null" = the null extender;
     ``verbs`` "filter-only"/"filter-one": the scheduler config has no prioritizeVerb (and the
     extender answers only its best nodes / its best node). ``percentage``: kube-scheduler's
-    percentageOfNodesToScore (None: its default, adaptive)."""
+    percentageOfNodesToScore (None: its default, adaptive). ``null_burn_ms``: CPU the null
+    extender's filter spends per pod."""
     delete_pods(c)
     ext: Extender | NullExtender | None = None
     if store == "null":
-        ext = NullExtender(workdir, c, one=verbs == "filter-one").start(timeout=60)
+        ext = NullExtender(workdir, c, one=verbs == "filter-one",
+                           burn_ms=null_burn_ms).start(timeout=60)
     elif store is not None:
         extra = ("--log-level", "warning", *VERB_ARGS[verbs])
         ext = Extender(workdir, c.kubeconfig, name="bench-extender", store=store,
@@ -417,6 +423,9 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
                    " kube-scheduler's adaptive one, e.g. 46 % of 500 nodes, 10 % of 5,000).")
 @click.option("--nulls-only", is_flag=True,
               help="Only the stock scheduler and the null extenders (the protocol's ceiling).")
+@click.option("--null-burn-ms", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="CPU the null extender's filter spends per pod before it answers: what an"
+                   " extender costing that much more, and nothing else, gets on this machine.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results/throughput.json"),
               show_default=True)
 @click.option("--profile", is_flag=True,
@@ -424,7 +433,7 @@ def print_scale(nodes: int, gpus: int, pods: int, results: dict[str, dict]) -> N
                    " --out).")
 def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ...],
          stores: tuple[str, ...], verb_modes: tuple[str, ...], percentage: int | None,
-         nulls_only: bool, out: Path, profile: bool) -> None:
+         nulls_only: bool, null_burn_ms: float, out: Path, profile: bool) -> None:
     """Pods bound per second through kube-scheduler: the stock scheduler alone (whole GPUs),
     then the sparse extender with each workload and store, on the same fake cluster; with the
     per-pod breakdown of both sides."""
@@ -441,6 +450,9 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
             for nodes in scales:
                 c.reset()
                 click.echo(f"creating {nodes} nodes ...", err=True)
+                if null_burn_ms:
+                    click.echo(f"(the null extender's filter spends {null_burn_ms:g} ms of CPU"
+                               " per pod before it answers)")
                 asyncio.run(create_nodes(str(c.kubeconfig), nodes, gpus))
                 runs: dict[str, dict] = {}
                 plan: list[tuple[str, str, str | None, str]] = [(STOCK, "whole", None, "")]
@@ -460,7 +472,8 @@ def main(scales: tuple[int, ...], gpus: int, pods: int, workloads: tuple[str, ..
                     if stacks is not None:
                         stacks.parent.mkdir(parents=True, exist_ok=True)
                     runs[label] = run_once(c, nodes, pods, workload, store_url, Path(tmp),
-                                           stacks, verbs or "two-call", percentage)
+                                           stacks, verbs or "two-call", percentage,
+                                           null_burn_ms)
                 results[str(nodes)] = runs
                 print_scale(nodes, gpus, pods, runs)
         finally:

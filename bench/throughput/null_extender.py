@@ -5,15 +5,18 @@ the scheduler. It is the ceiling any extender can reach through kube-scheduler: 
 costs beyond the stock scheduler is the protocol's (serial filter and prioritize round trips,
 JSON on the scheduler's side, the Binding call), not any placement. With ``one``, filter
 passes only the first candidate (as an extender answering its single best node would), and
-kube-scheduler, left with one feasible node, skips its own scoring.
+kube-scheduler, left with one feasible node, skips its own scoring. With ``burn_ms``,
+filter first spends that much CPU: an extender that costs so much more per pod, and nothing
+else, to tell what its CPU alone does to the run (the machine's cores are shared).
 
-    python -m bench.throughput.null_extender PORT API_SERVER TOKEN [one]
+    python -m bench.throughput.null_extender PORT API_SERVER TOKEN [one] [BURN_MS]
 """
 
 from __future__ import annotations
 
 import ssl
 import sys
+import time
 
 import aiohttp
 import msgspec
@@ -24,7 +27,15 @@ from extender.cli import use_fast_event_loop
 JSON = "application/json"
 
 
-def null_app(api_server: str, token: str, one: bool = False) -> web.Application:
+def burn(seconds: float) -> None:
+    """Spend ``seconds`` of this process's CPU (a stand-in for an extender's own work)."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def null_app(api_server: str, token: str, one: bool = False, burn_ms: float = 0.0
+             ) -> web.Application:
     session: dict[str, aiohttp.ClientSession] = {}
 
     async def open_session(app: web.Application) -> None:
@@ -40,6 +51,8 @@ def null_app(api_server: str, token: str, one: bool = False) -> web.Application:
 
     async def filter_(request: web.Request) -> web.Response:
         args = msgspec.json.decode(await request.read())
+        if burn_ms:
+            burn(burn_ms / 1000)
         names = args.get("NodeNames")
         if one and names is not None:
             names = names[:1]
@@ -88,5 +101,8 @@ def null_app(api_server: str, token: str, one: bool = False) -> web.Application:
 if __name__ == "__main__":
     port, api_server, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     use_fast_event_loop()  # the event loop the extender's CLI uses
-    web.run_app(null_app(api_server, token, one=sys.argv[4:] == ["one"]), host="127.0.0.1",
+    rest = sys.argv[4:]
+    one = "one" in rest
+    burn_ms = float(next((a for a in rest if a != "one"), 0.0))
+    web.run_app(null_app(api_server, token, one=one, burn_ms=burn_ms), host="127.0.0.1",
                 port=port, print=None, access_log=None)

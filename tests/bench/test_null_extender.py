@@ -43,3 +43,15 @@ async def test_one_passes_only_the_first_candidate() -> None:
         args = {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["b", "a", "c"]}
         got = await (await c.post("/scheduler/filter", json=args)).json()
         assert got["NodeNames"] == ["b"] and got["FailedNodes"] == {}
+
+
+async def test_a_burning_filter_spends_its_cpu_first_and_answers_the_same() -> None:
+    import time
+
+    app = null_app("http://127.0.0.1:1", "secret", one=True, burn_ms=20)
+    async with TestClient(TestServer(app)) as c:
+        args = {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "b"]}
+        before = time.process_time()
+        got = await (await c.post("/scheduler/filter", json=args)).json()
+        assert time.process_time() - before >= 0.020  # a floor: the loop runs until then
+    assert got["NodeNames"] == ["a"]
