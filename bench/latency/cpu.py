@@ -187,6 +187,8 @@ def main(scales: tuple[int, ...], gpus: int, candidates: int, count: int, full: 
          filter_only: bool, single: bool, burst: bool, stub_verbs: bool, bind: bool,
          rotate: bool, price_solve: str) -> None:
     """CPU ms per pod, extender and null server, NodeNames and full Nodes."""
+    if single and not filter_only:
+        raise click.UsageError("--single answers one node of filter alone: add --filter-only")
     use_fast_event_loop()
     for nodes in scales:
         inventory = synthetic_inventory(nodes, gpus)

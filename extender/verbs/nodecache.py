@@ -129,8 +129,9 @@ class _Entry:
         self.generation = np.full(n_nodes, -1, dtype=np.int64)
         # (failing nodes and their stamps, failed, unresolvable): the last reasons given
         self.last_reasons: KeptReasons | None = None
-        # Per failing node, why (``misfit_of``), and its stamp then (-1: not known)
-        self.misfit: list[tuple[str, int | str] | None] = [None] * n_nodes
+        # Why each node that failed cannot take the pod (``misfit_of``; only nodes that
+        # failed are held), and its stamp then (-1: not known)
+        self.misfit: dict[int, tuple[str, int | str]] = {}
         self.misfit_stamp = np.full(n_nodes, -1, dtype=np.int64)
         self.terms: tuple[Hashable, ...] = ()  # the policy's term keys the costs were made of
         self.epoch: tuple[object, ...] = ()  # the global inputs they read (held: no id reuse)
@@ -155,7 +156,7 @@ class _Entry:
                 made[int(stale[j])] = (HOST, host_reason(state, demand, int(stale[j])))
             self.misfit_stamp[stale] = state.node_stamp[stale]
         made = self.misfit
-        return [made[i] for i in nodes.tolist()]  # type: ignore[misc]
+        return [made[i] for i in nodes.tolist()]
 
     def reasons(self, state: ClusterState, demand: PodDemand, candidates: list[str],
                  nodes: np.ndarray, stamps: np.ndarray, bad: np.ndarray

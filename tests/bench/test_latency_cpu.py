@@ -29,3 +29,8 @@ def test_the_cpu_bench_binds_a_burst_and_counts_the_picks_taken() -> None:
     assert out.exit_code == 0, out.output
     assert "one answered, one shape in a moving window, bound" in out.output
     assert "filter's pick taken by" in out.output
+
+
+def test_one_answered_node_needs_filter_alone() -> None:
+    out = CliRunner().invoke(main, ["--nodes", "20", "--single"])
+    assert out.exit_code == 2 and "--filter-only" in out.output
