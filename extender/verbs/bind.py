@@ -54,8 +54,10 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
         s.notify(Outcome("bind", *ref, True, reservation=reservation))
         return BindingResult()
     try:
+        # (a timeout scope, not wait_for: no task of its own for the call)
         with stages.stage("kube"):
-            await asyncio.wait_for(s.binder.bind(args, reservation), s.bind_timeout_s)
+            async with asyncio.timeout(s.bind_timeout_s):
+                await s.binder.bind(args, reservation)
     except (BindError, TimeoutError) as exc:
         why = str(exc) or f"no answer within {s.bind_timeout_s:g} s"
         await roll_back(s, reservation)
