@@ -73,7 +73,9 @@ class ExtenderProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "extender", "serve", "--port", str(self.port), "--nodes",
              str(conf), "--reservation-ttl", "86400", "--log-level", "error",
-             "--log-format", "text", *self.extra],
+             "--log-format", "text",
+             # its own ledger file, not the user's default one (in use by a running extender)
+             "--state-dir", str(Path(self.dir) / "state"), *self.extra],
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
