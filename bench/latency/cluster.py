@@ -99,10 +99,11 @@ def request_bodies(inventory: Inventory, count: int, candidates: int, full_nodes
                if full_nodes else {})
     bodies = []
     replica = pod(0, rng)
+    around = names + names  # a window that runs past the last node goes on from the first
     for i in range(count):
         if burst:
             start = i * candidates % len(names)
-            chosen = (names + names)[start:start + candidates]
+            chosen = around[start:start + candidates]
             body_pod = json.loads(json.dumps(replica))
             body_pod["metadata"].update(name=f"bench-{i}", uid=f"bench-uid-{i}")
         else:

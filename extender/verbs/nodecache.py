@@ -172,17 +172,33 @@ class _Entry:
         if kept is None or kept[0] != sign:
             failed: dict[str, str] = {}
             unresolvable: dict[str, str] = {}
-            misfit = self.misfit_of(state, demand, nodes[bad])
-            gpu = [(int(i), m) for i, m in zip(bad.tolist(), misfit, strict=True)
-                   if m[0] != HOST]
-            describe_misfits(demand, candidates, [i for i, _ in gpu],
-                             [m[0] for _, m in gpu], [m[1] for _, m in gpu],
-                             failed, unresolvable)
-            for i, m in zip(bad.tolist(), misfit, strict=True):
-                if m[0] == HOST:  # as fit: after the GPUs' reasons
-                    failed[candidates[i]] = m[1]
+            positions: list[int] = []
+            kinds: list[str] = []
+            figures: list[int] = []
+            host: list[tuple[int, str]] = []
+            for i, (kind, figure) in zip(bad.tolist(),
+                                         self.misfit_of(state, demand, nodes[bad]),
+                                         strict=True):
+                if kind == HOST:
+                    host.append((i, str(figure)))
+                else:
+                    positions.append(i)
+                    kinds.append(kind)
+                    figures.append(int(figure))
+            describe_misfits(demand, candidates, positions, kinds, figures, failed,
+                             unresolvable)
+            for i, reason in host:  # as fit: after the GPUs' reasons
+                failed[candidates[i]] = reason
             kept = self.last_reasons = (sign, failed, unresolvable)
         return dict(kept[1]), dict(kept[2])
+
+    def stale_fits(self, state: ClusterState) -> np.ndarray:
+        """Per node of the inventory: its fit was made at another stamp (or never)."""
+        return self.fit_stamp != state.node_stamp
+
+    def stale_costs(self, state: ClusterState) -> np.ndarray:
+        """Per node: its fit is current and true, and its cost was made at another stamp."""
+        return (self.cost_stamp != state.node_stamp) & self.fits & ~self.stale_fits(state)
 
     def take_fits(self, other: _Entry) -> None:
         """``other``'s fits and their stamps (each holds while its node's stamp stands,
@@ -265,11 +281,11 @@ class NodeVerdicts:
         if fill_all(len(stale), len(nodes), len(entry.fits)):
             # Mostly unknown: every node of the inventory now, in one vectorised pass (the
             # scheduler's candidate window moves with each pod; see costcache.fill_all).
-            self._fill_fits(entry, state, demand,
-                            np.flatnonzero(entry.fit_stamp != state.node_stamp), ordered=True)
+            self._fill_fits(entry, state, demand, np.flatnonzero(entry.stale_fits(state)),
+                            ordered=True)
         elif len(stale):
             self._fill_fits(entry, state, demand, with_stale_others(
-                nodes[stale], entry.fit_stamp != state.node_stamp))
+                nodes[stale], entry.stale_fits(state)))
         fits = entry.fits[nodes]
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -304,15 +320,11 @@ class NodeVerdicts:
         stale = np.flatnonzero(entry.cost_stamp[nodes] != stamps)
         self.reused += len(nodes) - len(stale)
         if fill_all(len(stale), len(nodes), len(entry.cost)):
-            # every node whose fit is current and true and whose cost is not (as for fits)
-            current = entry.fit_stamp == state.node_stamp
-            self._fill_costs(entry, policy, state, demand, np.flatnonzero(
-                current & entry.fits & (entry.cost_stamp != state.node_stamp)), terms,
-                ordered=True)
+            self._fill_costs(entry, policy, state, demand,
+                             np.flatnonzero(entry.stale_costs(state)), terms, ordered=True)
         elif len(stale):
             self._fill_costs(entry, policy, state, demand, with_stale_others(
-                nodes[stale], (entry.cost_stamp != state.node_stamp) & entry.fits
-                & (entry.fit_stamp == state.node_stamp)), terms)
+                nodes[stale], entry.stale_costs(state)), terms)
         return entry.cost[nodes]
 
     def _entry(self, state: ClusterState, key: Hashable, demand: PodDemand
