@@ -169,8 +169,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     index = LocalityIndex(replace(weights or LocalityWeights(),
                                   network=NetworkModel.from_dict(net)))
     index.set_store(topo.raw["store"]["name"], set(topo.shards()))
-    for n in topo.names:
-        index.observe_node(n, None, topo.labels(n))
+    for n in topo.names:  # every node's cache (a DaemonSet) publishes itself, empty
+        index.observe_node(n, caches.annotation(n, 0.0), topo.labels(n))
     if scenario == "no-embeddings":  # leftovers of earlier recommendation jobs
         for n in rng.choice(topo.names, len(topo.names) // 3, replace=False).tolist():
             caches.warm(n, tuple(rng.choice(sorted(rows), 2, replace=False).tolist()))

@@ -284,3 +284,45 @@ def test_delay_scheduling_runs_the_same_trace_and_counts_who_waited():
     assert off.delayed == 0.0 and 0.0 <= on.delayed <= 1.0
     term_only = run_locality(seed=5, locality=True, n_jobs=60, mode="high-load")
     assert term_only.delayed == 0.0
+
+
+def test_every_cache_publishes_itself_before_the_first_job(monkeypatch):
+    """As the cache DaemonSet does on every node (its first publication, empty), the replay's
+    index knows every node's cache size before any job: a node no job ran on yet is scored
+    by the warm-up the job's own reads give it there, not as a node without a cache."""
+    import bench.sim.locality as replay
+    from extender.placement.locality import LocalityIndex
+
+    seen: list[tuple[str, bool]] = []
+
+    class Recording(LocalityIndex):
+        def observe_node(self, name, annotations, labels):  # type: ignore[no-untyped-def]
+            seen.append((name, bool(annotations)))
+            return super().observe_node(name, annotations, labels)
+
+    monkeypatch.setattr(replay, "LocalityIndex", Recording)
+    topo = Topology.load(None, seed=3)
+    run_locality(seed=3, locality=True, n_jobs=20)
+    first = seen[:len(topo.names)]
+    assert sorted(n for n, _ in first) == sorted(topo.names)
+    assert all(published for _, published in first)
+
+
+def test_an_empty_published_cache_scores_the_jobs_own_warm_up():
+    from bench.sim.locality import step_rows
+    from extender.placement.locality import EmbeddingSpec, LocalityIndex
+
+    topo = Topology.load(None, seed=1)
+    rows = {"a": 10**8}
+    draws = {"a": step_rows(float(rows["a"]), 1.05, 50_000.0)[0]}
+    caches = NodeCaches(topo, rows, row_bytes=256, draws=draws)
+    empty, unknown = topo.names[0], topo.names[1]
+    ix = LocalityIndex()
+    ix.observe_node(empty, caches.annotation(empty, 0.0), topo.labels(empty))
+    ix.observe_node(unknown, None, topo.labels(unknown))
+    long_job = EmbeddingSpec("s", ("a",), {"a": rows["a"]}, ids_per_step={"a": int(draws["a"])},
+                             steps=100_000)
+    per_table, _, _ = ix.cache_room.expected_tables(long_job, ix.slots_of([empty, unknown]))
+    # a long job fills an empty cache early in its run: most of its rows are served there
+    assert per_table[0, 0] > 0.5
+    assert per_table[0, 1] == 0.0  # no cache known: nothing served
