@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -62,11 +62,18 @@ from bench.sim.locality_topology import TOPOLOGY, Topology  # noqa: F401  (re-ex
 from bench.sim.queueing import arrival_times, co_location_slowdown, placement_policy
 from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
+from embed.publisher import CachePublisher, Snapshot, changed
 from extender.interference.matrix import default_matrix
 from extender.placement.delay import free_in, freed_node_order, saved_seconds, should_wait
 from extender.placement.locality import EmbeddingSpec, LocalityIndex, LocalityWeights
 from extender.placement.step_time import NetworkModel
 from extender.queueorder import PREDICTION_MARGIN, latest_start_due
+
+# The cache DaemonSet's pacing (``CachePublisher``'s defaults): at most one publication per
+# min_interval_s, when the rows moved by more than min_change or the readers changed, and one
+# at least every max_interval_s.
+PACING = {f.name: f.default for f in fields(CachePublisher)
+          if f.name in ("min_interval_s", "max_interval_s", "min_change")}
 
 
 def _job_tables(rng: np.random.Generator, n_tables: int, alpha: float, lo: int, hi: int
@@ -169,11 +176,14 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     index = LocalityIndex(replace(weights or LocalityWeights(),
                                   network=NetworkModel.from_dict(net)))
     index.set_store(topo.raw["store"]["name"], set(topo.shards()))
+    published: dict[str, tuple[float, Snapshot]] = {}  # per node: when, and what
     for n in topo.names:  # every node's cache (a DaemonSet) publishes itself, empty
+        published[n] = (0.0, caches.content(n))
         index.observe_node(n, caches.annotation(n, 0.0), topo.labels(n))
     if scenario == "no-embeddings":  # leftovers of earlier recommendation jobs
         for n in rng.choice(topo.names, len(topo.names) // 3, replace=False).tolist():
             caches.warm(n, tuple(rng.choice(sorted(rows), 2, replace=False).tolist()))
+            published[n] = (0.0, caches.content(n))
             index.observe_node(n, caches.annotation(n, 0.0), topo.labels(n))
     sim.locality = index if locality else None
 
@@ -308,8 +318,33 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                 left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
                 fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, left)
 
-    def publish(node: str) -> None:
-        index.observe_node(node, caches.annotation(node, now), topo.labels(node))
+    def publish(node: str, content: Snapshot | None = None) -> None:
+        content = caches.content(node) if content is None else content
+        index.observe_node(node, caches.annotation(node, now, content), topo.labels(node))
+        published[node] = (now, content)
+
+    def content_now(node: str) -> Snapshot:
+        """What the node's cache holds now, its readers' reads since the last event there
+        counted (a what-if: the cache and the readers' marks are left as they were)."""
+        kept, marks = caches.snapshot(node), {k: read_mark[k] for k in on_node[node]}
+        feed_cache(node)
+        content = caches.content(node)
+        caches.restore(node, kept)
+        for k, mark in marks.items():
+            read_mark[k] = mark
+        return content
+
+    def publish_due() -> None:
+        """As each node's cache publisher does between its jobs' starts and ends: the rows
+        its readers' misses filled since, once its pacing lets it."""
+        for node in topo.names:
+            at, last_content = published[node]
+            if now - at < PACING["min_interval_s"]:
+                continue
+            content = content_now(node)
+            if (changed(last_content, content, PACING["min_change"])
+                    or now - at >= PACING["max_interval_s"]):
+                publish(node, content)
 
     delay_on = bool(delay and locality)
     first_try = np.full(len(jobs), np.nan)  # a job's first chance to start
@@ -474,6 +509,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         if kind == 0 and (ver != version[j] or not np.isnan(done[j])):
             continue
         now = t
+        if locality:  # (the index is read only with the term)
+            publish_due()
         if kind == 1:
             if not try_start(j):
                 pending.append(j)

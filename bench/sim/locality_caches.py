@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from bench.sim.locality_topology import Topology
+from embed.publisher import Snapshot
 from extender.annotations import ANN_EMBEDDING_CACHE
 from extender.placement.cache_model import (
     distinct_curve,
@@ -207,12 +208,23 @@ class NodeCaches:
         cap = self.cap[node].get(table, 0.0)
         return float(self.curve(table).hit(cap, 0.0, cap)) if cap >= 1 else 0.0
 
-    def annotation(self, node: str, now: float) -> dict[str, str]:
+    def content(self, node: str) -> Snapshot:
+        """What the node's cache publisher counts (``embed.publisher.Snapshot``)."""
         held = {t: r for t, r in self.held_on(node).items() if r > 0}
-        used = sum(held.values()) * (self.row_bytes + KEY_OVERHEAD_BYTES)
-        cap = self.capacity * (self.row_bytes + KEY_OVERHEAD_BYTES)
         readers = dict(self.active[node])
-        ids = {t: int(n * self.draws.get(t, 0)) for t, n in readers.items()}
-        totals = {t: self.rows[t] for t in {*held, *readers}}
-        return {ANN_EMBEDDING_CACHE: encode_cache(held, totals, used, cap, now, readers, ids,
-                                                  self.row_bytes + KEY_OVERHEAD_BYTES)}
+        return Snapshot(rows=held, totals={t: self.rows[t] for t in {*held, *readers}},
+                        used_bytes=int(sum(held.values()) * (self.row_bytes
+                                                             + KEY_OVERHEAD_BYTES)),
+                        capacity_bytes=int(self.capacity * (self.row_bytes
+                                                            + KEY_OVERHEAD_BYTES)),
+                        readers=readers,
+                        ids={t: int(n * self.draws.get(t, 0)) for t, n in readers.items()},
+                        row_bytes=self.row_bytes + KEY_OVERHEAD_BYTES)
+
+    def annotation(self, node: str, now: float, content: Snapshot | None = None
+                   ) -> dict[str, str]:
+        """The node's publication (of ``content``, else of what it holds now)."""
+        c = self.content(node) if content is None else content
+        return {ANN_EMBEDDING_CACHE: encode_cache(c.rows, c.totals, c.used_bytes,
+                                                  c.capacity_bytes, now, c.readers, c.ids,
+                                                  c.row_bytes)}

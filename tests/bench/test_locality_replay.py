@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from bench.cli import main as bench_cli
 from bench.sim.locality import NodeCaches, Topology, run_locality
+from extender.placement.locality import LocalityWeights
 
 
 def test_topology_names_do_not_follow_racks():
@@ -326,3 +327,33 @@ def test_an_empty_published_cache_scores_the_jobs_own_warm_up():
     # a long job fills an empty cache early in its run: most of its rows are served there
     assert per_table[0, 0] > 0.5
     assert per_table[0, 1] == 0.0  # no cache known: nothing served
+
+
+def test_caches_publish_again_as_their_readers_fill_them(monkeypatch):
+    """Between its jobs' starts and ends a node's cache publishes what its readers' misses
+    filled, at the cache DaemonSet's pace; reading what it holds for that leaves the replay's
+    caches as they were (a term of zero weight places and runs every job alike either way)."""
+    import math
+
+    import bench.sim.locality as replay
+    from extender.placement.locality import LocalityIndex
+
+    calls: list[str] = []
+
+    class Recording(LocalityIndex):
+        def observe_node(self, name, annotations, labels):  # type: ignore[no-untyped-def]
+            calls.append(name)
+            return super().observe_node(name, annotations, labels)
+
+    monkeypatch.setattr(replay, "LocalityIndex", Recording)
+    nodes = len(Topology.load(None, seed=3).names)
+    mute = LocalityWeights(cache=0.0, rack=0.0, zone=0.0, avoid=0.0)
+    paced = run_locality(seed=3, locality=True, n_jobs=30, weights=mute)
+    # beyond the first publications and one at each reader's start and end
+    assert len(calls) > nodes + 2 * 30
+    monkeypatch.setitem(replay.PACING, "min_interval_s", math.inf)
+    calls.clear()
+    unpaced = run_locality(seed=3, locality=True, n_jobs=30, weights=mute)
+    assert len(calls) <= nodes + 2 * 30
+    assert unpaced.jct == paced.jct
+    assert unpaced.hit_ratio == paced.hit_ratio
