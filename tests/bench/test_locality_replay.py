@@ -287,10 +287,8 @@ def test_delay_scheduling_runs_the_same_trace_and_counts_who_waited():
     assert term_only.delayed == 0.0
 
 
-def test_every_cache_publishes_itself_before_the_first_job(monkeypatch):
-    """As the cache DaemonSet does on every node (its first publication, empty), the replay's
-    index knows every node's cache size before any job: a node no job ran on yet is scored
-    by the warm-up the job's own reads give it there, not as a node without a cache."""
+def recorded_publications(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """The replay's index records each node publication it reads: (node, with an annotation)."""
     import bench.sim.locality as replay
     from extender.placement.locality import LocalityIndex
 
@@ -302,6 +300,14 @@ def test_every_cache_publishes_itself_before_the_first_job(monkeypatch):
             return super().observe_node(name, annotations, labels)
 
     monkeypatch.setattr(replay, "LocalityIndex", Recording)
+    return seen
+
+
+def test_every_cache_publishes_itself_before_the_first_job(monkeypatch):
+    """As the cache DaemonSet does on every node (its first publication, empty), the replay's
+    index knows every node's cache size before any job: a node no job ran on yet is scored
+    by the warm-up the job's own reads give it there, not as a node without a cache."""
+    seen = recorded_publications(monkeypatch)
     topo = Topology.load(None, seed=3)
     run_locality(seed=3, locality=True, n_jobs=20)
     first = seen[:len(topo.names)]
@@ -336,16 +342,8 @@ def test_caches_publish_again_as_their_readers_fill_them(monkeypatch):
     import math
 
     import bench.sim.locality as replay
-    from extender.placement.locality import LocalityIndex
 
-    calls: list[str] = []
-
-    class Recording(LocalityIndex):
-        def observe_node(self, name, annotations, labels):  # type: ignore[no-untyped-def]
-            calls.append(name)
-            return super().observe_node(name, annotations, labels)
-
-    monkeypatch.setattr(replay, "LocalityIndex", Recording)
+    calls = recorded_publications(monkeypatch)
     nodes = len(Topology.load(None, seed=3).names)
     mute = LocalityWeights(cache=0.0, rack=0.0, zone=0.0, avoid=0.0)
     paced = run_locality(seed=3, locality=True, n_jobs=30, weights=mute)
