@@ -17,8 +17,8 @@ def _locality_job(args: tuple) -> object:
     from bench.sim.locality import run_locality
 
     workload, scenario, mode, locality, seed, kw = args
-    if not locality:  # the oracle stands in for the runs with the term only
-        kw = {k: v for k, v in kw.items() if k != "oracle"}
+    if not locality:  # the oracle stands in for (or shadows) the runs with the term only
+        kw = {k: v for k, v in kw.items() if k not in ("oracle", "shadow")}
     return run_locality(workload, seed, locality=locality, scenario=scenario, mode=mode, **kw)
 
 
@@ -49,17 +49,26 @@ def _locality_job(args: tuple) -> object:
               "least run time left), greedy-rows (the fewest rows they will miss), ideal (every "
               "reader as if alone with its tables on a warm node in the store's rack), or only "
               "its hit ratio / only its path so (ideal-hit, ideal-path)")
+@click.option("--shadow-oracle", "shadow", default=None,
+              type=click.Choice(["greedy", "greedy-rows"]),
+              help="with the term, ask this oracle at every choice of node without following "
+              "it: the report gives how often the term's node was the oracle's "
+              "(oracle_agreement_on)")
 @click.option("--out", default=None, help="results folder (default results/locality-<time>)")
 def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
-             score, delay, oracle, out) -> None:
+             score, delay, oracle, shadow, out) -> None:
     """Embedding locality: JCT and makespan with and without the locality term."""
     from bench.sim.locality_report import write_locality
     from extender.placement.locality import LocalityWeights
 
     kw = {"n_jobs": n_jobs, "rec_share": rec_share, "load": load, "topology": topology,
           "weights": LocalityWeights(score=score), "delay": delay}
+    if oracle and shadow:
+        raise click.UsageError("--shadow-oracle asks an oracle beside the term: not with --oracle")
     if oracle:
         kw["oracle"] = oracle
+    if shadow:
+        kw["shadow"] = shadow
     jobs = [(workload, sc, m, loc, s, kw) for m in mode for sc in scenario
             for loc in (False, True) for s in parse_seeds(seeds)]
     folder = out_dir(out, "locality")

@@ -86,7 +86,8 @@ class SimCluster:
         ok = (h.cpu_left >= d.cpu_milli) & (h.mem_left >= d.host_mem_mib) & (h.pods < MAX_PODS)
         return np.flatnonzero(ok)
 
-    def _pick(self, costs: np.ndarray) -> int | None:
+    def pick(self, costs: np.ndarray) -> int | None:
+        """The position ``schedule`` places on from these costs (None: nowhere)."""
         if self.step:
             costs = np.round(costs / self.step)
         if not len(costs) or not np.isfinite(costs).any():
@@ -111,7 +112,7 @@ class SimCluster:
             costs = combine(costs, self.locality.term(embedding, d, result.names, idle))
         if self.reader_costs is not None and embedding is not None:
             costs = self.reader_costs(result.names, costs, embedding)
-        j = self._pick(costs)
+        j = self.pick(costs)
         return None if j is None else (result.names, costs, j)
 
     def best_node(self, d: TraceDemand, now: float = 0.0,
@@ -131,7 +132,7 @@ class SimCluster:
                 return None
             costs = (self.host_costs(self.state, d, cand) if self.host_costs is not None
                      else np.zeros(len(cand)))
-            j = self._pick(costs)
+            j = self.pick(costs)
             if j is None:
                 return None
             return self._commit(d, int(cand[j]), None)

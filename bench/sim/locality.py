@@ -109,7 +109,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                  weights: LocalityWeights | None = None, mode: str = "continuous",
                  overrides: dict | None = None, length_scale: float = 1.0,
                  readers_per_table: int | None = None, delay: bool = False,
-                 oracle: str | None = None) -> LocalityRun:
+                 oracle: str | None = None, shadow: str | None = None) -> LocalityRun:
     """``scenario``: ``recommendation`` (``rec_share`` of jobs read embeddings) or
     ``no-embeddings`` (none do; the caches start warm on a third of the nodes). ``mode``:
     ``continuous`` (trace arrival order at offered load ``load``) or ``high-load`` (every job
@@ -133,7 +133,12 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     store's rack (``NodeCaches.alone_hit``; its misses cross the store's shards only, no NIC
     or uplink), a bound no placement can beat; ``ideal-hit`` / ``ideal-path``: only the
     hit ratio / only the path so (which of the two bounds it); the queue and the fit as the
-    policy's."""
+    policy's. ``shadow`` (``greedy`` or ``greedy-rows``, with the term): that oracle is asked
+    at every choice of node and not followed; the run reports how often the term's node was
+    the oracle's (``oracle_agreement``)."""
+    if shadow not in (None, "greedy", "greedy-rows") or (shadow and (oracle or not locality)):
+        raise ValueError(f"shadow must be greedy or greedy-rows, with the term and no oracle, "
+                         f"not {shadow!r}")
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     topo = Topology.load(topology, seed, overrides)
@@ -404,6 +409,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                                   predicted, request, started, done)
 
     trying = [-1]  # the job try_start places (the oracle prices it)
+    judge = oracle or shadow  # the oracle that prices the choices (followed or not)
     mix: list[int] = []  # per reader's start: tables in use on its node then
 
     def per_step(ks: list[int], parts: dict[int, tuple[float, float, float]], path: list
@@ -439,13 +445,13 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             parts[j] = fetch_parts(j, node, steps[j])
             caches.restore(node, snap)
             ks = [*run, j]
-            if oracle == "greedy-rows":  # the bytes they will miss, whatever the links
+            if judge == "greedy-rows":  # the bytes they will miss, whatever the links
                 total = sum(left[run.index(k)] * (parts[k][1] - before[k][1]) for k in readers)
                 total += steps[j] * parts[j][1]
             else:
                 with_j = per_step(ks, parts, [*(paths[k] for k in run), links.path(node)])
                 total = float(left @ with_j)
-            if readers and oracle != "greedy-rows":  # the readers there: their own fill
+            if readers and judge != "greedy-rows":  # the readers there: their own fill
                 # since they last re-rated, not the job's doing
                 total -= float(left[:-1] @ (per_step(run, before, [paths[k] for k in run])
                                             - per_step(run, {}, [paths[k] for k in run])))
@@ -460,6 +466,18 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                          f"not {oracle!r}")
     if oracle in ("greedy", "greedy-rows"):
         sim.reader_costs = oracle_costs
+    agreed = [0, 0]  # choices where the term's node was the shadow oracle's; choices
+
+    def shadowed_costs(names: list[str], costs: np.ndarray, spec: EmbeddingSpec
+                       ) -> np.ndarray:
+        """The policy's and the term's costs as they are; the oracle's pick counted."""
+        if np.isfinite(costs).sum() >= 2:
+            agreed[0] += int(sim.pick(oracle_costs(names, costs, spec)) == sim.pick(costs))
+            agreed[1] += 1
+        return costs
+
+    if shadow is not None:
+        sim.reader_costs = shadowed_costs
     shard_only = {i: 1.0 / len(links.shards) for i in range(len(links.shards))}
 
     def try_start(j: int) -> bool:
@@ -554,6 +572,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                                            for j in np.flatnonzero(reads)], weights=w)) \
         if reads.any() else float("nan")
     result.tables_on_node = float(np.mean(mix)) if mix else float("nan")
+    if agreed[1]:
+        result.oracle_agreement = agreed[0] / agreed[1]
     result.saturated = links.saturated_by_kind(saturated / max(result.makespan, 1e-9),
                                                topo.shards())
     return result

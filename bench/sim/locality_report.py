@@ -53,6 +53,7 @@ def summary(runs: list) -> pd.DataFrame:
             "link_stretch_off": mean(off, "link_stretch"),
             "link_stretch_on": mean(on, "link_stretch"),
             "delayed_on": mean(on, "delayed"),
+            "oracle_agreement_on": mean(on, "oracle_agreement"),
             "hit_ceiling": mean(off, "hit_ceiling"),
             "tables_on_node_off": mean(off, "tables_on_node"),
             "tables_on_node_on": mean(on, "tables_on_node"),
@@ -154,7 +155,9 @@ def write_locality(runs: list, folder: Path, command: str) -> Path:
              "placement gives); `tables_on_node`: tables in use on a reader's node when it "
              "starts, its own included (they split the node's cache); `shard_saturated_off`: "
              "share of the run the busiest store shard served at capacity, without the term. "
-             "With `--oracle`, \"on\" is the oracle.", "",
+             "With `--oracle`, \"on\" is the oracle; with `--shadow-oracle`, "
+             "`oracle_agreement_on` is the share of the term's choices of node (two or more "
+             "fitting) that were the oracle's.", "",
              md_table(table, "{:.3f}"), ""]
     seeds = per_seed(runs)
     seeds.to_csv(folder / "per_seed.csv", index=False)

@@ -42,6 +42,8 @@ class LocalityRun(JctRun):
     hit_ceiling: float = float("nan")
     # tables in use on a reader's node when it starts, itself included (mean over readers)
     tables_on_node: float = float("nan")
+    # choices of node where the term's node was a shadow oracle's (``run_locality(shadow=)``)
+    oracle_agreement: float = float("nan")
     # per kind of link, the largest share of the run one such link spent at capacity
     saturated: dict = field(default_factory=dict)
     jct: list = field(default_factory=list)

@@ -355,3 +355,18 @@ def test_caches_publish_again_as_their_readers_fill_them(monkeypatch):
     assert len(calls) <= nodes + 2 * 30
     assert unpaced.jct == paced.jct
     assert unpaced.hit_ratio == paced.hit_ratio
+
+
+def test_a_shadow_oracle_is_asked_and_not_followed():
+    """``shadow``: the oracle prices every choice of node beside the term, and the run is the
+    term's own, run for run; what is reported is how often the two chose alike."""
+    plain = run_locality(seed=3, locality=True, n_jobs=40)
+    shadowed = run_locality(seed=3, locality=True, n_jobs=40, shadow="greedy-rows")
+    assert shadowed.jct == plain.jct
+    assert shadowed.hit_ratio == plain.hit_ratio
+    assert 0.0 <= shadowed.oracle_agreement <= 1.0
+    assert plain.oracle_agreement != plain.oracle_agreement  # nan: not asked
+    with pytest.raises(ValueError):
+        run_locality(seed=3, locality=False, n_jobs=10, shadow="greedy-rows")
+    with pytest.raises(ValueError):
+        run_locality(seed=3, locality=True, n_jobs=10, shadow="greedy-rows", oracle="ideal")
