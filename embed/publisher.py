@@ -42,14 +42,17 @@ class Snapshot:
     readers: dict[str, int] | None = None  # None = not counted
     ids: dict[str, int] | None = None  # per table: the readers' declared ids per step, summed
     row_bytes: float = 0.0  # bytes one cached row takes (0 = unknown)
+    pods: int | None = None  # running pods on the node that read embeddings (None = not counted)
 
 
 @dataclass(frozen=True)
 class Readers:
-    """Per table: the pods on the node that read it, and the ids per step they declare."""
+    """Per table: the pods on the node that read it, and the ids per step they declare;
+    ``readers``: the pods that read any table (a pod reading several counts once)."""
 
     pods: dict[str, int]
     ids: dict[str, int]
+    readers: int = 0
 
 
 def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> Readers:
@@ -58,6 +61,7 @@ def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> Readers:
     Unreadable declarations are skipped: the scheduler rejects those pods anyway."""
     pods: dict[str, int] = {}
     ids: dict[str, int] = {}
+    readers = 0
     for ann in annotations:
         try:
             spec = parse_embedding(ann)
@@ -65,11 +69,12 @@ def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> Readers:
             continue
         if spec is None:
             continue
+        readers += 1
         for table in spec.tables:
             pods[table] = pods.get(table, 0) + 1
         for table, n in (spec.ids_per_step or {}).items():
             ids[table] = ids.get(table, 0) + n
-    return Readers(pods, ids)
+    return Readers(pods, ids, readers)
 
 
 async def node_readers(core: Any, node: str) -> Readers:
@@ -128,7 +133,7 @@ def count_rows(cache: Any, store: EmbeddingStore | None, scan_count: int = 2000,
 
 def changed(old: Snapshot | None, new: Snapshot, min_change: float) -> bool:
     if (old is None or set(old.rows) != set(new.rows) or old.readers != new.readers
-            or old.ids != new.ids):
+            or old.ids != new.ids or old.pods != new.pods):
         return True
     return any(abs(new.rows[t] - old.rows[t]) > min_change * max(old.rows[t], 1)
                for t in new.rows)
@@ -162,12 +167,12 @@ class CachePublisher:
             return False
         if self.readers is not None:
             got = await self.readers(core)
-            snap = (dataclasses.replace(snap, readers=got.pods, ids=got.ids)
+            snap = (dataclasses.replace(snap, readers=got.pods, ids=got.ids, pods=got.readers)
                     if isinstance(got, Readers) else dataclasses.replace(snap, readers=got))
         if not force and not self.due(snap, now):
             return False
         value = encode_cache(snap.rows, snap.totals, snap.used_bytes, snap.capacity_bytes, now,
-                             snap.readers, snap.ids, snap.row_bytes)
+                             snap.readers, snap.ids, snap.row_bytes, snap.pods)
         body = {"metadata": {"annotations": {ANN_EMBEDDING_CACHE: value}}}
         await core.patch_node(self.node, body, _content_type=MERGE)
         self.last, self.last_at = snap, now

@@ -124,7 +124,8 @@ def _network(path: object):
                    " each node saves it (time), or always by the cached share and tiers.")
 @click.option("--locality-network", type=click.Path(exists=True, dir_okay=False),
               help="Locality: YAML with each path's gbps and latency_ms (local, rack, zone,"
-                   " cross_zone; a topology file's 'network' section), to price the time score.")
+                   " cross_zone; a topology file's 'network' section), to price the time score;"
+                   " optional 'store: {gbps}', the store's egress its readers share.")
 @click.option("--filter-best-within", type=click.FloatRange(0, 10),
               help="Filter answers only the nodes within this many score points (0-10) of the"
                    " best, for a scheduler config without prioritizeVerb: one round trip per"

@@ -177,9 +177,11 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
     caches = NodeCaches(topo, rows, row_bytes, float(cfg_t["id_alpha"]),
                         {t: step_rows(float(n), cfg_t["id_alpha"], unique)[0]
                          for t, n in rows.items()})
-    # The extender's term prices a node's saving with the network the replay runs on.
-    index = LocalityIndex(replace(weights or LocalityWeights(),
-                                  network=NetworkModel.from_dict(net)))
+    # The term prices a node's saving with the network the replay runs on: the tiers, and
+    # the store's egress its readers share (its shards' serving rate, unless unlimited).
+    shard_gbps = float(topo.raw.get("links", {}).get("shard_gbps", 0.0))
+    index = LocalityIndex(replace(weights or LocalityWeights(), network=replace(
+        NetworkModel.from_dict(net), store_gbps=shard_gbps * len(topo.shards()))))
     index.set_store(topo.raw["store"]["name"], set(topo.shards()))
     published: dict[str, tuple[float, Snapshot]] = {}  # per node: when, and what
     for n in topo.names:  # every node's cache (a DaemonSet) publishes itself, empty

@@ -79,6 +79,7 @@ class NodeCaches:
         self.exposure: dict[str, dict[str, float]] = {n: {} for n in topo.names}
         self.cap: dict[str, OrderedDict[str, float]] = {n: OrderedDict() for n in topo.names}
         self.active: dict[str, dict[str, int]] = {n: {} for n in topo.names}
+        self.pods: dict[str, int] = dict.fromkeys(topo.names, 0)  # jobs reading there
 
     def curve(self, table: str) -> WarmCurve:
         return warm_curve(self.rows[table], self.alpha, self.draws.get(table, 1.0))
@@ -122,6 +123,7 @@ class NodeCaches:
     def start(self, node: str, tables: tuple[str, ...]) -> None:
         """A job reading ``tables`` starts on ``node``: they get their room (the tables in use
         there give up theirs)."""
+        self.pods[node] += 1
         for t in tables:
             self.active[node][t] = self.active[node].get(t, 0) + 1
             self.cap[node].setdefault(t, 0.0)
@@ -131,6 +133,7 @@ class NodeCaches:
     def stop(self, node: str, tables: tuple[str, ...]) -> None:
         """A job ended: its tables lose a reader (a table nobody reads keeps its rows as a
         leftover), the others in use grow into the room."""
+        self.pods[node] -= 1
         for t in tables:
             self.active[node][t] -= 1
             if not self.active[node][t]:
@@ -187,11 +190,12 @@ class NodeCaches:
     def snapshot(self, node: str) -> tuple:
         """The node's cache state, for ``restore`` (a what-if: a job tried on the node)."""
         return (dict(self.base[node]), dict(self.exposure[node]), OrderedDict(self.cap[node]),
-                dict(self.active[node]))
+                dict(self.active[node]), self.pods[node])
 
     def restore(self, node: str, snap: tuple) -> None:
         self.base[node], self.exposure[node], self.cap[node], self.active[node] = (
             dict(snap[0]), dict(snap[1]), OrderedDict(snap[2]), dict(snap[3]))
+        self.pods[node] = snap[4]
 
     def mean_hit(self, node: str, table: str, steps: float) -> float:
         """Share of a reader's fetched rows of ``table`` the cache serves over its next
@@ -219,7 +223,7 @@ class NodeCaches:
                                                             + KEY_OVERHEAD_BYTES)),
                         readers=readers,
                         ids={t: int(n * self.draws.get(t, 0)) for t, n in readers.items()},
-                        row_bytes=self.row_bytes + KEY_OVERHEAD_BYTES)
+                        row_bytes=self.row_bytes + KEY_OVERHEAD_BYTES, pods=self.pods[node])
 
     def annotation(self, node: str, now: float, content: Snapshot | None = None
                    ) -> dict[str, str]:
@@ -227,4 +231,4 @@ class NodeCaches:
         c = self.content(node) if content is None else content
         return {ANN_EMBEDDING_CACHE: encode_cache(c.rows, c.totals, c.used_bytes,
                                                   c.capacity_bytes, now, c.readers, c.ids,
-                                                  c.row_bytes)}
+                                                  c.row_bytes, c.pods)}

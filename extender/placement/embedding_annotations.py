@@ -102,6 +102,7 @@ class CacheContent:
     readers: Mapping[str, int] | None = None  # None = not published
     ids: Mapping[str, int] | None = None  # per table: its readers' ids per step, summed
     stated_row_bytes: float = 0.0  # bytes one cached row takes, as the publisher states it
+    pods: int | None = None  # running pods on the node that read embeddings (None = not published)
 
     @property
     def fill(self) -> float:
@@ -134,14 +135,17 @@ class CacheContent:
 
 def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes: int,
                  capacity_bytes: int, at: float, readers: Mapping[str, int] | None = None,
-                 ids: Mapping[str, int] | None = None, row_bytes: float = 0.0) -> str:
+                 ids: Mapping[str, int] | None = None, row_bytes: float = 0.0,
+                 pods: int | None = None) -> str:
     """The node annotation's value (the cache's publisher writes it, the scheduler reads it).
     ``readers``: running pods on the node per table they declare (tables read but not yet
     cached are listed with 0 rows); with it the scheduler tells tables in use from leftovers.
     ``ids``: per table, the ``idsPerStep`` those readers declare, summed (how often the
     table's rows are read, which sets its LFU room). ``row_bytes``: the bytes one cached row
     takes (value and key overhead, from the store's layout), so a cache that holds nothing yet
-    still tells its size in rows; omitted when 0 (readers then divide used bytes by rows)."""
+    still tells its size in rows; omitted when 0 (readers then divide used bytes by rows).
+    ``pods``: the running pods on the node that read embeddings (a pod reading several tables
+    counts once), so the scheduler knows how many share the store's egress."""
     rows = dict(rows)
     if readers is not None:
         for t in readers:
@@ -150,7 +154,10 @@ def encode_cache(rows: Mapping[str, int], totals: Mapping[str, int], used_bytes:
                   **({"readers": int(readers.get(t, 0))} if readers is not None else {}),
                   **({"ids": int(ids[t])} if ids and ids.get(t) else {})}
               for t, n in sorted(rows.items())}
-    extra = {"rowBytes": round(float(row_bytes), 1)} if row_bytes > 0 else {}
+    extra: dict[str, float | int] = {"rowBytes": round(float(row_bytes), 1)} \
+        if row_bytes > 0 else {}
+    if pods is not None:
+        extra["pods"] = int(pods)
     return json.dumps({"v": CACHE_FORMAT, "tables": tables, "bytes": int(used_bytes),
                        "capacityBytes": int(capacity_bytes), "at": round(at, 3), **extra},
                       separators=(",", ":"), sort_keys=True)
@@ -171,8 +178,10 @@ def decode_cache(raw: str | None) -> CacheContent | None:
                 readers[str(table)] = max(0, int(entry["readers"]))
             if entry.get("ids") is not None:
                 ids[str(table)] = max(0, int(entry["ids"]))
+        pods = doc.get("pods")
         return CacheContent(rows, totals, max(0, int(doc.get("bytes", 0))),
                             max(0, int(doc.get("capacityBytes", 0))), readers or None,
-                            ids or None, max(0.0, float(doc.get("rowBytes", 0.0))))
+                            ids or None, max(0.0, float(doc.get("rowBytes", 0.0))),
+                            None if pods is None else max(0, int(pods)))
     except (ValueError, TypeError, AttributeError):
         return None

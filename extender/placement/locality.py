@@ -166,6 +166,7 @@ class LocalityIndex:
         self.cap_bytes = np.zeros(0)  # the cache's maxmemory (0 = not published)
         self.row_bytes = np.zeros(0)  # bytes per cached row, from used bytes / rows (0 = unknown)
         self.active = np.zeros(0)  # tables that running pods on the node read
+        self.pods = np.zeros(0)  # running pods on the node that read embeddings (-1: unknown)
         # Per node slot, the tables its cache published (entries, padded to the widest node):
         # column id (``col``; -1 = none), rows cached, readers, their ids per step summed.
         self.col: dict[str, int] = {}
@@ -183,6 +184,7 @@ class LocalityIndex:
         self._clock = 0
         self._kept = BonusMemo(self)  # each pod shape's bonus per node, while valid
         self._row_size: tuple[int, float] | None = None  # (clock, value)
+        self._readers: tuple[int, float] | None = None  # (clock, store_readers)
         # What the caches hold and would hold for a job: a unit of its own, reading these arrays.
         self.cache_room = CacheRoomModel(self)
 
@@ -199,13 +201,14 @@ class LocalityIndex:
                 grow = max(64, 2 * len(self.zone_id))
                 self.zone_id = np.resize(self.zone_id, grow)
                 self.rack_id = np.resize(self.rack_id, grow)
-                for attr in ("fill", "cap_bytes", "row_bytes", "active"):
+                for attr in ("fill", "cap_bytes", "row_bytes", "active", "pods"):
                     setattr(self, attr, np.resize(getattr(self, attr), grow))
                 self._grow_entries(grow, self.ent_col.shape[1])
                 self.stamp = np.resize(self.stamp, grow)
             self._touch(i)
             self.zone_id[i] = self.rack_id[i] = 0
             self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
+            self.pods[i] = 0.0
             self._any_fill = None
         return i
 
@@ -248,9 +251,11 @@ class LocalityIndex:
         self.ent_col[i] = -1
         self.ent_held[i] = self.ent_readers[i] = self.ent_ids[i] = 0.0
         self.fill[i] = self.cap_bytes[i] = self.row_bytes[i] = self.active[i] = 0.0
+        self.pods[i] = 0.0
         self._any_fill = None
         if content is None:
             return
+        self.pods[i] = -1.0 if content.pods is None else content.pods
         self.fill[i] = content.fill
         self.cap_bytes[i] = content.capacity_bytes
         self.row_bytes[i] = content.row_bytes
@@ -347,6 +352,19 @@ class LocalityIndex:
         self._row_size = (self._clock, value)
         return value
 
+    def store_readers(self) -> float:
+        """Running pods that read embeddings, over every node whose cache published: as the
+        caches count them, else (an older publisher) the most readers any one of a node's
+        tables has there. What shares the store's egress (``step_time.loaded_per_byte``)."""
+        if self._readers is not None and self._readers[0] == self._clock:
+            return self._readers[1]
+        n = len(self.slot)
+        pods = self.pods[:n]
+        widest = self.ent_readers[:n].max(axis=1) if self.ent_readers.shape[1] else np.zeros(n)
+        value = float(np.where(pods >= 0, pods, widest).sum())
+        self._readers = (self._clock, value)
+        return value
+
     def time_bonus(self, spec: EmbeddingSpec, slots: np.ndarray,
                    rates: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | None:
         """Per node: the share of the job's step time it saves (``step_time.saved_share``),
@@ -364,8 +382,10 @@ class LocalityIndex:
         zone = self.shard_share(spec.store, self.zone_id, slots)
         compute = spec.step_compute_ms / 1e3
         net = self.weights.network
-        saved = saved_share(net, compute, per_table, step_bytes, rack, zone)
-        lost = squeeze_share(net, compute, squeezed * len(spec.tables), step_bytes, rack, zone)
+        readers = self.store_readers() if net.store_gbps > 0 else 0.0
+        saved = saved_share(net, compute, per_table, step_bytes, rack, zone, readers)
+        lost = squeeze_share(net, compute, squeezed * len(spec.tables), step_bytes, rack, zone,
+                             readers)
         return self.weights.cache * (saved - lost)
 
     def reference_run_seconds(self, spec: EmbeddingSpec) -> float | None:
@@ -377,8 +397,9 @@ class LocalityIndex:
         rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
         if rows is None or not row_bytes:
             return None
-        ref = reference_seconds(self.weights.network, spec.step_compute_ms / 1e3,
-                                rows * row_bytes)
+        net = self.weights.network
+        ref = reference_seconds(net, spec.step_compute_ms / 1e3, rows * row_bytes,
+                                self.store_readers() if net.store_gbps > 0 else 0.0)
         return float(spec.steps) * ref
 
     def tables_held(self, tables: tuple[str, ...], name: str) -> float:

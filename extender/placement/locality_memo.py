@@ -3,8 +3,9 @@
 A burst of replicas of one job asks the same bonus over and over; only the nodes whose labels or
 cache changed since (each node carries a change stamp), and those holding a table whose size or
 readers' ids per step moved, are recomputed. Any change of the cluster-wide inputs (the job's
-tables, the row size, where the store's shards run, the known tables, the weights) recomputes
-all. So the figures equal a fresh computation's (``LocalityIndex.fresh_bonus``).
+tables, the row size, where the store's shards run, the known tables, the weights, and the
+store's readers where the network names its egress) recomputes all. So the figures equal a
+fresh computation's (``LocalityIndex.fresh_bonus``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class BonusIndex(Protocol):
 
     def slots_of(self, names: list[str]) -> np.ndarray: ...
     def row_size(self) -> float: ...
+    def store_readers(self) -> float: ...
     def fresh_bonus(self, spec: EmbeddingSpec, slots: np.ndarray,
                     rates: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray: ...
 
@@ -132,4 +134,5 @@ class BonusMemo:
         return (n_cols, tuple(own), rates[1].tobytes(),
                 size[own].tobytes(), ix.total[[c for c in own if c < n_cols]].tobytes(),
                 ix.ent_col.shape[1], ix.row_size(), shards.tobytes(),
-                ix.rack_id[shards].tobytes(), ix.zone_id[shards].tobytes(), ix.weights)
+                ix.rack_id[shards].tobytes(), ix.zone_id[shards].tobytes(), ix.weights,
+                ix.store_readers() if ix.weights.network.store_gbps > 0 else 0.0)

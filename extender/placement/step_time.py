@@ -21,8 +21,15 @@ of the job's step time, against ``T_ref``: every row from across zones (a cold c
 the store). So a job whose steps are fetch-bound weighs a warm node near the store heavily
 (close to 1), a compute-bound job barely (its fetch is a small part of ``T_ref``): the term is
 in run time saved, the unit the policy's interference loss uses (throughput lost, per GPU).
-The shared links' contention (the store's egress, uplinks) is not predicted here: it stretches
-every miss, so it moves all nodes' misses alike.
+Where the network names the store's egress (``store_gbps``: all its shards together) and the
+caches publish how many pods read the store, a miss is priced under that load too. The store's
+readers share its egress (processor sharing: each gets ``C / (n + 1)`` with the job); where
+that share is below a node's path, the share sets what a missed byte costs, the same from
+every such node, and the byte also holds back each of the ``n`` others by ``1 / C`` (it keeps
+one more flow on the egress for as long as it takes): ``(n + 1) / C + n / C`` per byte. So with
+a saturated store the path no longer matters and every row a node's cache serves weighs about
+twice what it costs the job alone. The other shared links (uplinks, zone links, NICs) are not
+predicted here.
 """
 
 from __future__ import annotations
@@ -55,13 +62,16 @@ class NetworkModel:
     rack: Tier = Tier(10.0, 0.2)
     zone: Tier = Tier(5.0, 0.5)
     cross_zone: Tier = Tier(2.5, 1.0)
+    # The store's egress, all shards together, that its readers' misses share (0: not known,
+    # misses priced on an idle network)
+    store_gbps: float = 0.0
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Mapping[str, float]]) -> NetworkModel:
-        """From ``{tier: {gbps, latency_ms}}`` (a topology file's ``network``); tiers left
-        out keep their defaults."""
+        """From ``{tier: {gbps, latency_ms}}`` (a topology file's ``network``) and an optional
+        ``store: {gbps}``; tiers left out keep their defaults."""
         base = cls()
-        tiers = {}
+        tiers: dict[str, object] = {}
         for name in ("local", "rack", "zone", "cross_zone"):
             d = raw.get(name)
             if d is None:
@@ -71,7 +81,13 @@ class NetworkModel:
             if not gbps > 0 or lat < 0:
                 raise ValueError(f"network tier {name!r}: gbps must be > 0, latency_ms >= 0")
             tiers[name] = Tier(gbps, lat)
-        return cls(**tiers)
+        store = raw.get("store")
+        if store is not None:
+            gbps = float(store["gbps"])
+            if not gbps >= 0:
+                raise ValueError("network store: gbps must be >= 0 (0: not known)")
+            tiers["store_gbps"] = gbps
+        return cls(**tiers)  # type: ignore[arg-type]
 
 
 def miss_path(net: NetworkModel, rack_share: np.ndarray, zone_share: np.ndarray
@@ -87,6 +103,19 @@ def miss_path(net: NetworkModel, rack_share: np.ndarray, zone_share: np.ndarray
     return per_byte, far
 
 
+def loaded_per_byte(net: NetworkModel, per_byte: np.ndarray, readers: float,
+                    others: bool = True) -> np.ndarray:
+    """Per node, seconds a missed byte costs with ``readers`` other pods reading the store:
+    its path's (``miss_path``) where the path is slower than the job's share of the store's
+    egress, else that share's, plus (``others``) the time the byte holds the others back
+    there (module doc)."""
+    if net.store_gbps <= 0 or readers <= 0:
+        return per_byte
+    egress = net.store_gbps * GBPS
+    share = (readers + 1.0) / egress
+    return np.where(share > per_byte, share + (readers / egress if others else 0.0), per_byte)
+
+
 def step_seconds(net: NetworkModel, compute_s: float, hits: np.ndarray, step_bytes: np.ndarray,
                  per_byte: np.ndarray, far: np.ndarray) -> np.ndarray:
     """Per node: the step time. ``hits``: (tables, nodes) share of each table's fetched rows
@@ -99,33 +128,46 @@ def step_seconds(net: NetworkModel, compute_s: float, hits: np.ndarray, step_byt
     return compute_s + fetch.sum(axis=0)
 
 
-def reference_seconds(net: NetworkModel, compute_s: float, step_bytes: np.ndarray) -> float:
-    """The step with nothing cached and every shard across zones."""
+def reference_seconds(net: NetworkModel, compute_s: float, step_bytes: np.ndarray,
+                      readers: float = 0.0, others: bool = False) -> float:
+    """The job's step with nothing cached and every shard across zones (``readers``: other
+    pods reading the store; ``others``: with the time its misses hold them back,
+    ``loaded_per_byte``)."""
     b = np.asarray(step_bytes, dtype=np.float64)
-    per_table = (net.local.latency_ms + net.cross_zone.latency_ms) / 1e3 + (
-        b * net.cross_zone.seconds_per_byte)
+    per_byte = float(loaded_per_byte(net, np.array([net.cross_zone.seconds_per_byte]),
+                                     readers, others)[0])
+    per_table = (net.local.latency_ms + net.cross_zone.latency_ms) / 1e3 + b * per_byte
     return float(compute_s + per_table.sum())
 
 
 def saved_share(net: NetworkModel, compute_s: float, hits: np.ndarray, step_bytes: np.ndarray,
-                rack_share: np.ndarray, zone_share: np.ndarray) -> np.ndarray:
-    """Per node, 0..1: share of the job's reference step time the node saves."""
+                rack_share: np.ndarray, zone_share: np.ndarray, readers: float = 0.0
+                ) -> np.ndarray:
+    """Per node, >= 0: the time the node saves against the reference (nothing cached, every
+    shard across zones), in shares of the job's own reference step. With ``readers`` sharing
+    a store whose egress binds, that counts the time its misses would hold them back too
+    (``loaded_per_byte``), so it may pass 1; on an idle store it is the job's own, 0..1."""
     per_byte, far = miss_path(net, rack_share, zone_share)
-    ref = reference_seconds(net, compute_s, step_bytes)
+    per_byte = loaded_per_byte(net, per_byte, readers)
+    ref = reference_seconds(net, compute_s, step_bytes, readers)
+    if ref <= 0:
+        return np.zeros(len(per_byte))
     t = step_seconds(net, compute_s, hits, step_bytes, per_byte, far)
-    return np.clip((ref - t) / ref, 0.0, 1.0) if ref > 0 else np.zeros(len(per_byte))
+    base = reference_seconds(net, compute_s, step_bytes, readers, others=True)
+    return np.maximum((base - t) / ref, 0.0)
 
 
 def squeeze_share(net: NetworkModel, compute_s: float, lost: np.ndarray,
-                  step_bytes: np.ndarray, rack_share: np.ndarray, zone_share: np.ndarray
-                  ) -> np.ndarray:
+                  step_bytes: np.ndarray, rack_share: np.ndarray, zone_share: np.ndarray,
+                  readers: float = 0.0) -> np.ndarray:
     """Per node: the step time the readers already there lose to the job's arrival, in
     shares of the job's reference step. ``lost``: per node, the share of one table's fetched
     rows they no longer find, summed over readers and the job's tables (``cache_room``
     ``squeeze`` x tables); each such row now crosses the node's path to the store instead of
-    host memory."""
+    host memory (under the store's load with ``readers``, as ``saved_share``)."""
     per_byte, _ = miss_path(net, rack_share, zone_share)
+    per_byte = loaded_per_byte(net, per_byte, readers)
     b = float(np.mean(step_bytes)) if len(step_bytes) else 0.0
-    ref = reference_seconds(net, compute_s, step_bytes)
+    ref = reference_seconds(net, compute_s, step_bytes, readers)
     extra = lost * b * np.maximum(per_byte - net.local.seconds_per_byte, 0.0)
     return extra / ref if ref > 0 else np.zeros(len(per_byte))

@@ -370,3 +370,26 @@ def test_a_shadow_oracle_is_asked_and_not_followed():
         run_locality(seed=3, locality=False, n_jobs=10, shadow="greedy-rows")
     with pytest.raises(ValueError):
         run_locality(seed=3, locality=True, n_jobs=10, shadow="greedy-rows", oracle="ideal")
+
+
+def test_the_term_knows_the_stores_egress_and_its_readers(monkeypatch):
+    """The replay's term prices misses under the store's load: the egress its shards serve
+    together (``links.shard_gbps`` x shards) and the reader pods the caches publish."""
+    import bench.sim.locality as replay
+    from extender.placement.locality import LocalityIndex
+
+    made: list[LocalityIndex] = []
+
+    class Kept(LocalityIndex):
+        def __init__(self, weights):  # type: ignore[no-untyped-def]
+            super().__init__(weights)
+            made.append(self)
+
+    monkeypatch.setattr(replay, "LocalityIndex", Kept)
+    topo = Topology.load(None, seed=3)
+    run_locality(seed=3, locality=True, n_jobs=30)
+    ix = made[0]
+    shards = len(topo.shards())
+    assert ix.weights.network.store_gbps == topo.raw["links"]["shard_gbps"] * shards
+    assert ix.store_readers() >= 0  # the publications carry their pods
+    assert (ix.pods[:len(ix.slot)] >= 0).all()

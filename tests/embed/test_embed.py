@@ -399,6 +399,7 @@ async def test_publisher_counts_readers_on_its_node():
     content = decode_cache(core.patches[0][1]["metadata"]["annotations"][ANN_EMBEDDING_CACHE])
     assert content.readers == {"a": 2, "b": 1} and content.rows == {"a": 100, "b": 0}
     assert content.ids == {"a": 4196}  # the readers' declared ids per step; b declares none
+    assert content.pods == 2  # the pod reading a and b counts once
     clock[0] += 10
     assert not await pub.publish_once(core) and len(core.selectors) == 1  # no list too soon
     core.pods = core.pods[:1]  # the pending pod went away: the readers changed

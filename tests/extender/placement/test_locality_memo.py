@@ -13,6 +13,7 @@ from extender.placement.locality import (
     LocalityWeights,
     encode_cache,
 )
+from extender.placement.step_time import NetworkModel
 
 ROW_BYTES = 320
 TABLES = [f"t{i:02d}" for i in range(12)]
@@ -36,8 +37,12 @@ def annotation(rng: np.random.Generator, running: tuple | None) -> dict[str, str
     # Mostly within the table's share of the room, so that the rows held count.
     rows = {t: int(rng.integers(1, min(SIZES[t], cap_rows // (2 * len(used)) + 2)))
             for t in used}
+    # Mostly with the pods reading there (a pod of several tables counts once), as the
+    # publisher counts them; else as an older publisher, without.
+    pods = max(readers.values(), default=0) + int(rng.integers(0, 2)) \
+        if rng.random() < 0.7 else None
     ann = encode_cache(rows, {t: SIZES[t] for t in used}, sum(rows.values()) * ROW_BYTES,
-                       cap_rows * ROW_BYTES, 0.0, readers, ids)
+                       cap_rows * ROW_BYTES, 0.0, readers, ids, pods=pods)
     return {ANN_EMBEDDING_CACHE: ann}
 
 
@@ -57,12 +62,16 @@ def specs(rng: np.random.Generator) -> list[EmbeddingSpec]:
     return out
 
 
+@pytest.mark.parametrize("store_gbps", [0.0, 0.5])
 @pytest.mark.parametrize("score", ["time", "share"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_kept_bonus_equals_a_fresh_computation(score: str, seed: int) -> None:
+def test_kept_bonus_equals_a_fresh_computation(score: str, seed: int, store_gbps: float
+                                               ) -> None:
+    """``store_gbps``: with the store's egress known, its readers on every node weigh on
+    every node's bonus (0.5 Gb/s: the store binds in most rounds)."""
     rng = np.random.default_rng(seed)
     names = [f"n{i:02d}" for i in range(40)]
-    weights = LocalityWeights(score=score)
+    weights = LocalityWeights(score=score, network=NetworkModel(store_gbps=store_gbps))
     ix = LocalityIndex(weights)
     history: list[tuple[str, ...]] = []
 

@@ -17,6 +17,7 @@ from extender.placement.locality import (
     parse_embedding,
 )
 from extender.placement.step_time import (
+    GBPS,
     NetworkModel,
     miss_path,
     reference_seconds,
@@ -52,11 +53,41 @@ def test_a_fetch_bound_job_weighs_locality_heavily_a_compute_bound_one_barely():
     assert 0 < compute_bound[0] < 0.05
 
 
+def test_a_saturated_store_prices_every_path_alike_and_counts_the_readers_held_back():
+    net = NetworkModel(store_gbps=40.0)
+    b = np.array([25 * MB])
+    rack, zone = np.array([1.0, 0.0]), np.array([1.0, 0.0])  # the store's rack; across zones
+    half = np.array([[0.5, 0.5]])
+    idle = saved_share(net, 0.01, half, b, rack, zone)  # no other reader: the paths decide
+    assert idle[0] > idle[1] + 0.1
+    assert np.array_equal(idle, saved_share(NET, 0.01, half, b, rack, zone))
+    # 100 readers share 40 Gb/s: 0.4 Gb/s each, below every path; a missed byte costs the
+    # same from both nodes (only the farthest shard's latency still differs)
+    busy = saved_share(net, 0.01, half, b, rack, zone, readers=100)
+    egress = 40.0 * GBPS
+    own_ref = reference_seconds(net, 0.01, b, readers=100)
+    assert own_ref == pytest.approx(0.01 + 5e-5 + 1e-3 + 25 * MB * 101 / egress)
+    assert busy[0] - busy[1] == pytest.approx((1e-3 - 2e-4) / own_ref)
+    # a row the cache serves saves the job its share's time and the 100 others the time the
+    # byte would hold them back, in shares of the job's own reference step
+    more = saved_share(net, 0.01, np.array([[0.9, 0.5]]), b, rack, zone, readers=100)
+    gain = 0.4 * 25 * MB * (201 / egress - NET.local.seconds_per_byte) / own_ref
+    assert more[0] - busy[0] == pytest.approx(gain)
+    assert more[0] - busy[0] > 0.4 * 1.9  # about twice the job's own share of those rows
+    # a store whose share is above every path (400 Gb/s, 3 readers) changes nothing
+    roomy = NetworkModel(store_gbps=400.0)
+    assert np.array_equal(saved_share(roomy, 0.01, half, b, rack, zone, readers=3), idle)
+
+
 def test_network_model_from_a_topology_section():
     net = NetworkModel.from_dict({"rack": {"gbps": 40, "latency_ms": 0.1}})
     assert net.rack.gbps == 40 and net.zone == NET.zone
     with pytest.raises(ValueError, match="gbps"):
         NetworkModel.from_dict({"zone": {"gbps": 0, "latency_ms": 1}})
+    assert net.store_gbps == 0.0  # not named: misses priced on an idle network
+    assert NetworkModel.from_dict({"store": {"gbps": 40}}).store_gbps == 40.0
+    with pytest.raises(ValueError, match="store"):
+        NetworkModel.from_dict({"store": {"gbps": -1}})
     with pytest.raises(ValueError, match="score"):
         LocalityWeights(score="fast")
 
@@ -114,3 +145,20 @@ def test_time_bonus_ranks_warm_near_first_and_scales_with_the_fetch_share():
     ref = ix.reference_run_seconds(spec(1.0))
     assert ref == pytest.approx(10_000 * reference_seconds(
         NET, 1e-3, ix.cache_room.fetched_rows(spec(1.0)) * ROW))
+
+
+def test_the_store_readers_are_the_pods_the_caches_count():
+    ix = LocalityIndex(LocalityWeights(network=NetworkModel(store_gbps=40.0)))
+    # a publisher that counts pods: 3 (one reads both tables)
+    ix.observe_node("n1", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"a": 10, "b": 10}, {}, 100, 1000, 0.0, {"a": 2, "b": 2}, pods=3)}, {})
+    # an older one: at least as many pods as its most read table has readers
+    ix.observe_node("n2", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"a": 10, "b": 10}, {}, 100, 1000, 0.0, {"a": 2, "b": 1})}, {})
+    ix.observe_node("n3", None, {})  # no cache: no readers known
+    assert ix.store_readers() == 5.0
+    ix.observe_node("n1", {ANN_EMBEDDING_CACHE: encode_cache(
+        {"a": 10}, {}, 100, 1000, 0.0, {"a": 1}, pods=1)}, {})
+    assert ix.store_readers() == 3.0
+    ix.forget_node("n2")
+    assert ix.store_readers() == 1.0
