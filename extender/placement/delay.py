@@ -29,7 +29,9 @@ import numpy as np
 def saved_seconds(bonus_there: float, bonus_here: float, reference_run_s: float) -> float:
     """Run time the node ``there`` saves over ``here``: the locality term's bonuses are shares
     of the job's reference step time, so their difference times the job's reference run time
-    (its steps x that step) is seconds; 0 when ``there`` saves nothing more."""
+    (its steps x that step) is seconds; 0 when ``there`` saves nothing more. (With a store
+    whose egress binds, the bonuses count the time the job's misses hold the store's other
+    readers back too, ``step_time.loaded_per_byte``: seconds of all of them.)"""
     if not reference_run_s > 0:
         return 0.0
     return max(float(bonus_there) - float(bonus_here), 0.0) * float(reference_run_s)
