@@ -367,10 +367,11 @@ class LocalityIndex:
 
     def time_bonus(self, spec: EmbeddingSpec, slots: np.ndarray,
                    rates: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | None:
-        """Per node: the share of the job's step time it saves (``step_time.saved_share``),
-        less the step time the readers already there lose to it, times the cache weight;
-        None when the job does not declare what prices it (ids per step for every table, a
-        step's compute) or no cache has published its row size."""
+        """Per node: the share of the job's step time it saves (``step_time.saved_share``;
+        with the store's egress known and binding, the time its misses would hold the store's
+        other readers back counts too), less the step time the readers already there lose to
+        it, times the cache weight; None when the job does not declare what prices it (ids per
+        step for every table, a step's compute) or no cache has published its row size."""
         if self.weights.score != "time" or spec.step_compute_ms is None:
             return None
         rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
