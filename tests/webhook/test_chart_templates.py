@@ -281,6 +281,32 @@ def test_filter_best_drops_prioritize_and_tells_the_extender_its_tolerance() -> 
     assert "--filter-best-single" in container(one, "Deployment", "sparse-extender")["args"]
 
 
+def test_the_locality_network_reaches_the_extender_as_a_file_it_reads() -> None:
+    from extender.placement.step_time import NetworkModel
+
+    default = render()
+    assert not any(a.startswith("--locality-network") for a in
+                   container(default, "Deployment", "sparse-extender")["args"])
+    assert not [d for d in default if d["kind"] == "ConfigMap"
+                and d["metadata"]["name"] == "sparse-extender-locality"]
+    docs = render("extender.locality.network.store.gbps=40",
+                  "extender.locality.network.rack.gbps=25",
+                  "extender.locality.network.rack.latency_ms=0.1")
+    c = container(docs, "Deployment", "sparse-extender")
+    assert "--locality-network=/etc/sparse/locality/network.yaml" in c["args"]
+    assert {"name": "locality", "mountPath": "/etc/sparse/locality", "readOnly": True} in \
+        c["volumeMounts"]
+    spec = pod_spec(docs, "Deployment", "sparse-extender")
+    assert {"name": "locality", "configMap": {"name": "sparse-extender-locality"}} in \
+        spec["volumes"]
+    dep = find(docs, "Deployment", "sparse-extender")
+    assert "checksum/locality" in dep["spec"]["template"]["metadata"]["annotations"]
+    text = find(docs, "ConfigMap", "sparse-extender-locality")["data"]["network.yaml"]
+    raw = yaml.safe_load(text)
+    net = NetworkModel.from_dict(raw.get("network", raw))  # as `serve` reads the file
+    assert net.store_gbps == 40.0 and net.rack.gbps == 25.0 and net.zone == NetworkModel().zone
+
+
 def test_network_policy_admits_only_the_scheduler_to_the_scheduling_port() -> None:
     docs = render()
     np = find(docs, "NetworkPolicy", "sparse-extender")
