@@ -184,14 +184,19 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         NetworkModel.from_dict(net), store_gbps=shard_gbps * len(topo.shards()))))
     index.set_store(topo.raw["store"]["name"], set(topo.shards()))
     published: dict[str, tuple[float, Snapshot]] = {}  # per node: when, and what
+
+    def publish(node: str, at: float, content: Snapshot | None = None) -> None:
+        """The node's cache publishes ``content`` (else what it holds) at ``at``."""
+        content = caches.content(node) if content is None else content
+        index.observe_node(node, caches.annotation(node, at, content), topo.labels(node))
+        published[node] = (at, content)
+
     for n in topo.names:  # every node's cache (a DaemonSet) publishes itself, empty
-        published[n] = (0.0, caches.content(n))
-        index.observe_node(n, caches.annotation(n, 0.0), topo.labels(n))
+        publish(n, 0.0)
     if scenario == "no-embeddings":  # leftovers of earlier recommendation jobs
         for n in rng.choice(topo.names, len(topo.names) // 3, replace=False).tolist():
             caches.warm(n, tuple(rng.choice(sorted(rows), 2, replace=False).tolist()))
-            published[n] = (0.0, caches.content(n))
-            index.observe_node(n, caches.annotation(n, 0.0), topo.labels(n))
+            publish(n, 0.0)
     sim.locality = index if locality else None
 
     step = float(cfg_j["step_compute_s"])
@@ -325,11 +330,6 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                 left = max(remaining[k] - (now - last[k]) * rate[k], 1.0)
                 fetch_free[k], miss_bytes[k], miss_s[k] = fetch_parts(k, node, left)
 
-    def publish(node: str, content: Snapshot | None = None) -> None:
-        content = caches.content(node) if content is None else content
-        index.observe_node(node, caches.annotation(node, now, content), topo.labels(node))
-        published[node] = (now, content)
-
     def content_now(node: str) -> Snapshot:
         """What the node's cache holds now, its readers' reads since the last event there
         counted (a what-if: the cache and the readers' marks are left as they were)."""
@@ -351,7 +351,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             content = content_now(node)
             if (changed(last_content, content, PACING["min_change"])
                     or now - at >= PACING["max_interval_s"]):
-                publish(node, content)
+                publish(node, now, content)
 
     delay_on = bool(delay and locality)
     first_try = np.full(len(jobs), np.nan)  # a job's first chance to start
@@ -512,7 +512,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                                for t in tables[j]])
             rerate_readers(node, skip=j)
             paths[j] = shard_only if ideal_path else links.path(node)
-            publish(node)
+            publish(node, now)
         if d.has_share:
             g = sim.state.gpu_index[placed.reservation.allocations[0].gpu]
             gpu_jobs.setdefault(g, set()).add(j)
@@ -545,7 +545,7 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
             on_node[node_of[j]].discard(j)
             caches.stop(node_of[j], tables[j])
             rerate_readers(node_of[j])
-            publish(node_of[j])
+            publish(node_of[j], now)
             share_links()
         g = job_gpu.pop(j, None)
         if g is not None:

@@ -355,7 +355,10 @@ class LocalityIndex:
     def store_readers(self) -> float:
         """Running pods that read embeddings, over every node whose cache published: as the
         caches count them, else (an older publisher) the most readers any one of a node's
-        tables has there. What shares the store's egress (``step_time.loaded_per_byte``)."""
+        tables has there. What shares the store's egress (``step_time.loaded_per_byte``);
+        0 where the network names no egress (misses priced on an idle network)."""
+        if not self.weights.network.store_gbps > 0:
+            return 0.0
         if self._readers is not None and self._readers[0] == self._clock:
             return self._readers[1]
         n = len(self.slot)
@@ -383,7 +386,7 @@ class LocalityIndex:
         zone = self.shard_share(spec.store, self.zone_id, slots)
         compute = spec.step_compute_ms / 1e3
         net = self.weights.network
-        readers = self.store_readers() if net.store_gbps > 0 else 0.0
+        readers = self.store_readers()
         saved = saved_share(net, compute, per_table, step_bytes, rack, zone, readers)
         lost = squeeze_share(net, compute, squeezed * len(spec.tables), step_bytes, rack, zone,
                              readers)
@@ -398,9 +401,8 @@ class LocalityIndex:
         rows, row_bytes = self.cache_room.fetched_rows(spec), self.row_size()
         if rows is None or not row_bytes:
             return None
-        net = self.weights.network
-        ref = reference_seconds(net, spec.step_compute_ms / 1e3, rows * row_bytes,
-                                self.store_readers() if net.store_gbps > 0 else 0.0)
+        ref = reference_seconds(self.weights.network, spec.step_compute_ms / 1e3,
+                                rows * row_bytes, self.store_readers())
         return float(spec.steps) * ref
 
     def tables_held(self, tables: tuple[str, ...], name: str) -> float:

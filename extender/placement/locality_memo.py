@@ -135,4 +135,4 @@ class BonusMemo:
                 size[own].tobytes(), ix.total[[c for c in own if c < n_cols]].tobytes(),
                 ix.ent_col.shape[1], ix.row_size(), shards.tobytes(),
                 ix.rack_id[shards].tobytes(), ix.zone_id[shards].tobytes(), ix.weights,
-                ix.store_readers() if ix.weights.network.store_gbps > 0 else 0.0)
+                ix.store_readers())

@@ -144,18 +144,17 @@ class _Entry:
         its GPUs fit and its CPU or memory does not. Made for the nodes whose stamp moved."""
         stamps = state.node_stamp[nodes]
         stale = np.unique(nodes[self.misfit_stamp[nodes] != stamps])
+        made = self.misfit
         if len(stale):
             masks = gpu_masks(state, demand, stale)
             gpu_ok = gpu_fits(demand, masks, len(stale))
             bad = np.flatnonzero(~gpu_ok)
-            made = self.misfit
             for j, kind, figure in zip(bad.tolist(), *misfits(state, demand, stale, masks, bad),
                                        strict=True):
                 made[int(stale[j])] = (kind, figure)
             for j in np.flatnonzero(gpu_ok).tolist():
                 made[int(stale[j])] = (HOST, host_reason(state, demand, int(stale[j])))
             self.misfit_stamp[stale] = state.node_stamp[stale]
-        made = self.misfit
         return [made[i] for i in nodes.tolist()]
 
     def reasons(self, state: ClusterState, demand: PodDemand, candidates: list[str],

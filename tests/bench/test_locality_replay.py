@@ -287,14 +287,21 @@ def test_delay_scheduling_runs_the_same_trace_and_counts_who_waited():
     assert term_only.delayed == 0.0
 
 
-def recorded_publications(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
-    """The replay's index records each node publication it reads: (node, with an annotation)."""
+def recorded_publications(monkeypatch: pytest.MonkeyPatch, made: list | None = None
+                          ) -> list[tuple[str, bool]]:
+    """The replay's index records each node publication it reads: (node, with an annotation);
+    ``made``: the indexes the replay makes are added to it."""
     import bench.sim.locality as replay
     from extender.placement.locality import LocalityIndex
 
     seen: list[tuple[str, bool]] = []
 
     class Recording(LocalityIndex):
+        def __init__(self, weights):  # type: ignore[no-untyped-def]
+            super().__init__(weights)
+            if made is not None:
+                made.append(self)
+
         def observe_node(self, name, annotations, labels):  # type: ignore[no-untyped-def]
             seen.append((name, bool(annotations)))
             return super().observe_node(name, annotations, labels)
@@ -375,17 +382,8 @@ def test_a_shadow_oracle_is_asked_and_not_followed():
 def test_the_term_knows_the_stores_egress_and_its_readers(monkeypatch):
     """The replay's term prices misses under the store's load: the egress its shards serve
     together (``links.shard_gbps`` x shards) and the reader pods the caches publish."""
-    import bench.sim.locality as replay
-    from extender.placement.locality import LocalityIndex
-
-    made: list[LocalityIndex] = []
-
-    class Kept(LocalityIndex):
-        def __init__(self, weights):  # type: ignore[no-untyped-def]
-            super().__init__(weights)
-            made.append(self)
-
-    monkeypatch.setattr(replay, "LocalityIndex", Kept)
+    made: list = []
+    recorded_publications(monkeypatch, made)
     topo = Topology.load(None, seed=3)
     run_locality(seed=3, locality=True, n_jobs=30)
     ix = made[0]
