@@ -126,6 +126,10 @@ def _network(path: object):
               help="Locality: YAML with each path's gbps and latency_ms (local, rack, zone,"
                    " cross_zone; a topology file's 'network' section), to price the time score;"
                    " optional 'store: {gbps}', the store's egress its readers share.")
+@click.option("--locality-max-wait", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Locality: seconds an embedding reader may wait, from its first filter,"
+                   " for a node whose cache holds its tables and that is predicted to have"
+                   " room sooner than the run time it saves (delay scheduling; 0: never).")
 @click.option("--filter-best-within", type=click.FloatRange(0, 10),
               help="Filter answers only the nodes within this many score points (0-10) of the"
                    " best, for a scheduler config without prioritizeVerb: one round trip per"
@@ -153,7 +157,8 @@ def serve(**options: object) -> None:
         id_skew=options.pop("locality_id_skew"),  # type: ignore[arg-type]
         rack_label=str(options.pop("rack_label")),  # type: ignore[arg-type]
         score=str(options.pop("locality_score")),
-        network=_network(options.pop("locality_network")))
+        network=_network(options.pop("locality_network")),
+        max_wait_s=float(options.pop("locality_max_wait")))  # type: ignore[arg-type]
     settings = Settings(
         host=options["host"], port=options["port"], prefix=options["prefix"],
         nodes=options["nodes"], store=options["store"], predictions=options["predictions"],

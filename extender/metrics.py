@@ -227,4 +227,9 @@ class LedgerHealthCollector(Collector):
             "Bookings of failed binds waiting to be dropped or bound pods waiting to be"
             " confirmed (the store was unreachable).")
         pending.add_metric([], float(s.upkeep.pending))
-        yield from (up, outages, reclaimed, expired, pending)
+        waits = CounterMetricFamily(
+            "sparse_locality_waits",
+            "Filters that kept an embedding reader waiting for a node whose cache holds its"
+            " tables (--locality-max-wait).")
+        waits.add_metric([], float(s.locality_waits))
+        yield from (up, outages, reclaimed, expired, pending, waits)

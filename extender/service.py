@@ -54,6 +54,7 @@ from extender.verbs import filter as filter_verb
 from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
 from extender.verbs.costcache import CachedPolicy, CostCache, CycleEntry
+from extender.verbs.localitywait import FirstTries
 from extender.verbs.nodecache import NodeVerdicts
 from extender.verbs.renewal import CacheRenewal
 
@@ -130,6 +131,8 @@ class Scheduler:
         self.views = LedgerView(self, ClusterState.build(inventory, matrix))
         self.pending = PendingPods()  # filter-time pods and demands, for bind
         self.holds = HoldBook()  # a node held for a waiting gang (verbs/holdfilter.py)
+        self.first_tries = FirstTries()  # bounds a reader's wait for a warm node
+        self.locality_waits = 0  # filters that kept a reader waiting (verbs/localitywait.py)
         self.node_annotations = NodeAnnotations()  # what each node's annotation said
         # The Binding call is abandoned after bind_timeout_s; an unbound booking lives that
         # long past the TTL, so it can never expire while its Binding is in flight.

@@ -41,7 +41,11 @@ def _locality_job(args: tuple) -> object:
 @click.option("--score", default="time", show_default=True, type=click.Choice(["time", "share"]),
               help="the term: step time saved per node, or the cached share and tiers")
 @click.option("--delay/--no-delay", default=False, show_default=True,
-              help="with the term, delay scheduling too (extender/placement/delay.py)")
+              help="with the term, the replay's delay scheduling too: waits and freed nodes "
+              "given to the jobs their caches serve (extender/placement/delay.py)")
+@click.option("--max-wait", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="with the term, the extender's wait for a warm node (--locality-max-wait): "
+              "seconds a reader may wait at most; 0: none")
 @click.option("--oracle", default=None,
               type=click.Choice(["greedy", "greedy-rows", "ideal", "ideal-hit", "ideal-path"]),
               help="the runs with the term are an upper bound instead: greedy (each reader on "
@@ -56,13 +60,13 @@ def _locality_job(args: tuple) -> object:
               "(oracle_agreement_on)")
 @click.option("--out", default=None, help="results folder (default results/locality-<time>)")
 def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
-             score, delay, oracle, shadow, out) -> None:
+             score, delay, max_wait, oracle, shadow, out) -> None:
     """Embedding locality: JCT and makespan with and without the locality term."""
     from bench.sim.locality_report import write_locality
     from extender.placement.locality import LocalityWeights
 
     kw = {"n_jobs": n_jobs, "rec_share": rec_share, "load": load, "topology": topology,
-          "weights": LocalityWeights(score=score), "delay": delay}
+          "weights": LocalityWeights(score=score, max_wait_s=max_wait), "delay": delay}
     if oracle and shadow:
         raise click.UsageError("--shadow-oracle asks an oracle beside the term: not with --oracle")
     if oracle:

@@ -64,7 +64,7 @@ from bench.sim.replay import sample_jobs
 from bench.sim.trace import load_pods, workload_name, workload_path
 from embed.publisher import CachePublisher, Snapshot, changed
 from extender.interference.matrix import default_matrix
-from extender.placement.delay import free_in, freed_node_order, saved_seconds, should_wait
+from extender.placement.delay import free_in, freed_node_order, room_in, warm_wait
 from extender.placement.locality import EmbeddingSpec, LocalityIndex, LocalityWeights
 from extender.placement.step_time import NetworkModel
 from extender.queueorder import PREDICTION_MARGIN, latest_start_due
@@ -353,7 +353,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
                     or now - at >= PACING["max_interval_s"]):
                 publish(node, now, content)
 
-    delay_on = bool(delay and locality)
+    max_wait = float(weights.max_wait_s) if weights is not None else 0.0
+    delay_on = bool((delay or max_wait > 0) and locality)
     first_try = np.full(len(jobs), np.nan)  # a job's first chance to start
     delayed = np.zeros(len(jobs), dtype=bool)  # waited for a warm node at least once
     due = np.zeros(len(jobs), dtype=bool)
@@ -373,35 +374,41 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         return last[k] + max(remaining[k], 0.0) / rate[k] if rate[k] > 0 else np.inf
 
     def waits(j: int, d) -> bool:
-        """Delay scheduling: whether job ``j`` waits for a warm node (``should_wait``)."""
+        """Delay scheduling: whether job ``j`` waits for a warm node (``warm_wait``)."""
         spec = specs[j]
         if not delay_on or spec is None or due[j]:
+            return False
+        waited = now - first_try[j]
+        if max_wait > 0 and waited >= max_wait:  # the extender's bound, from the first try
             return False
         if np.isnan(ref_run[j]):
             ref_run[j] = index.reference_run_seconds(spec) or np.nan
         warm = index.warm_nodes(spec.tables) if np.isfinite(ref_run[j]) else []
-        waited = now - first_try[j]
         near: dict[str, float] = {}  # warm nodes without room now, predicted to free in time
+        if not delay:  # the extender's wait (verbs/localitywait.py): shares, on candidates
+            if d.whole_gpus:  # (kube-scheduler drops a full node for whole GPUs itself)
+                return False
+            asked = {sim.names[i] for i in sim.candidates(d).tolist()}
         for w in warm:
             ks = sorted(running_on[w])
-            fin = free_in(now, free_gpus(w), float(request[j]),
-                          [predicted_end(k) for k in ks], [float(request[k]) for k in ks])
+            if delay:
+                fin = free_in(now, free_gpus(w), float(request[j]),
+                              [predicted_end(k) for k in ks], [float(request[k]) for k in ks])
+            elif w in asked:  # a GPU of the node free, its pods' ends as the extender's
+                fin = room_in(st, st.node_index[w], d, now,
+                              {f"job-{k}": predicted_end(k) for k in ks})
+                fin = fin if waited + fin <= max_wait else np.inf
+            else:
+                continue
             # room there now but not chosen: the policy's costs outweigh it; waiting won't help
             if fin > 0 and waited + fin < ref_run[j]:  # the saving is below the run time
                 near[w] = fin
         if not near:
             return False
-        here = sim.best_node(d, now, spec)
-        near.pop(here, None)
-        if here is None or not near:
-            return False
-        bonus = index.bonus(spec, [*near, here])
-        for fin, b in zip(near.values(), bonus[:-1].tolist(), strict=True):
-            saved = saved_seconds(b, float(bonus[-1]), float(ref_run[j]))
-            if should_wait(saved, fin, waited, bool(due[j])):
-                delayed[j] = True
-                return True
-        return False
+        wait = warm_wait(lambda names: index.bonus(spec, names), sim.best_node(d, now, spec),
+                         near, waited, bool(due[j]), float(ref_run[j]))
+        delayed[j] |= wait is not None
+        return wait is not None
 
     def update_due() -> None:
         """Latest-start due jobs (``queueorder.latest_start_due``), run times predicted as
@@ -551,7 +558,8 @@ def run_locality(workload: str = "default", seed: int = 42, *, locality: bool = 
         if g is not None:
             gpu_jobs[g].discard(j)
             refresh(g)
-        if delay_on and pending:  # the freed node goes first to the jobs its cache serves
+        if delay and delay_on and pending:  # the freed node goes first to the jobs its
+            # cache serves (the replay's own delay scheduling; the extender only waits)
             update_due()
             order = freed_node_order([index.tables_held(tables[k], node_of[j]) for k in pending],
                                      due[pending].tolist())

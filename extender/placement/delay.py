@@ -17,13 +17,24 @@ Nothing starves: a job's whole wait is bounded by that saving, counted from its 
 to start, and a job whose latest start has come (``queueorder.latest_start_due``) never waits
 and goes first on a freed node whatever its cache says (``freed_node_order``); of the others,
 only one job per freed node skips ahead of the queue.
+
+The extender waits only (``warm_wait``; kube-scheduler's queue keeps its own order, so there
+is no freed-node reorder), for warm nodes without room now whose pods all carry a predicted
+end, and never past the operator's ``max_wait_s`` from the pod's first filter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement.fit import model_mask
+from extender.placement.holds import gpu_free_at
+from extender.placement.state import ClusterState
 
 
 def saved_seconds(bonus_there: float, bonus_here: float, reference_run_s: float) -> float:
@@ -74,3 +85,78 @@ def freed_node_order(held: Sequence[float], due: Sequence[bool]) -> list[int]:
     if best is None or not float(held[best]) > 0:
         return first + rest
     return first + [best] + [k for k in rest if k != best]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A pod held back for a warm node: which, and the figures that justify it."""
+
+    node: str  # the warm node waited for
+    free_in_s: float  # until it is predicted to have room for the pod
+    saved_s: float  # run time it saves the pod over the node it would take now
+    waited_s: float  # since the pod's first chance to start
+
+    def reason(self) -> str:
+        return (f"waiting for node {self.node}, whose embedding cache holds this pod's tables:"
+                f" room predicted in {self.free_in_s:.0f} s, saving {self.saved_s:.0f} s of"
+                f" run time (waited {self.waited_s:.0f} s)")
+
+
+def room_in(state: ClusterState, node: int, demand: PodDemand, now: float,
+            ends: Mapping[str, float]) -> float:
+    """Seconds until node ``node`` has room for ``demand``'s GPUs as its pods end (``ends``:
+    pod uid -> predicted end; a pod without one never ends): a share on the GPU of an allowed
+    model whose free compute and memory first cover it, whole GPUs when that many are free
+    (with a share, on one more free GPU). 0: room now; inf: never, by these predictions."""
+    lo, hi = int(state.node_start[node]), int(state.node_stop[node])
+    gpus = np.arange(lo, hi)[model_mask(state, demand, np.arange(lo, hi))]
+    if demand.whole_gpus:
+        free = np.sort(gpu_free_at(state, node, now, ends)[gpus - lo])
+        takes = demand.slot_count
+        return max(float(free[takes - 1]) - now, 0.0) if len(free) >= takes else math.inf
+    if not demand.has_share:
+        return 0.0
+    best = math.inf
+    for i in gpus.tolist():
+        milli = int(state.milli_cap[i] - state.milli_used[i]) - demand.share_milli
+        mem = int(state.mem_cap[i] - state.mem_used[i]) - demand.share_mem_mib
+        at = now
+        if milli < 0 or mem < 0:
+            at = math.inf
+            uuid = state.gpu_uuid[i]
+            leaving = []
+            for uid, _frac, _cls in state.resident_pods.get(i, ()):
+                r = state.reservations.get(uid)
+                if r is not None:
+                    m, k = r.per_gpu().get(uuid, (0, 0))
+                    leaving.append((ends.get(uid, math.inf), m, k))
+            for end, m, k in sorted(leaving):
+                if not math.isfinite(end):
+                    break
+                mem, milli = mem + m, milli + k
+                if milli >= 0 and mem >= 0:
+                    at = max(end, now)
+                    break
+        best = min(best, at)
+    return max(best - now, 0.0)
+
+
+def warm_wait(bonus: Callable[[list[str]], np.ndarray], here: str | None,
+              near: Mapping[str, float], waited_s: float, due: bool, reference_run_s: float
+              ) -> Wait | None:
+    """Whether a pod that could start on ``here`` now waits instead for one of the warm
+    nodes ``near`` (name -> seconds until it has room, > 0, in the order to try): the first
+    whose saving over ``here`` (``bonus(names)``: the locality bonus per name, shares of the
+    pod's reference step; ``saved_seconds``) passes ``should_wait``. None: start now."""
+    if here is None or due or not reference_run_s > 0:
+        return None
+    near = {n: f for n, f in near.items()
+            if n != here and f > 0 and np.isfinite(f) and waited_s + f < reference_run_s}
+    if not near:
+        return None
+    b = bonus([*near, here])
+    for (node, fin), there in zip(near.items(), b[:-1].tolist(), strict=True):
+        saved = saved_seconds(there, float(b[-1]), reference_run_s)
+        if should_wait(saved, fin, waited_s, due):
+            return Wait(node, fin, saved, max(waited_s, 0.0))
+    return None

@@ -32,6 +32,7 @@ Single-GPU jobs and shares get no hold: any GPU that frees fits them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,6 +42,18 @@ from extender.placement.state import ClusterState
 
 MARGIN = 2.0  # extender.queueorder.PREDICTION_MARGIN: the step estimate within x2 for 85 %
 MIN_GANG = 2  # whole GPUs at once from which a refused job gets a hold
+
+
+def gpu_free_at(state: ClusterState, node: int, now: float, ends: Mapping[str, float]
+                ) -> np.ndarray:
+    """When each GPU of ``node`` is predicted free: when the last of its pods ends (``ends``:
+    pod uid -> predicted end; a pod without one never ends), ``now`` for an idle GPU."""
+    lo, hi = int(state.node_start[node]), int(state.node_stop[node])
+    out = np.full(hi - lo, now, dtype=np.float64)
+    for i in range(lo, hi):
+        for uid, _frac, _cls in state.resident_pods.get(i, ()):
+            out[i - lo] = max(out[i - lo], ends.get(uid, math.inf))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +92,14 @@ class HoldBook:
         if self.hold is not None and self.hold.owner == old:
             self.hold = None
 
+    @property
+    def ends(self) -> Mapping[str, float]:
+        """Pod uid -> predicted end, of the pods booked here."""
+        return self._ends
+
     def free_at(self, state: ClusterState, node: int, now: float) -> np.ndarray:
         """When each GPU of ``node`` is predicted free (``now`` for an idle one)."""
-        lo, hi = int(state.node_start[node]), int(state.node_stop[node])
-        out = np.full(hi - lo, now, dtype=np.float64)
-        for i in range(lo, hi):
-            for uid, _frac, _cls in state.resident_pods.get(i, ()):
-                out[i - lo] = max(out[i - lo], self._ends.get(uid, math.inf))
-        return out
+        return gpu_free_at(state, node, now, self._ends)
 
     # --- the hold -------------------------------------------------------------------------
 

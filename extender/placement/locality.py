@@ -103,10 +103,15 @@ class LocalityWeights:
     # step time each node saves (``step_time``); ``share``: by the cached share and tiers.
     score: str = "time"
     network: NetworkModel = NetworkModel()
+    # Delay scheduling (``delay.warm_wait``): a reader may wait this long at most, from its
+    # first filter, for a warm node predicted to have room soon; 0: never waits.
+    max_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.score not in SCORES:
             raise ValueError(f"locality score must be one of {SCORES}, got {self.score!r}")
+        if not (np.isfinite(self.max_wait_s) and self.max_wait_s >= 0):
+            raise ValueError(f"locality max wait must be >= 0 seconds, got {self.max_wait_s!r}")
 
     @property
     def enabled(self) -> bool:

@@ -10,6 +10,10 @@ among them. Nodes left out for scoring lower are not reported as failed: they fi
 ``Scheduler.filter_best_single`` too, filter answers the one node of lowest cost (the first in
 the request's order among equals): kube-scheduler, left with one feasible node, then skips
 its own scoring altogether.
+
+With ``--locality-max-wait``, an embedding reader that could start now may be answered with no
+node while a node whose cache holds its tables is predicted to have room soon enough to pay
+(``verbs.localitywait``: delay scheduling).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from extender.placement import fit, node_costs, scores_from_costs
 from extender.placement.assign import note_unplaced
 from extender.placement.locality import parse_embedding
 from extender.protocol import ExtenderArgs, FilterResult
-from extender.verbs import gang, holdfilter
+from extender.verbs import gang, holdfilter, localitywait
 from extender.verbs.costcache import CycleEntry
 from extender.verbs.prioritize import with_locality
 from extender.verbs.reasons import pod_ref, summarize
@@ -89,15 +93,30 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
             kept = set(passed)
             fitting = np.array([i for i in fitting.tolist() if names[i] in kept],
                                dtype=np.int64)
+    costs = None
+    if len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
+        costs = (node_costs(state, demand, result, s.costing_policy)[fitting]
+                 if verdicts is None
+                 else s.node_verdicts.costs(s.policy, state, demand, verdicts, fitting))
+    if embedding is not None and s.locality.weights.max_wait_s > 0:
+        def here() -> str:  # the node the pod would take now
+            if costs is None:
+                return passed[0]
+            return passed[int(np.argmin(with_locality(s, pod, demand, passed, costs)))]
+
+        wait = localitywait.warm_node_wait(s, state, demand, embedding, args.node_names,
+                                           passed, here)
+        if wait is not None:  # unresolvable: no preemption for a pod that chose to wait
+            reason = wait.reason()
+            s.locality_waits += 1
+            s.notify(Outcome("filter", *pod_ref(pod), False, reason))
+            return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
     if not passed:
         holdfilter.hold_for(s, state, demand, list(args.node_names))
         note_unplaced(s.costing_policy, demand)  # as node_costs does where nothing fits
         why = summarize(failed, result.unresolvable)
         s.notify(Outcome("filter", *pod_ref(pod), False, why))
-    elif len(passed) > 1:  # prioritize follows in the same cycle: cost the nodes once
-        costs = (node_costs(state, demand, result, s.costing_policy)[fitting]
-                 if verdicts is None
-                 else s.node_verdicts.costs(s.policy, state, demand, verdicts, fitting))
+    elif costs is not None:
         if s.filter_best_within is not None:  # no prioritize follows: answer the best
             total = with_locality(s, pod, demand, passed, costs)
             passed = ([passed[int(np.argmin(total))]] if s.filter_best_single

@@ -255,3 +255,58 @@ async def test_a_bound_pod_reads_its_table_through_the_node_cache(cluster, core,
         assert await e2e_cluster.wait_for_pod_bound(core, "trainer-2", timeout=60) == node
     finally:
         server.stop()
+
+
+async def test_a_reader_waits_for_its_cache_node_to_free_then_lands_there(cluster, core,
+                                                                         tmp_path):
+    """Delay scheduling (``--locality-max-wait``): the node caching the reader's table is full
+    with a pod predicted to end in a minute; the reader, fetch-bound and long, waits (its
+    FailedScheduling event says for what) instead of starting on the empty node, and lands on
+    the cache node when that pod ends."""
+    from extender_proc import Extender
+
+    cluster.reset()
+    ext = Extender(tmp_path, cluster.kubeconfig, extra=("--locality-max-wait", "300")).start()
+    cluster.start_scheduler(ext.url)
+    try:
+        for name in ("lw-warm", "lw-cold"):
+            cluster.create_gpu_node(name, gpus=1, labels=rack("rack-1"))
+        await wait_nodes(ext, ["lw-warm", "lw-cold"])
+        server = RedisServer()
+        try:
+            await publish_fake_cache(core, "lw-warm", server, "clicks")
+        finally:
+            server.stop()
+        deadline = time.monotonic() + 30
+        while "clicks" not in {n["name"]: n for n in ext.inspect()["nodes"]}.get(
+                "lw-warm", {}).get("embedding_cache", {}):
+            assert time.monotonic() < deadline, "the extender never read lw-warm's cache"
+            await asyncio.sleep(0.25)
+
+        filler = e2e_cluster.gpu_pod_manifest(
+            "lw-filler", milli=1000, mem_mib=1000,
+            annotations={"sparse.io/predicted-seconds": "60"})
+        filler["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "lw-warm"}
+        await core.create_namespaced_pod("default", filler)
+        assert await e2e_cluster.wait_for_pod_bound(core, "lw-filler") == "lw-warm"
+
+        decl = {ANN_EMBEDDING: json.dumps({"store": STORE, "tables": ["clicks"],
+                                           "idsPerStep": 4000, "steps": 1_000_000,
+                                           "stepComputeMs": 1.0})}
+        await e2e_cluster.create_pod(core, "lw-reader", milli=500, mem_mib=1000,
+                                     annotations=decl)
+        deadline = time.monotonic() + 30
+        while True:
+            events = await e2e_cluster.list_pod_events(core, "lw-reader")
+            if any("waiting for node lw-warm" in e["message"] for e in events):
+                break
+            assert time.monotonic() < deadline, f"no wait event: {events}"
+            await asyncio.sleep(0.5)
+        pod = await core.read_namespaced_pod("lw-reader", "default")
+        assert not pod.spec.node_name, "the reader took the cold node instead of waiting"
+
+        await e2e_cluster.delete_pod(core, "lw-filler")
+        assert await e2e_cluster.wait_for_pod_bound(core, "lw-reader", timeout=60) == "lw-warm"
+    finally:
+        cluster.stop_scheduler()
+        ext.stop()

@@ -307,6 +307,20 @@ def test_the_locality_network_reaches_the_extender_as_a_file_it_reads() -> None:
     assert net.store_gbps == 40.0 and net.rack.gbps == 25.0 and net.zone == NetworkModel().zone
 
 
+def test_the_locality_wait_reaches_the_extender_and_its_cli_reads_it() -> None:
+    from click.testing import CliRunner
+
+    from extender.cli import main
+
+    assert not any(a.startswith("--locality-max-wait") for a in
+                   container(render(), "Deployment", "sparse-extender")["args"])
+    args = container(render("extender.locality.maxWaitSeconds=300"), "Deployment",
+                     "sparse-extender")["args"]
+    assert "--locality-max-wait=300" in args
+    out = CliRunner().invoke(main, ["serve", "--locality-max-wait=-1"])
+    assert out.exit_code == 2 and "--locality-max-wait" in out.output
+
+
 def test_network_policy_admits_only_the_scheduler_to_the_scheduling_port() -> None:
     docs = render()
     np = find(docs, "NetworkPolicy", "sparse-extender")

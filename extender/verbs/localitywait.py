@@ -1,0 +1,98 @@
+"""filter's part of delay scheduling for embedding readers (extender/placement/delay.py).
+
+A pod that declares embeddings (``sparse.io/embedding`` with ``steps`` and what prices its
+step: ``stepComputeMs``, ``idsPerStep``) and could start now may instead wait for a node whose
+cache holds rows of its tables, when that node has no GPU room for it now but is predicted to
+have it soon, and the run time the node saves it (the locality term's bonus there over the
+node it would take now, times its reference run time) exceeds the whole wait. A node's room is
+predicted from the predicted ends of the pods booked there (``sparse.io/predicted-seconds``,
+as the hold for gangs reads them); a pod without one never ends, so its node is never waited
+for.
+
+Only candidates of the request are waited for: kube-scheduler's own filters passed them, so
+the pod may run there (selectors, taints, CPU). Share pods see full nodes (the chart has
+kube-scheduler ignore ``sparse.io/gpu-*``); a whole-GPU pod does not, since kube-scheduler
+counts ``nvidia.com/gpu`` itself, so it never waits.
+
+Off unless the operator sets ``--locality-max-wait``; a pod never waits longer than that from
+its first filter (this replica's memory: a restart starts the count again, within the same
+bound). The waiting pod is answered with no node, each marked unresolvable (preemption must
+not evict pods for a pod that chose to wait), with a message kube-scheduler posts as the
+pod's FailedScheduling event; kube-scheduler tries it again on the next cluster event (a pod
+ending) or after its backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from extender.demand import PodDemand
+from extender.placement.delay import Wait, room_in, warm_wait
+from extender.placement.embedding_annotations import EmbeddingSpec
+from extender.placement.state import ClusterState
+
+if TYPE_CHECKING:
+    from extender.service import Scheduler
+
+FIRST_TRIES_KEPT = 10_000  # pods whose first filter is remembered; the oldest go first
+MOST_WARM_NODES = 16  # full warm nodes whose room is predicted, those the term prefers first
+
+
+class FirstTries:
+    """When each pod was first asked about (``filter``), to bound its whole wait."""
+
+    def __init__(self, kept: int = FIRST_TRIES_KEPT) -> None:
+        self.kept = kept
+        self._at: dict[str, float] = {}
+
+    def first(self, uid: str, now: float) -> float:
+        at = self._at.get(uid)
+        if at is None:
+            if len(self._at) >= self.kept:  # dicts keep insertion order: drop the oldest
+                for old in list(self._at)[: max(self.kept // 10, 1)]:
+                    del self._at[old]
+            at = self._at[uid] = now
+        return at
+
+    def forget(self, uid: str) -> None:
+        self._at.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+
+def warm_node_wait(s: Scheduler, state: ClusterState, demand: PodDemand, spec: EmbeddingSpec,
+                   candidates: list[str], passed: list[str], here: Callable[[], str | None]
+                   ) -> Wait | None:
+    """Whether the reader ``demand`` waits for a warm candidate node without room now instead
+    of starting on ``here()`` (the node it would take among ``passed``, asked only when a
+    warm node is near); None: start now."""
+    limit = s.locality.weights.max_wait_s
+    if not limit > 0 or not passed or demand.whole_gpus:
+        return None
+    now = s.clock()
+    waited = now - s.first_tries.first(demand.uid, now)
+    if waited >= limit:
+        return None
+    ref = s.locality.reference_run_seconds(spec)
+    if not ref:
+        return None
+    fitting = set(passed)
+    asked = set(candidates)
+    warm = [n for n in s.locality.warm_nodes(spec.tables)
+            if n not in fitting and n in asked and n in state.node_index]
+    if len(warm) > MOST_WARM_NODES:  # the ones saving most: a bounded walk over the GPUs
+        bonus = s.locality.bonus(spec, warm)
+        warm = [warm[i] for i in np.argsort(-bonus, kind="stable")[:MOST_WARM_NODES].tolist()]
+    near: dict[str, float] = {}
+    for name in warm:
+        fin = room_in(state, state.node_index[name], demand, now, s.holds.ends)
+        if np.isfinite(fin) and waited + fin <= limit:
+            near[name] = fin
+    if not near:
+        return None
+    return warm_wait(lambda names: s.locality.bonus(spec, names), here(), near, waited, False,
+                     ref)

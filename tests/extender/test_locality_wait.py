@@ -1,0 +1,232 @@
+"""An embedding reader waiting for a warm node through filter (verbs/localitywait.py) and the
+rule it shares with the replay (placement/delay.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from builders import filter_args, gpu_node, inventory, place_pod, pod, post_verb
+
+from extender.annotations import (
+    ANN_EMBEDDING,
+    ANN_EMBEDDING_CACHE,
+    ANN_PREDICTED_SECONDS,
+    DEFAULT_RACK_LABEL,
+)
+from extender.config import Settings
+from extender.http.app import make_app
+from extender.interference import default_matrix
+from extender.ledger.memory import MemoryLedger
+from extender.placement import make_policy
+from extender.placement.delay import Wait, room_in, warm_wait
+from extender.placement.locality import LocalityIndex, LocalityWeights, encode_cache
+from extender.service import Scheduler
+from extender.verbs.localitywait import FirstTries
+
+ZONE = "topology.kubernetes.io/zone"
+ROW = 512.0
+NOW = [1000.0]
+
+
+def scheduler(max_wait_s: float = 600.0) -> Scheduler:
+    """Node ``warm`` (2 GPUs) caches table ``a``; ``cold`` and ``other`` do not; the store's
+    shards are in warm's rack."""
+    s = Scheduler(inventory=inventory(gpu_node("warm", 2), gpu_node("cold", 2),
+                                      gpu_node("other", 2)),
+                  ledger=MemoryLedger(), matrix=default_matrix(), policy=make_policy("sparse"),
+                  clock=lambda: NOW[0],
+                  locality=LocalityIndex(LocalityWeights(max_wait_s=max_wait_s)))
+    cap = int(2e6 * ROW)
+    ann = encode_cache({"a": 1_000_000}, {"a": 50_000_000}, int(1e6 * ROW), cap, 0.0,
+                       readers={}, row_bytes=ROW)
+    s.update_nodes([("warm", {ANN_EMBEDDING_CACHE: ann}, {ZONE: "z1", DEFAULT_RACK_LABEL: "r1"}),
+                    ("cold", None, {ZONE: "z2", DEFAULT_RACK_LABEL: "r9"}),
+                    ("other", None, {ZONE: "z2", DEFAULT_RACK_LABEL: "r9"})])
+    s.locality.set_store("s", {"warm"})
+    return s
+
+
+def reader(steps: int = 1_000_000, whole: bool = False) -> dict:
+    """A fetch-bound reader of ``a``: a GPU share, or one whole GPU."""
+    p = pod(gpus=1, job_class="recommendation") if whole else pod(
+        milli=500, mem=4096, job_class="recommendation")
+    p["metadata"]["annotations"][ANN_EMBEDDING] = json.dumps(
+        {"store": "s", "tables": ["a"], "hotRows": {"a": 10_000_000},
+         "idsPerStep": {"a": 200_000}, "steps": steps, "stepComputeMs": 1.0})
+    return p
+
+
+def filler(seconds: float | None) -> dict:
+    """A whole-GPU pod, predicted to end in ``seconds`` (None: no prediction)."""
+    p = pod(gpus=1)
+    if seconds is not None:
+        p["metadata"]["annotations"][ANN_PREDICTED_SECONDS] = str(seconds)
+    return p
+
+
+async def fill_warm(s: Scheduler, seconds: float | None) -> None:
+    for _ in range(2):
+        await place_pod(s, filler(seconds), "warm")
+
+
+NAMES = ["warm", "cold", "other"]
+
+
+async def test_a_reader_waits_for_the_warm_node_about_to_free_then_takes_it():
+    NOW[0] = 1000.0
+    s = scheduler()
+    await fill_warm(s, 60)
+    p = reader()
+    out = await s.filter(filter_args(p, NAMES))
+    assert out.NodeNames == [] and out.FailedNodes == {}
+    why = out.FailedAndUnresolvableNodes  # unresolvable: no preemption for a choice to wait
+    assert set(why) == set(NAMES)
+    assert why["cold"].startswith("waiting for node warm") and "room predicted in 60 s" in why[
+        "cold"]
+    assert s.locality_waits == 1
+    NOW[0] += 30  # still waiting, the count kept from the first filter
+    out = await s.filter(filter_args(p, NAMES))
+    assert out.NodeNames == [] and "waited 30 s" in out.FailedAndUnresolvableNodes["cold"]
+    for uid in list(s.state.reservations):  # the fillers end: warm has room, the pod takes it
+        await s.release(uid)
+    NOW[0] += 30
+    out = await s.filter(filter_args(p, NAMES))
+    assert "warm" in out.NodeNames
+    got = {h.Host: h.Score for h in await s.prioritize(filter_args(p, out.NodeNames))}
+    assert got["warm"] == max(got.values())
+    await place_pod(s, p, "warm")
+    assert len(s.first_tries) == 0
+
+
+async def test_a_reader_never_waits_past_the_operators_bound():
+    NOW[0] = 2000.0
+    s = scheduler(max_wait_s=100.0)
+    p = reader()
+    assert "warm" in (await s.filter(filter_args(p, NAMES))).NodeNames  # its first chance
+    NOW[0] += 80  # not bound (another pod won the race); warm fills for 60 s
+    await fill_warm(s, 60)
+    out = await s.filter(filter_args(p, NAMES))  # 80 s since its first chance + 60 > 100
+    assert sorted(out.NodeNames) == ["cold", "other"]
+    late = reader()  # a reader new to the extender waits
+    assert (await s.filter(filter_args(late, NAMES))).NodeNames == []
+    NOW[0] += 61  # the fillers overran their prediction: no room to predict, it starts
+    assert sorted((await s.filter(filter_args(late, NAMES))).NodeNames) == ["cold", "other"]
+
+
+@pytest.mark.parametrize("case", ["off", "no prediction", "too far", "short job", "whole GPU",
+                                  "not a candidate", "no embeddings"])
+async def test_a_reader_starts_at_once_where_waiting_cannot_pay(case):
+    NOW[0] = 3000.0
+    s = scheduler(max_wait_s=0.0 if case == "off" else 600.0)
+    await fill_warm(s, None if case == "no prediction" else 1000 if case == "too far" else 60)
+    p = (reader(steps=100) if case == "short job" else reader(whole=True) if case == "whole GPU"
+         else pod(milli=500, mem=4096) if case == "no embeddings" else reader())
+    names = ["cold", "other"] if case == "not a candidate" else NAMES
+    out = await s.filter(filter_args(p, names))
+    assert sorted(out.NodeNames) == ["cold", "other"]
+    assert s.locality_waits == 0
+
+
+async def test_the_wait_counts_on_the_metrics_page():
+    NOW[0] = 4000.0
+    s = scheduler()
+    await fill_warm(s, 60)
+    app = make_app(Settings(nodes=None, max_body_mib=2), scheduler=s)
+    async with TestClient(TestServer(app)) as client:
+        out = await post_verb(client, "filter", {"Pod": reader(), "NodeNames": NAMES})
+        assert out["NodeNames"] == []
+        text = await (await client.get("/metrics")).text()
+    assert "sparse_locality_waits_total 1.0" in text
+
+
+# --- the rule itself ------------------------------------------------------------------------
+
+def test_room_comes_as_the_pods_predicted_ends_free_compute_and_memory():
+    from extender.demand import ContainerRequest, PodDemand
+    from extender.ledger.rules import Allocation, Reservation
+    from extender.placement import ClusterState
+
+    state = ClusterState.build(inventory(gpu_node("n", 2, memory_mib=32768)), default_matrix())
+
+    def book(uid, gpu, milli, mem):
+        state.apply(Reservation(pod_uid=uid, namespace="ml", name=uid, node="n",
+                                allocations=(Allocation(f"GPU-n-{gpu}", "c", mem, milli),)))
+
+    book("a", 0, 600, 8000)  # GPU 0: 400 milli left
+    book("b", 0, 300, 8000)  # then 100
+    book("c", 1, 1000, 32768)  # GPU 1: full
+
+    def share(milli, mem):
+        return PodDemand(uid="p", namespace="ml", name="p",
+                         containers=(ContainerRequest("c", 0, milli, mem),), whole_gpus=0,
+                         share_milli=milli, share_mem_mib=mem)
+
+    whole = PodDemand(uid="w", namespace="ml", name="w", containers=(ContainerRequest("c", 1),),
+                      whole_gpus=1, share_milli=0, share_mem_mib=0)
+    ends = {"a": 1300.0, "b": 1100.0, "c": 1200.0}
+    assert room_in(state, 0, share(100, 1000), 1000.0, ends) == 0.0  # fits now
+    assert room_in(state, 0, share(300, 1000), 1000.0, ends) == 100.0  # b ends
+    assert room_in(state, 0, share(600, 1000), 1000.0, ends) == 200.0  # c frees GPU 1 first
+    assert room_in(state, 0, whole, 1000.0, ends) == 200.0
+    assert room_in(state, 0, share(600, 1000), 1000.0, {"a": 1300.0}) == 300.0
+    assert room_in(state, 0, share(600, 1000), 1000.0, {}) == math.inf  # nothing predicted
+    assert room_in(state, 0, share(300, 1000), 1150.0, ends) == 0.0  # b overran its end
+
+
+def test_warm_wait_takes_the_first_near_node_that_saves_more_than_the_whole_wait():
+    bonus = {"here": 0.1, "n1": 0.1005, "n2": 0.3, "n3": 0.5}
+
+    def of(names):
+        return np.array([bonus[n] for n in names])
+
+    # n1 saves 0.0005 x 10,000 s = 5 s < 20 s to come; n2 saves 2,000 s > 10 + 40
+    got = warm_wait(of, "here", {"n1": 20.0, "n2": 40.0, "n3": 10.0}, 10.0, False, 10_000.0)
+    assert got == Wait("n2", 40.0, pytest.approx(2000.0), 10.0)
+    assert warm_wait(of, "here", {"n2": 40.0}, 10.0, True, 10_000.0) is None  # due
+    assert warm_wait(of, "n2", {"n2": 40.0}, 10.0, False, 10_000.0) is None  # it is here
+    assert warm_wait(of, None, {"n2": 40.0}, 10.0, False, 10_000.0) is None  # nothing fits
+    assert warm_wait(of, "here", {"n2": 0.0}, 10.0, False, 10_000.0) is None  # room now
+    assert warm_wait(of, "here", {"n2": 9_995.0}, 10.0, False, 10_000.0) is None
+    assert "waiting for node n2" in got.reason()
+
+
+def test_first_tries_are_kept_and_bounded():
+    tries = FirstTries(kept=10)
+    assert tries.first("a", 5.0) == 5.0 and tries.first("a", 9.0) == 5.0
+    for i in range(20):
+        tries.first(f"p{i}", float(i))
+    assert len(tries) <= 10 and tries.first("p19", 99.0) == 19.0
+    tries.forget("p19")
+    assert tries.first("p19", 99.0) == 99.0
+
+
+async def test_only_the_warm_nodes_saving_most_are_walked(monkeypatch):
+    from extender.verbs import localitywait
+
+    NOW[0] = 5000.0
+    names = [f"w{i:02d}" for i in range(24)]
+    s = Scheduler(inventory=inventory(*(gpu_node(n, 1) for n in [*names, "cold"])),
+                  ledger=MemoryLedger(), matrix=default_matrix(), policy=make_policy("sparse"),
+                  clock=lambda: NOW[0], locality=LocalityIndex(LocalityWeights(max_wait_s=600)))
+    cap = int(2e6 * ROW)
+    s.update_nodes([(n, {ANN_EMBEDDING_CACHE: encode_cache(
+        {"a": 10_000 * (i + 1)}, {"a": 50_000_000}, int(1e4 * (i + 1) * ROW), cap, 0.0,
+        readers={}, row_bytes=ROW)}, {ZONE: "z1", DEFAULT_RACK_LABEL: "r1"})
+        for i, n in enumerate(names)])
+    for n in names:
+        await place_pod(s, filler(60), n)
+    walked = []
+    real = localitywait.room_in
+
+    def counting(state, node, *rest):
+        walked.append(state.node_names[node])
+        return real(state, node, *rest)
+
+    monkeypatch.setattr(localitywait, "room_in", counting)
+    out = await s.filter(filter_args(reader(), [*names, "cold"]))
+    assert out.NodeNames == [] and "waiting for node w23" in out.FailedAndUnresolvableNodes["cold"]
+    assert sorted(walked) == names[-localitywait.MOST_WARM_NODES:]  # the most rows cached
