@@ -54,7 +54,7 @@ from extender.verbs import filter as filter_verb
 from extender.verbs import preempt as preempt_verb
 from extender.verbs import prioritize as prioritize_verb
 from extender.verbs.costcache import CachedPolicy, CostCache, CycleEntry
-from extender.verbs.localitywait import FirstTries
+from extender.verbs.localitywait import ReaderWaits
 from extender.verbs.nodecache import NodeVerdicts
 from extender.verbs.renewal import CacheRenewal
 
@@ -131,7 +131,7 @@ class Scheduler:
         self.views = LedgerView(self, ClusterState.build(inventory, matrix))
         self.pending = PendingPods()  # filter-time pods and demands, for bind
         self.holds = HoldBook()  # a node held for a waiting gang (verbs/holdfilter.py)
-        self.first_tries = FirstTries()  # bounds a reader's wait for a warm node
+        self.reader_waits = ReaderWaits()  # bounds a reader's wait for a warm node
         self.locality_waits = 0  # filters that kept a reader waiting (verbs/localitywait.py)
         self.node_annotations = NodeAnnotations()  # what each node's annotation said
         # The Binding call is abandoned after bind_timeout_s; an unbound booking lives that

@@ -206,5 +206,8 @@ async def inspect(request: web.Request) -> web.Response:
     h = scheduler.holds.hold  # the node held for a waiting gang (placement/holds.py)
     hold = None if h is None else {"owner": h.owner, "node": h.name, "gpus": h.gpus,
                                    "start_s": h.start_s}
+    # readers waiting for a node whose cache holds their tables (verbs/localitywait.py)
+    waiting = scheduler.reader_waits.waiting(scheduler.clock(),
+                                             scheduler.locality.weights.max_wait_s)
     return _json({"version": state.version, "policy": scheduler.policy.name, "nodes": nodes,
-                  "orphans": orphans, "hold": hold})
+                  "orphans": orphans, "hold": hold, "locality_waiting": waiting})

@@ -90,7 +90,7 @@ async def run(s: Scheduler, args: BindingArgs) -> BindingResult:
         s.hosts.bind(args.pod_uid, args.node, demand.cpu_milli, demand.host_mem_mib)
         s.holds.started(args.pod_uid, s.clock(), demand.predicted_s)  # its predicted end
     s.forget_pending(args.pod_uid)
-    s.first_tries.forget(args.pod_uid)
+    s.reader_waits.forget(args.pod_uid)
     s.notify(Outcome("bind", *ref, True, reservation=confirmed, interference=loss))
     return BindingResult()
 

@@ -106,6 +106,7 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
 
         wait = localitywait.warm_node_wait(s, state, demand, embedding, args.node_names,
                                            passed, here)
+        s.reader_waits.waits(demand.uid, demand.key, wait, s.clock())
         if wait is not None:  # unresolvable: no preemption for a pod that chose to wait
             reason = wait.reason()
             s.locality_waits += 1

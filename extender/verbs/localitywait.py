@@ -41,27 +41,46 @@ FIRST_TRIES_KEPT = 10_000  # pods whose first filter is remembered; the oldest g
 MOST_WARM_NODES = 16  # full warm nodes whose room is predicted, those the term prefers first
 
 
-class FirstTries:
-    """When each pod was first asked about (``filter``), to bound its whole wait."""
+class ReaderWaits:
+    """When each reader was first asked about (``filter``), to bound its whole wait, and the
+    wait each is in now (for ``/scheduler/inspect``)."""
 
     def __init__(self, kept: int = FIRST_TRIES_KEPT) -> None:
         self.kept = kept
-        self._at: dict[str, float] = {}
+        self._first: dict[str, float] = {}
+        self._now: dict[str, tuple[str, Wait, float]] = {}  # uid -> (pod, its wait, when)
 
     def first(self, uid: str, now: float) -> float:
-        at = self._at.get(uid)
+        at = self._first.get(uid)
         if at is None:
-            if len(self._at) >= self.kept:  # dicts keep insertion order: drop the oldest
-                for old in list(self._at)[: max(self.kept // 10, 1)]:
-                    del self._at[old]
-            at = self._at[uid] = now
+            if len(self._first) >= self.kept:  # dicts keep insertion order: drop the oldest
+                for old in list(self._first)[: max(self.kept // 10, 1)]:
+                    del self._first[old]
+                    self._now.pop(old, None)
+            at = self._first[uid] = now
         return at
 
+    def waits(self, uid: str, pod: str, wait: Wait | None, now: float) -> None:
+        """The reader ``uid`` (``pod``: namespace/name) was told to wait, or not (None)."""
+        if wait is None:
+            self._now.pop(uid, None)
+        else:
+            self._now[uid] = (pod, wait, now)
+
     def forget(self, uid: str) -> None:
-        self._at.pop(uid, None)
+        self._first.pop(uid, None)
+        self._now.pop(uid, None)
+
+    def waiting(self, now: float, limit: float) -> list[dict[str, object]]:
+        """The readers waiting now (told to wait within ``limit`` seconds), longest first."""
+        out = [{"pod": pod, "uid": uid, "node": w.node, "room_in_s": round(w.free_in_s, 1),
+                "saves_s": round(w.saved_s, 1), "waited_s": round(now - self._first[uid], 1)}
+               for uid, (pod, w, at) in self._now.items()
+               if now - at <= limit and uid in self._first]
+        return sorted(out, key=lambda x: -float(x["waited_s"]))  # type: ignore[arg-type]
 
     def __len__(self) -> int:
-        return len(self._at)
+        return len(self._first)
 
 
 def warm_node_wait(s: Scheduler, state: ClusterState, demand: PodDemand, spec: EmbeddingSpec,
@@ -74,7 +93,7 @@ def warm_node_wait(s: Scheduler, state: ClusterState, demand: PodDemand, spec: E
     if not limit > 0 or not passed or demand.whole_gpus:
         return None
     now = s.clock()
-    waited = now - s.first_tries.first(demand.uid, now)
+    waited = now - s.reader_waits.first(demand.uid, now)
     if waited >= limit:
         return None
     ref = s.locality.reference_run_seconds(spec)

@@ -25,7 +25,7 @@ from extender.placement import make_policy
 from extender.placement.delay import Wait, room_in, warm_wait
 from extender.placement.locality import LocalityIndex, LocalityWeights, encode_cache
 from extender.service import Scheduler
-from extender.verbs.localitywait import FirstTries
+from extender.verbs.localitywait import ReaderWaits
 
 ZONE = "topology.kubernetes.io/zone"
 ROW = 512.0
@@ -99,7 +99,7 @@ async def test_a_reader_waits_for_the_warm_node_about_to_free_then_takes_it():
     got = {h.Host: h.Score for h in await s.prioritize(filter_args(p, out.NodeNames))}
     assert got["warm"] == max(got.values())
     await place_pod(s, p, "warm")
-    assert len(s.first_tries) == 0
+    assert len(s.reader_waits) == 0
 
 
 async def test_a_reader_never_waits_past_the_operators_bound():
@@ -140,7 +140,10 @@ async def test_the_wait_counts_on_the_metrics_page():
         out = await post_verb(client, "filter", {"Pod": reader(), "NodeNames": NAMES})
         assert out["NodeNames"] == []
         text = await (await client.get("/metrics")).text()
+        seen = await (await client.get("/scheduler/inspect")).json()
     assert "sparse_locality_waits_total 1.0" in text
+    (waiting,) = seen["locality_waiting"]  # where an operator looks
+    assert waiting["node"] == "warm" and waiting["room_in_s"] == 60.0 and waiting["saves_s"] > 60
 
 
 # --- the rule itself ------------------------------------------------------------------------
@@ -194,14 +197,20 @@ def test_warm_wait_takes_the_first_near_node_that_saves_more_than_the_whole_wait
     assert "waiting for node n2" in got.reason()
 
 
-def test_first_tries_are_kept_and_bounded():
-    tries = FirstTries(kept=10)
+def test_reader_waits_are_kept_and_bounded():
+    tries = ReaderWaits(kept=10)
     assert tries.first("a", 5.0) == 5.0 and tries.first("a", 9.0) == 5.0
     for i in range(20):
         tries.first(f"p{i}", float(i))
     assert len(tries) <= 10 and tries.first("p19", 99.0) == 19.0
     tries.forget("p19")
     assert tries.first("p19", 99.0) == 99.0
+    wait = Wait("n", 30.0, 500.0, 0.0)
+    tries.waits("p19", "ml/p19", wait, 100.0)
+    assert [w["node"] for w in tries.waiting(110.0, 600.0)] == ["n"]
+    assert tries.waiting(800.0, 600.0) == []  # not asked about since: gone or placed elsewhere
+    tries.waits("p19", "ml/p19", None, 120.0)  # asked again: it starts now
+    assert tries.waiting(120.0, 600.0) == []
 
 
 async def test_only_the_warm_nodes_saving_most_are_walked(monkeypatch):
