@@ -58,9 +58,11 @@ def _locality_job(args: tuple) -> object:
               help="with the term, ask this oracle at every choice of node without following "
               "it: the report gives how often the term's node was the oracle's "
               "(oracle_agreement_on)")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="topology value over the file's, e.g. links.shard_gbps=0 (0: unlimited)")
 @click.option("--out", default=None, help="results folder (default results/locality-<time>)")
 def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load, workers,
-             score, delay, max_wait, oracle, shadow, out) -> None:
+             score, delay, max_wait, oracle, shadow, sets, out) -> None:
     """Embedding locality: JCT and makespan with and without the locality term."""
     from bench.sim.locality_report import write_locality
     from extender.placement.locality import LocalityWeights
@@ -69,6 +71,13 @@ def locality(workload, topology, scenario, mode, seeds, n_jobs, rec_share, load,
           "weights": LocalityWeights(score=score, max_wait_s=max_wait), "delay": delay}
     if oracle and shadow:
         raise click.UsageError("--shadow-oracle asks an oracle beside the term: not with --oracle")
+    if sets:
+        from bench.sim.locality_sweep import parse_set
+
+        try:
+            kw["overrides"] = parse_set(sets)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--set") from None
     if oracle:
         kw["oracle"] = oracle
     if shadow:

@@ -391,3 +391,30 @@ def test_the_term_knows_the_stores_egress_and_its_readers(monkeypatch):
     assert ix.weights.network.store_gbps == topo.raw["links"]["shard_gbps"] * shards
     assert ix.store_readers() >= 0  # the publications carry their pods
     assert (ix.pods[:len(ix.slot)] >= 0).all()
+
+
+def test_the_extenders_wait_runs_in_the_replay_and_only_with_a_bound():
+    from extender.placement.locality import LocalityWeights
+
+    kw = {"seed": 5, "n_jobs": 150, "load": 1.5}
+    off = run_locality(locality=False, **kw)
+    waiting = run_locality(locality=True, weights=LocalityWeights(max_wait_s=600), **kw)
+    assert waiting.jobs == off.jobs and 0.0 < waiting.delayed < 0.5
+    assert run_locality(locality=True, **kw).delayed == 0.0  # no bound: nobody waits
+    no_time = run_locality(locality=True, weights=LocalityWeights(max_wait_s=1e-6), **kw)
+    assert no_time.delayed == 0.0
+
+
+def test_cli_takes_topology_values_and_rejects_bad_ones(tmp_path):
+    import csv
+
+    unlimited = [a for link in ("node_nic", "shard", "rack_uplink", "zone_link")
+                 for a in ("--set", f"links.{link}_gbps=0")]
+    out = CliRunner().invoke(bench_cli, ["locality", "--seeds", "5", "--jobs", "40", "-j", "1",
+                                         "--mode", "continuous", "--scenario", "recommendation",
+                                         *unlimited, "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    (row,) = csv.DictReader((tmp_path / "summary.csv").open())
+    assert float(row["link_stretch_off"]) == float(row["link_stretch_on"]) == 1.0  # no link binds
+    bad = CliRunner().invoke(bench_cli, ["locality", "--set", "nonsense"])
+    assert bad.exit_code == 2 and "KEY=VALUE" in bad.output
