@@ -36,7 +36,7 @@ LABEL_INDEX = "sparse.io/replica-index"
 LABEL_ATTEMPT = "sparse.io/attempt"
 DEFAULT_SCHEDULER = "sparse-scheduler"
 ANN_EMBEDDING = "sparse.io/embedding"  # {store, tables, hotRows?, idsPerStep?, steps?,
-#                                        stepComputeMs?, required?}
+#                                        stepComputeMs?, maxWaitSeconds?, required?}
 
 
 def worker_prefix(job_name: str, attempt: int) -> str:
@@ -110,7 +110,8 @@ def worker_pod(job: Mapping[str, Any], demand: Demand, *, attempt: int, index: i
         annotations[ANN_PREDICTED_SECONDS] = str(round(float(predicted_s)))
     if spec.get("embedding"):  # read by the locality term of prioritize
         annotations[ANN_EMBEDDING] = json.dumps(
-            {k: v for k, v in spec["embedding"].items() if v not in (None, False)},
+            {k: v for k, v in spec["embedding"].items()  # unset; but a wait of 0 says never
+             if v is not None and v is not False and (v != 0 or k == "maxWaitSeconds")},
             separators=(",", ":"), sort_keys=True)
     containers = pspec.get("containers") or []
     if not whole_gpus(template):

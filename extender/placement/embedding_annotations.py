@@ -33,6 +33,8 @@ class EmbeddingSpec:
     ids_per_step: Mapping[str, int] | None = None  # per table: ids one step looks up
     steps: int | None = None  # steps the job will run (its cache's warm-up is spread over them)
     step_compute_ms: float | None = None  # a step's compute alone (no fetch): prices the saving
+    # The longest this pod may wait for a warm node (below the extender's --locality-max-wait)
+    max_wait_s: float | None = None
 
 
 def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | None:
@@ -66,9 +68,14 @@ def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | No
     if compute is not None and (isinstance(compute, bool) or not isinstance(compute, int | float)
                                 or not math.isfinite(compute) or compute < 0):
         raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'stepComputeMs' must be a number >= 0")
+    wait = doc.get("maxWaitSeconds")
+    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float)
+                             or not math.isfinite(wait) or wait < 0):
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'maxWaitSeconds' must be a number >= 0")
     return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required,
                          ids_per_step or None, steps,
-                         float(compute) if compute is not None else None)
+                         float(compute) if compute is not None else None,
+                         float(wait) if wait is not None else None)
 
 
 def _per_table(doc: dict, key: str, tables: list[str]) -> dict[str, int] | None:

@@ -14,8 +14,9 @@ the pod may run there (selectors, taints, CPU). Share pods see full nodes (the c
 kube-scheduler ignore ``sparse.io/gpu-*``); a whole-GPU pod does not, since kube-scheduler
 counts ``nvidia.com/gpu`` itself, so it never waits.
 
-Off unless the operator sets ``--locality-max-wait``; a pod never waits longer than that from
-its first filter (this replica's memory: a restart starts the count again, within the same
+Off unless the operator sets ``--locality-max-wait``; a pod never waits longer than that (or
+its own ``maxWaitSeconds`` in ``sparse.io/embedding``, when lower; 0: never) from its first
+filter (this replica's memory: a restart starts the count again, within the same
 bound). The waiting pod is answered with no node, each marked unresolvable (preemption must
 not evict pods for a pod that chose to wait), with a message kube-scheduler posts as the
 pod's FailedScheduling event; kube-scheduler tries it again on the next cluster event (a pod
@@ -90,6 +91,8 @@ def warm_node_wait(s: Scheduler, state: ClusterState, demand: PodDemand, spec: E
     of starting on ``here()`` (the node it would take among ``passed``, asked only when a
     warm node is near); None: start now."""
     limit = s.locality.weights.max_wait_s
+    if spec.max_wait_s is not None:  # the pod's own bound, below the operator's
+        limit = min(limit, spec.max_wait_s)
     if not limit > 0 or not passed or demand.whole_gpus:
         return None
     now = s.clock()

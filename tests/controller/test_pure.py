@@ -72,10 +72,15 @@ def test_worker_pod_carries_what_the_extender_reads():
     assert "sparse.io/embedding" not in meta["annotations"]
     job = json.loads(json.dumps(JOB))
     job["spec"]["embedding"] = {"store": "criteo", "tables": ["C1"], "hotRows": 10,
-                                "required": False}
+                                "required": False, "maxWaitSeconds": 0, "steps": None}
     embedding = worker_pod(job, DEMAND, attempt=0, index=0, slot="s")["metadata"][
         "annotations"]["sparse.io/embedding"]
-    assert json.loads(embedding) == {"store": "criteo", "tables": ["C1"], "hotRows": 10}
+    # unset fields left out; a wait of 0 kept (it says never wait), and read back as such
+    assert json.loads(embedding) == {"store": "criteo", "tables": ["C1"], "hotRows": 10,
+                                     "maxWaitSeconds": 0}
+    from extender.placement.embedding_annotations import parse_embedding
+
+    assert parse_embedding({"sparse.io/embedding": embedding}).max_wait_s == 0.0
     c = pod["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"sparse.io/gpu-mem": "12000", "sparse.io/gpu-milli": "700"}
     assert {"name": "RANK", "value": "1"} in c["env"]

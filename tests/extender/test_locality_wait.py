@@ -50,13 +50,16 @@ def scheduler(max_wait_s: float = 600.0) -> Scheduler:
     return s
 
 
-def reader(steps: int = 1_000_000, whole: bool = False) -> dict:
-    """A fetch-bound reader of ``a``: a GPU share, or one whole GPU."""
+def reader(steps: int = 1_000_000, whole: bool = False, max_wait: float | None = None) -> dict:
+    """A fetch-bound reader of ``a``: a GPU share, or one whole GPU; ``max_wait``: its own
+    bound on waiting."""
     p = pod(gpus=1, job_class="recommendation") if whole else pod(
         milli=500, mem=4096, job_class="recommendation")
-    p["metadata"]["annotations"][ANN_EMBEDDING] = json.dumps(
-        {"store": "s", "tables": ["a"], "hotRows": {"a": 10_000_000},
-         "idsPerStep": {"a": 200_000}, "steps": steps, "stepComputeMs": 1.0})
+    decl = {"store": "s", "tables": ["a"], "hotRows": {"a": 10_000_000},
+            "idsPerStep": {"a": 200_000}, "steps": steps, "stepComputeMs": 1.0}
+    if max_wait is not None:
+        decl["maxWaitSeconds"] = max_wait
+    p["metadata"]["annotations"][ANN_EMBEDDING] = json.dumps(decl)
     return p
 
 
@@ -118,13 +121,16 @@ async def test_a_reader_never_waits_past_the_operators_bound():
 
 
 @pytest.mark.parametrize("case", ["off", "no prediction", "too far", "short job", "whole GPU",
-                                  "not a candidate", "no embeddings"])
+                                  "not a candidate", "no embeddings", "the pod never waits",
+                                  "the pod's bound is shorter"])
 async def test_a_reader_starts_at_once_where_waiting_cannot_pay(case):
     NOW[0] = 3000.0
     s = scheduler(max_wait_s=0.0 if case == "off" else 600.0)
     await fill_warm(s, None if case == "no prediction" else 1000 if case == "too far" else 60)
     p = (reader(steps=100) if case == "short job" else reader(whole=True) if case == "whole GPU"
-         else pod(milli=500, mem=4096) if case == "no embeddings" else reader())
+         else pod(milli=500, mem=4096) if case == "no embeddings"
+         else reader(max_wait=0) if case == "the pod never waits"
+         else reader(max_wait=30) if case == "the pod's bound is shorter" else reader())
     names = ["cold", "other"] if case == "not a candidate" else NAMES
     out = await s.filter(filter_args(p, names))
     assert sorted(out.NodeNames) == ["cold", "other"]

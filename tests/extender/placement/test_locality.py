@@ -49,10 +49,15 @@ def test_parse_embedding_accepts_and_rejects():
     assert spec == EmbeddingSpec("s", ("a", "b"), {"a": 10}, True)
     assert parse_embedding({ANN_EMBEDDING: '{"store":"s","tables":["a"],"hotRows":5}'}
                            ).hot_rows == {"a": 5}
+    assert parse_embedding({ANN_EMBEDDING: '{"store":"s","tables":["a"],"maxWaitSeconds":90}'}
+                           ).max_wait_s == 90.0
     for bad in ("nope", "[]", '{"tables":["a"]}', '{"store":"s","tables":[]}',
                 '{"store":"s","tables":["a"],"hotRows":-1}',
                 '{"store":"s","tables":["a"],"hotRows":true}',
-                '{"store":"s","tables":["a"],"required":"yes"}'):
+                '{"store":"s","tables":["a"],"required":"yes"}',
+                '{"store":"s","tables":["a"],"maxWaitSeconds":-1}',
+                '{"store":"s","tables":["a"],"maxWaitSeconds":"60"}',
+                '{"store":"s","tables":["a"],"maxWaitSeconds":true}'):
         with pytest.raises(InvalidEmbedding):
             parse_embedding({ANN_EMBEDDING: bad})
 
