@@ -130,6 +130,13 @@ class Metrics:
             self.registry.register(_CountsCollector(
                 name, doc, [], lambda at=at: {(): work()[at]}))
 
+    def watch_locality_waits(self, count: Callable[[], float]) -> None:
+        """``count``: filters so far that kept a reader waiting (verbs/localitywait.py)."""
+        self.registry.register(_CountsCollector(
+            "sparse_locality_waits",
+            "Filters that kept an embedding reader waiting for a node whose cache holds its"
+            " tables (--locality-max-wait).", [], lambda: {(): float(count())}))
+
     def _watch_results(self, name: str, documentation: str,
                        counts: Callable[[], dict[str, float]]) -> None:
         """A counter per ``result`` label, read from ``counts`` at scrape time."""
@@ -227,9 +234,4 @@ class LedgerHealthCollector(Collector):
             "Bookings of failed binds waiting to be dropped or bound pods waiting to be"
             " confirmed (the store was unreachable).")
         pending.add_metric([], float(s.upkeep.pending))
-        waits = CounterMetricFamily(
-            "sparse_locality_waits",
-            "Filters that kept an embedding reader waiting for a node whose cache holds its"
-            " tables (--locality-max-wait).")
-        waits.add_metric([], float(s.locality_waits))
-        yield from (up, outages, reclaimed, expired, pending, waits)
+        yield from (up, outages, reclaimed, expired, pending)

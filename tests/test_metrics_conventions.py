@@ -30,14 +30,17 @@ DASHBOARD = ROOT / "charts" / "sparse" / "dashboards" / "sparse.json"
 UNIT_SUFFIXES = ("_bytes", "_seconds", "_ratio", "_total", "_info")
 # Counts need no unit; booleans are 0/1.
 UNITLESS_OK = {"sparse_gpu_pods", "sparse_ledger_reservations", "sparse_agent_gpus",
-               "sparse_agent_gpu_mig_enabled"}
+               "sparse_agent_gpu_mig_enabled", "sparse_embed_cache_up", "sparse_embed_cache_rows",
+               "sparse_embed_tier_blocks"}
 
 
 async def _extender_registry() -> CollectorRegistry:
     s = Scheduler(inventory=inventory(gpu_node("gpu-a", 2, "V100M16", 16384)),
                   ledger=MemoryLedger(), matrix=default_matrix(), policy=make_policy("sparse"))
     await s.view()
-    return Metrics(lambda: s.state).registry
+    metrics = Metrics(lambda: s.state)
+    metrics.watch_locality_waits(lambda: s.locality_waits)  # as the app registers it
+    return metrics.registry
 
 
 def _agent_registry() -> CollectorRegistry:
@@ -47,6 +50,22 @@ def _agent_registry() -> CollectorRegistry:
     devices = src.devices()
     m.update("n1", devices, src.samples(devices))
     return m.registry
+
+
+class _CacheInfo:
+    """A node cache's INFO replies, as redis-py parses them."""
+
+    def info(self, section: str) -> dict[str, int]:
+        return ({"keyspace_hits": 90, "keyspace_misses": 10, "evicted_keys": 3}
+                if section == "stats" else {"used_memory": 2**20, "maxmemory": 2**30})
+
+
+def _embed_registry() -> CollectorRegistry:
+    from embed.metrics import CacheCollector
+
+    registry = telemetry.new_registry("embed")
+    registry.register(CacheCollector(_CacheInfo(), lambda: {"ads": 120}, lambda: {"ads": 60}))
+    return registry
 
 
 def _predictor_registry() -> CollectorRegistry:
@@ -63,7 +82,7 @@ def _families(registry: CollectorRegistry) -> dict[str, str]:
 @pytest.fixture
 async def registries() -> dict[str, CollectorRegistry]:
     return {"extender": await _extender_registry(), "agent": _agent_registry(),
-            "predictor": _predictor_registry()}
+            "predictor": _predictor_registry(), "embed": _embed_registry()}
 
 
 async def test_base_units_and_no_created_series(registries) -> None:

@@ -185,6 +185,7 @@ def make_app(settings: Settings, scheduler: Scheduler | None = None) -> web.Appl
     metrics.watch_renewals(lambda: {"renewed": scheduler.renewal.renewed,
                                     "failed": scheduler.renewal.failed})
     metrics.watch_renewal_work(lambda: (scheduler.renewal.steps, scheduler.renewal.step_seconds))
+    metrics.watch_locality_waits(lambda: scheduler.locality_waits)
     limit = settings.body_limit_mib * 1024 * 1024
     app = web.Application(
         client_max_size=limit,

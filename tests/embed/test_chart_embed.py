@@ -49,3 +49,21 @@ def test_embed_cache_off_by_default_and_bounded_lfu_when_on():
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
                               "verbs": ["get", "patch"]},
                              {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+
+
+def test_embed_cache_metrics_are_scraped_per_node_with_the_others():
+    base = ("embedCache.enabled=true", "embedCache.storeUrl=redis://store:6379/0")
+    monitors = {d["metadata"]["name"]: d
+                for d in render(*base, "metrics.serviceMonitor.enabled=true")
+                if d["kind"] == "ServiceMonitor"}
+    sm = monitors["t-sparse-embed-cache"]
+    assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "embed-cache"
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"  # the DaemonSet's Service names that port
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": "instance_node"} in endpoint["relabelings"]
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in render(*base)}
+    svc = docs[("Service", "t-sparse-embed-cache")]
+    assert [p["name"] for p in svc["spec"]["ports"]] == ["metrics"]
+    assert not any(d["kind"] == "ServiceMonitor" and "embed-cache" in d["metadata"]["name"]
+                   for d in render("metrics.serviceMonitor.enabled=true"))

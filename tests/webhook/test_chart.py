@@ -78,6 +78,9 @@ EXPORTED = {
     "sparse_predictor_predictions_total", "sparse_predictor_errors_total",
     "sparse_predictor_prediction_seconds_bucket",
     "sparse_extender_placement_interference_ratio_bucket", "sparse_build_info",
+    "sparse_embed_cache_hits_total", "sparse_embed_cache_misses_total",
+    "sparse_embed_cache_evictions_total", "sparse_embed_cache_bytes",
+    "sparse_embed_cache_max_bytes", "sparse_locality_waits_total",
 }
 PLANNED: set[str] = set()
 
