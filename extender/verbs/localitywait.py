@@ -93,11 +93,11 @@ def warm_node_wait(s: Scheduler, state: ClusterState, demand: PodDemand, spec: E
     limit = s.locality.weights.max_wait_s
     if spec.max_wait_s is not None:  # the pod's own bound, below the operator's
         limit = min(limit, spec.max_wait_s)
-    if not limit > 0 or not passed or demand.whole_gpus:
+    if not limit > 0 or demand.whole_gpus:
         return None
-    now = s.clock()
+    now = s.clock()  # counted from its first filter, whether a node could take it then or not
     waited = now - s.reader_waits.first(demand.uid, now)
-    if waited >= limit:
+    if not passed or waited >= limit:
         return None
     ref = s.locality.reference_run_seconds(spec)
     if not ref:

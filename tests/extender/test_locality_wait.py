@@ -245,3 +245,19 @@ async def test_only_the_warm_nodes_saving_most_are_walked(monkeypatch):
     out = await s.filter(filter_args(reader(), [*names, "cold"]))
     assert out.NodeNames == [] and "waiting for node w23" in out.FailedAndUnresolvableNodes["cold"]
     assert sorted(walked) == names[-localitywait.MOST_WARM_NODES:]  # the most rows cached
+
+
+async def test_the_wait_counts_from_the_first_filter_even_one_that_found_no_room():
+    NOW[0] = 6000.0
+    s = scheduler(max_wait_s=100.0)
+    for name, seconds in (("warm", 110), ("cold", None), ("other", None)):  # all full
+        for _ in range(2):
+            await place_pod(s, filler(seconds), name)
+    p = reader()
+    assert (await s.filter(filter_args(p, NAMES))).NodeNames == []  # nowhere to go yet
+    for uid in [u for u, r in s.state.reservations.items() if r.node == "cold"]:
+        await s.release(uid)
+    NOW[0] += 80  # cold freed; warm's room in 30 s: 80 + 30 > 100 since the first filter
+    assert (await s.filter(filter_args(p, NAMES))).NodeNames == ["cold"]
+    late = reader()  # a reader first asked about now would wait the 30 s
+    assert (await s.filter(filter_args(late, NAMES))).NodeNames == []
