@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from builders import filter_args, gpu_node, inventory, place_pod, pod, post_verb
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from extender.annotations import (
     ANN_EMBEDDING,
@@ -261,3 +263,56 @@ async def test_the_wait_counts_from_the_first_filter_even_one_that_found_no_room
     assert (await s.filter(filter_args(p, NAMES))).NodeNames == ["cold"]
     late = reader()  # a reader first asked about now would wait the 30 s
     assert (await s.filter(filter_args(late, NAMES))).NodeNames == []
+
+
+# --- the predicted room against the fit it predicts ----------------------------------------
+
+bookings_st = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 1000), st.integers(1, 32768),
+                                 st.one_of(st.none(), st.floats(0.0, 500.0))), max_size=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bookings=bookings_st, milli=st.integers(1, 1000), mem=st.integers(1, 32768),
+       whole=st.integers(0, 2), gpus=st.integers(1, 4))
+def test_the_predicted_room_is_when_fit_first_takes_the_pod(bookings, milli, mem, whole, gpus):
+    """``room_in`` says t: with the pods predicted to end by now + t gone the pod fits, with
+    only those ending before it does not (inf: not even with every predicted pod gone)."""
+    from extender.demand import ContainerRequest, PodDemand
+    from extender.ledger.rules import Allocation, Reservation
+    from extender.placement import ClusterState, fit
+
+    now = 1000.0
+    state = ClusterState.build(inventory(gpu_node("n", gpus, memory_mib=32768)),
+                               default_matrix())
+    ends: dict[str, float] = {}
+    for k, (gpu, m, b, left) in enumerate(bookings):
+        gpu %= gpus
+        free_milli = int(state.milli_cap[gpu] - state.milli_used[gpu])
+        free_mem = int(state.mem_cap[gpu] - state.mem_used[gpu])
+        if m > free_milli or b > free_mem:
+            continue
+        uid = f"p{k}"
+        state.apply(Reservation(pod_uid=uid, namespace="ml", name=uid, node="n",
+                                allocations=(Allocation(f"GPU-n-{gpu}", "c", b, m),)))
+        if left is not None:
+            ends[uid] = now + left
+    demand = (PodDemand(uid="w", namespace="ml", name="w",
+                        containers=(ContainerRequest("c", whole),), whole_gpus=whole,
+                        share_milli=0, share_mem_mib=0) if whole else
+              PodDemand(uid="s", namespace="ml", name="s",
+                        containers=(ContainerRequest("c", 0, milli, mem),), whole_gpus=0,
+                        share_milli=milli, share_mem_mib=mem))
+
+    def fits_without(gone: set[str]) -> bool:
+        s = state.copy()
+        for uid in gone:
+            s.unapply(uid)
+        return bool(fit(s, demand, ["n"], explain=False).fits[0])
+
+    t = room_in(state, 0, demand, now, ends)
+    if math.isinf(t):
+        assert not fits_without(set(ends))
+        return
+    assert fits_without({u for u, e in ends.items() if e <= now + t})
+    if t > 0:
+        assert not fits_without({u for u, e in ends.items() if e < now + t})
