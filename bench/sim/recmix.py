@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from bench.sim.trace import load_pods, workload_path
+from bench.sim.trace import load_pods, with_times, workload_path
 
 REC_CLASS = "recommendation"
 DEFAULT_MIX = "rec=0.7"
@@ -124,7 +124,7 @@ def parse_mix(text: str, families: dict[str, str]) -> dict[str, float]:
 
 def trace_pods(workload: str = "default") -> pd.DataFrame:
     """Single-GPU pods of the trace with a duration (clipped to [60 s, p95])."""
-    pods = load_pods(workload_path(workload))
+    pods = with_times(load_pods(workload_path(workload)))  # a list without times borrows them
     gpu = pods[(pods["num_gpu"] == 1) & (pods["gpu_milli"] > 0)].copy()
     start = gpu["scheduled_time"].where(gpu["scheduled_time"].notna(), gpu["creation_time"])
     dur = (gpu["deletion_time"] - start).to_numpy(dtype=np.float64)

@@ -106,6 +106,7 @@ from bench.sim.trace import (
     load_nodes,
     load_pods,
     parse_spec,
+    with_times,
     workload_name,
     workload_path,
 )
@@ -156,6 +157,9 @@ def duration_cap(gpu) -> float:  # noqa: ANN001
 
 
 def sample_jobs(pods, n_jobs: int, rng: np.random.Generator):
+    """``n_jobs`` GPU pods of the trace (all: 0) in creation order, each with its duration
+    (clipped to [60 s, p95]); a list without times borrows them (``trace.with_times``)."""
+    pods = with_times(pods)
     gpu = pods[(pods["num_gpu"] > 0) & (pods["gpu_milli"] > 0)].copy()
     start = gpu["scheduled_time"].where(gpu["scheduled_time"].notna(), gpu["creation_time"])
     dur = (gpu["deletion_time"] - start).fillna(0).to_numpy(dtype=np.float64)

@@ -67,6 +67,33 @@ def load_pods(path: str | Path) -> pd.DataFrame:
     return df
 
 
+TIME_COLUMNS = ("creation_time", "scheduled_time", "deletion_time")
+
+
+def with_times(pods: pd.DataFrame) -> pd.DataFrame:
+    """``pods`` with creation, scheduling and deletion times, for the replays that run jobs
+    over time. A list without any (the ``multigpu*`` lists of the FGD study give shapes only)
+    borrows them from the default trace: each GPU pod takes the times of a default-trace GPU
+    pod with as many GPUs (of any GPU pod where none has as many), drawn with a generator
+    seeded by the list's length, so every run sees the same times. Lists with times, and the
+    packing experiments (which read no times), are left as they are."""
+    if pods["creation_time"].notna().any():
+        return pods
+    src = load_pods(DATA / "openb_pod_list_default.csv")
+    src = src[(src["num_gpu"] > 0) & (src["gpu_milli"] > 0) & src["creation_time"].notna()
+              & src["deletion_time"].notna()]
+    rng = np.random.default_rng(len(pods))
+    out = pods.copy()
+    gpu = out[(out["num_gpu"] > 0) & (out["gpu_milli"] > 0)]
+    for n, idx in gpu.groupby("num_gpu").groups.items():
+        pool = src[src["num_gpu"] == n]
+        pool = pool if len(pool) else src
+        pick = rng.integers(len(pool), size=len(idx))
+        for col in TIME_COLUMNS:
+            out.loc[idx, col] = pool[col].to_numpy(dtype=np.float64)[pick]
+    return out
+
+
 def load_nodes(path: str | Path = NODE_LIST) -> pd.DataFrame:
     df = pd.read_csv(path, dtype={"model": str})
     df["model"] = df["model"].fillna("").astype(str)

@@ -17,6 +17,7 @@ from bench.sim.trace import (
     load_nodes,
     load_pods,
     node_names,
+    with_times,
     workload_path,
 )
 from extender.ledger import rules
@@ -63,6 +64,27 @@ def test_loaders_keep_every_column():
     assert set(POD_COLUMNS) <= set(multi.columns)
     nodes = load_nodes()
     assert len(nodes) == 1213 and nodes["gpu"].sum() == 6212
+
+
+def test_a_list_without_times_borrows_the_default_traces_for_the_replays():
+    from bench.sim.replay import sample_jobs
+
+    shapes = load_pods(workload_path("multigpu50"))  # shapes only, as the FGD study gives it
+    assert shapes["creation_time"].isna().all()
+    timed = with_times(shapes)
+    assert timed is not shapes and with_times(timed) is timed  # a list with times is kept
+    gpu = timed[(timed["num_gpu"] > 0) & (timed["gpu_milli"] > 0)]
+    assert np.isfinite(gpu[["creation_time", "deletion_time"]].to_numpy()).all()
+    default = load_pods(workload_path("default"))
+    known = set(zip(default["creation_time"], default["deletion_time"], strict=True))
+    assert set(zip(gpu["creation_time"], gpu["deletion_time"], strict=True)) <= known
+    eight = gpu[gpu["num_gpu"] == 8]  # a multi-GPU pod takes a multi-GPU pod's times
+    src = default[default["num_gpu"] == 8]
+    assert set(eight["creation_time"]) <= set(src["creation_time"])
+    assert with_times(shapes)["creation_time"].equals(timed["creation_time"])  # every run
+    jobs = sample_jobs(shapes, 300, np.random.default_rng(1))
+    assert len(jobs) == 300 and (jobs["duration"] > 60).any()
+    assert jobs["creation_time"].is_monotonic_increasing
 
 
 def test_typical_tasks_match_the_paper():
