@@ -11,7 +11,7 @@ from extender.ledger.rules import Reservation
 class Outcome:
     """Observers (metrics, Kubernetes events) hear about decisions through this."""
 
-    verb: str
+    verb: str  # filter, bind, or wait (a reader held back for a warm node)
     namespace: str
     name: str
     uid: str

@@ -34,6 +34,8 @@ class EventRecorder:
             gpus = ",".join(outcome.reservation.gpus)
             self._post(outcome, "Normal", "GPUsAssigned",
                        f"GPUs {gpus} on {outcome.reservation.node}")
+        elif outcome.verb == "wait":  # held back on purpose (verbs/localitywait.py)
+            self._post(outcome, "Normal", "WaitingForCachedNode", outcome.message)
         elif not outcome.ok:
             reason = "FailedGPUPlacement" if outcome.verb == "filter" else "FailedGPUBinding"
             self._post(outcome, "Warning", reason, outcome.message)

@@ -97,9 +97,16 @@ class Wait:
     waited_s: float  # since the pod's first chance to start
 
     def reason(self) -> str:
+        """For the filter's answer (kube-scheduler's FailedScheduling event): the figures."""
         return (f"waiting for node {self.node}, whose embedding cache holds this pod's tables:"
                 f" room predicted in {self.free_in_s:.0f} s, saving {self.saved_s:.0f} s of"
                 f" run time (waited {self.waited_s:.0f} s)")
+
+    def event(self) -> str:
+        """For the extender's own event: the same while the pod waits for the same node (so
+        that its rate limit holds), the figures being in the scheduler's."""
+        return (f"waiting for node {self.node}, whose embedding cache holds this pod's tables,"
+                " to have room (delay scheduling, --locality-max-wait)")
 
 
 def room_in(state: ClusterState, node: int, demand: PodDemand, now: float,

@@ -110,7 +110,7 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
         if wait is not None:  # unresolvable: no preemption for a pod that chose to wait
             reason = wait.reason()
             s.locality_waits += 1
-            s.notify(Outcome("filter", *pod_ref(pod), False, reason))
+            s.notify(Outcome("wait", *pod_ref(pod), False, wait.event()))
             return protocol.filter_result([], {}, {n: reason for n in args.node_names}, args)
     if not passed:
         holdfilter.hold_for(s, state, demand, list(args.node_names))

@@ -304,6 +304,11 @@ async def test_a_reader_waits_for_its_cache_node_to_free_then_lands_there(cluste
             await asyncio.sleep(0.5)
         pod = await core.read_namespaced_pod("lw-reader", "default")
         assert not pod.spec.node_name, "the reader took the cold node instead of waiting"
+        while not any(e["reason"] == "WaitingForCachedNode" and e["type"] == "Normal"
+                      for e in events):  # the extender's own word, beside the scheduler's
+            assert time.monotonic() < deadline, f"no extender event: {events}"
+            await asyncio.sleep(0.5)
+            events = await e2e_cluster.list_pod_events(core, "lw-reader")
 
         await e2e_cluster.delete_pod(core, "lw-filler")
         assert await e2e_cluster.wait_for_pod_bound(core, "lw-reader", timeout=60) == "lw-warm"

@@ -150,6 +150,7 @@ async def test_the_wait_counts_on_the_metrics_page():
         text = await (await client.get("/metrics")).text()
         seen = await (await client.get("/scheduler/inspect")).json()
     assert "sparse_locality_waits_total 1.0" in text
+    assert 'verb="wait"' not in text  # counted there, not among filter's rejections
     (waiting,) = seen["locality_waiting"]  # where an operator looks
     assert waiting["node"] == "warm" and waiting["room_in_s"] == 60.0 and waiting["saves_s"] > 60
 
@@ -316,3 +317,30 @@ def test_the_predicted_room_is_when_fit_first_takes_the_pod(bookings, milli, mem
     assert fits_without({u for u, e in ends.items() if e <= now + t})
     if t > 0:
         assert not fits_without({u for u, e in ends.items() if e < now + t})
+
+
+async def test_a_wait_is_a_normal_event_posted_once_while_it_waits_for_the_same_node():
+    import asyncio
+
+    from kubernetes_asyncio import client
+
+    from extender.kube.events import EventRecorder
+    from extender.outcome import Outcome
+
+    recorder = EventRecorder(client.ApiClient())
+    posted: list[tuple[str, str, str]] = []
+
+    async def create(outcome, kind, reason, message):  # type: ignore[no-untyped-def]
+        posted.append((kind, reason, message))
+
+    recorder._create = create  # type: ignore[method-assign]
+    for waited in (0.0, 5.0, 10.0):  # the scheduler retries: the figures move, the node not
+        wait = Wait("warm", 60.0 - waited, 500.0, waited)
+        recorder.observe(Outcome("wait", "ml", "p", "u", False, wait.event()))
+    recorder.observe(Outcome("wait", "ml", "p", "u", False, Wait("other", 5, 50, 10).event()))
+    recorder.observe(Outcome("filter", "ml", "q", "v", False, "no GPU fits"))
+    await asyncio.sleep(0)
+    assert [(k, r) for k, r, _ in posted] == [("Normal", "WaitingForCachedNode"),
+                                            ("Normal", "WaitingForCachedNode"),
+                                            ("Warning", "FailedGPUPlacement")]
+    assert "node warm" in posted[0][2] and "node other" in posted[1][2]
