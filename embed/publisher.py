@@ -47,21 +47,22 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Readers:
-    """Per table: the pods on the node that read it, and the ids per step they declare;
-    ``readers``: the pods that read any table (a pod reading several counts once)."""
+    """The pods on the node that read embeddings: per table (``per_table``, as ``Snapshot``'s
+    ``readers``) with the ids per step they declare, and in all (``pods``: a pod reading
+    several tables counts once, as ``Snapshot``'s ``pods``)."""
 
-    pods: dict[str, int]
+    per_table: dict[str, int]
     ids: dict[str, int]
-    readers: int = 0
+    pods: int = 0
 
 
 def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> Readers:
     """Per table, from the pods' ``sparse.io/embedding`` declarations: the pods that read it
     and their declared ids per step, summed (``idsPerStep``; pods without it add no ids).
     Unreadable declarations are skipped: the scheduler rejects those pods anyway."""
-    pods: dict[str, int] = {}
+    per_table: dict[str, int] = {}
     ids: dict[str, int] = {}
-    readers = 0
+    pods = 0
     for ann in annotations:
         try:
             spec = parse_embedding(ann)
@@ -69,12 +70,12 @@ def count_readers(annotations: Iterable[Mapping[str, str] | None]) -> Readers:
             continue
         if spec is None:
             continue
-        readers += 1
+        pods += 1
         for table in spec.tables:
-            pods[table] = pods.get(table, 0) + 1
+            per_table[table] = per_table.get(table, 0) + 1
         for table, n in (spec.ids_per_step or {}).items():
             ids[table] = ids.get(table, 0) + n
-    return Readers(pods, ids, readers)
+    return Readers(per_table, ids, pods)
 
 
 async def node_readers(core: Any, node: str) -> Readers:
@@ -167,7 +168,7 @@ class CachePublisher:
             return False
         if self.readers is not None:
             got = await self.readers(core)
-            snap = (dataclasses.replace(snap, readers=got.pods, ids=got.ids, pods=got.readers)
+            snap = (dataclasses.replace(snap, readers=got.per_table, ids=got.ids, pods=got.pods)
                     if isinstance(got, Readers) else dataclasses.replace(snap, readers=got))
         if not force and not self.due(snap, now):
             return False
