@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.redis_server import free_port as free_port  # where every test takes it from
 from extender import protocol
+from extender.annotations import ANN_PREDICTED_SECONDS
 from extender.inventory import Gpu, Inventory, NodeGpus, annotation_value
 
 if TYPE_CHECKING:
@@ -30,8 +31,10 @@ def inventory(*nodes: NodeGpus) -> Inventory:
 def pod(name: str | None = None, *, containers: list[dict[str, Any]] | None = None,
         mem: int | None = None, milli: int | None = None, gpus: int | None = None,
         job_class: str | None = None, models: str | None = None, uid: str | None = None,
-        namespace: str = "ml", use_requests: bool = False) -> dict[str, Any]:
-    """A Pod as kube-scheduler sends it (camelCase inside, plus the noise real pods carry)."""
+        namespace: str = "ml", use_requests: bool = False,
+        predicted_s: float | None = None) -> dict[str, Any]:
+    """A Pod as kube-scheduler sends it (camelCase inside, plus the noise real pods carry);
+    ``predicted_s``: the job controller's predicted run time (``sparse.io/predicted-seconds``)."""
     n = next(_uid)
     name = name or f"train-{n}"
     if containers is None:
@@ -44,6 +47,8 @@ def pod(name: str | None = None, *, containers: list[dict[str, Any]] | None = No
         annotations["sparse.io/job-class"] = job_class
     if models:
         annotations["sparse.io/gpu-model"] = models
+    if predicted_s is not None:
+        annotations[ANN_PREDICTED_SECONDS] = str(predicted_s)
     return {
         "kind": "Pod",
         "apiVersion": "v1",

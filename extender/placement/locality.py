@@ -77,7 +77,7 @@ from extender.placement.embedding_annotations import (  # noqa: F401 (the codec,
     parse_embedding,
 )
 from extender.placement.locality_memo import BonusMemo
-from extender.placement.locality_records import LocalityRecords, positions  # noqa: F401
+from extender.placement.locality_records import LocalityRecords, positions
 from extender.placement.state import ClusterState
 from extender.placement.step_time import (
     NetworkModel,

@@ -6,7 +6,6 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from builders import bind_request, gpu_node, inventory, pod, post_verb
 
-from extender.annotations import ANN_PREDICTED_SECONDS
 from extender.config import Settings
 from extender.http.app import make_app
 from extender.interference import default_matrix
@@ -30,10 +29,7 @@ async def client():
 
 
 def gpu_pod(name: str, gpus: int, seconds: float | None) -> dict:
-    p = pod(name, gpus=gpus)
-    if seconds is not None:
-        p["metadata"]["annotations"][ANN_PREDICTED_SECONDS] = str(seconds)
-    return p
+    return pod(name, gpus=gpus, predicted_s=seconds)
 
 
 async def run(client, name: str, gpus: int, seconds: float | None, node: str) -> None:

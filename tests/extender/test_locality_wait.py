@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from extender.annotations import (
     ANN_EMBEDDING,
     ANN_EMBEDDING_CACHE,
-    ANN_PREDICTED_SECONDS,
     DEFAULT_RACK_LABEL,
 )
 from extender.config import Settings
@@ -67,10 +66,7 @@ def reader(steps: int = 1_000_000, whole: bool = False, max_wait: float | None =
 
 def filler(seconds: float | None) -> dict:
     """A whole-GPU pod, predicted to end in ``seconds`` (None: no prediction)."""
-    p = pod(gpus=1)
-    if seconds is not None:
-        p["metadata"]["annotations"][ANN_PREDICTED_SECONDS] = str(seconds)
-    return p
+    return pod(gpus=1, predicted_s=seconds)
 
 
 async def fill_warm(s: Scheduler, seconds: float | None) -> None:

@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from builders import filter_args, gpu_node, inventory, place_pod, pod
 
-from extender.annotations import ANN_GANG_SLOT, ANN_PREDICTED_SECONDS
+from extender.annotations import ANN_GANG_SLOT
 from extender.interference import default_matrix
 from extender.kube.pendinggangs import PendingGangs, record_predicted_end, unschedulable_gang
 from extender.ledger.memory import MemoryLedger
@@ -33,9 +33,7 @@ def sched() -> Scheduler:
 
 def gpu_pod(name: str, gpus: int, seconds: float | None, refused: bool = False,
             selector: dict[str, str] | None = None) -> dict:
-    p = pod(name, gpus=gpus)
-    if seconds is not None:
-        p["metadata"]["annotations"][ANN_PREDICTED_SECONDS] = str(seconds)
+    p = pod(name, gpus=gpus, predicted_s=seconds)
     if refused:  # as kube-scheduler marks a pod no node passed its own filters
         p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
                                       "reason": "Unschedulable",
