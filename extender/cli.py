@@ -127,7 +127,7 @@ def _network(path: object):
                    " cross_zone; a topology file's 'network' section), to price the time score;"
                    " optional 'store: {gbps}', the store's egress its readers share.")
 @click.option("--locality-max-wait", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Locality: seconds an embedding reader may wait, from its first filter,"
+              help="Locality: seconds an embedding reader may wait, from its creation,"
                    " for a node whose cache holds its tables and that is predicted to have"
                    " room sooner than the run time it saves (delay scheduling; 0: never).")
 @click.option("--filter-best-within", type=click.FloatRange(0, 10),

@@ -42,6 +42,13 @@ class ObjectMeta(msgspec.Struct, omit_defaults=True, gc=False):
     labels: dict[str, str] | None = None
 
 
+class PodMeta(ObjectMeta, omit_defaults=True, gc=False):
+    """A pod's metadata: also when it was created (RFC 3339, the API server's clock), which
+    bounds waits the same on every replica and across restarts. Nodes' is not decoded."""
+
+    creationTimestamp: str | None = None  # noqa: N815 - Kubernetes spelling
+
+
 class ResourceRequirements(msgspec.Struct, omit_defaults=True, gc=False):
     requests: dict[str, Quantity] | None = None
     limits: dict[str, Quantity] | None = None
@@ -64,7 +71,7 @@ class PodStatus(msgspec.Struct, omit_defaults=True, gc=False):
 
 
 class Pod(msgspec.Struct, omit_defaults=True, gc=False):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: PodMeta = msgspec.field(default_factory=PodMeta)
     spec: PodSpec = msgspec.field(default_factory=PodSpec)
     status: PodStatus | None = None
 

@@ -20,7 +20,7 @@ only one job per freed node skips ahead of the queue.
 
 The extender waits only (``warm_wait``; kube-scheduler's queue keeps its own order, so there
 is no freed-node reorder), for warm nodes without room now whose pods all carry a predicted
-end, and never past the operator's ``max_wait_s`` from the pod's first filter.
+end, and never past the operator's ``max_wait_s`` from the pod's creation.
 """
 
 from __future__ import annotations

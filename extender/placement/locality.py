@@ -103,7 +103,7 @@ class LocalityWeights:
     score: str = "time"
     network: NetworkModel = NetworkModel()
     # Delay scheduling (``delay.warm_wait``): a reader may wait this long at most, from its
-    # first filter, for a warm node predicted to have room soon; 0: never waits.
+    # creation, for a warm node predicted to have room soon; 0: never waits.
     max_wait_s: float = 0.0
 
     def __post_init__(self) -> None:

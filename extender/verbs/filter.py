@@ -105,7 +105,7 @@ async def run(s: Scheduler, args: ExtenderArgs) -> FilterResult:
             return passed[int(np.argmin(with_locality(s, pod, demand, passed, costs)))]
 
         wait = localitywait.warm_node_wait(s, state, demand, embedding, args.node_names,
-                                           passed, here)
+                                           passed, here, pod.metadata.creationTimestamp)
         s.reader_waits.waits(demand.uid, demand.key, wait, s.clock())
         if wait is not None:  # unresolvable: no preemption for a pod that chose to wait
             reason = wait.reason()

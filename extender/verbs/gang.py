@@ -27,7 +27,7 @@ from extender.errors import InvalidDemand, InvalidRequest, ReservationConflict
 from extender.ledger.rules import STATE_RESERVED, Reservation
 from extender.outcome import Outcome
 from extender.placement import ClusterState, assign, fit, node_costs, reservation_for
-from extender.protocol import BindingArgs, ExtenderArgs, FilterResult, ObjectMeta, Pod
+from extender.protocol import BindingArgs, ExtenderArgs, FilterResult, Pod, PodMeta
 from extender.verbs import holdfilter
 from extender.verbs.holdfilter import HOLD_TTL_S
 from extender.verbs.reasons import pod_ref, summarize
@@ -115,9 +115,10 @@ def _decode(body: bytes, kind: type) -> object:
 def _worker_demand(req: GangReserve, index: int) -> PodDemand:
     meta = req.pod.metadata
     worker = Pod(
-        metadata=ObjectMeta(name=f"{req.name}-{index}", namespace=req.namespace,
-                            uid=slot_uid(req.job, req.attempt, index),
-                            annotations=meta.annotations, labels=meta.labels),
+        metadata=PodMeta(name=f"{req.name}-{index}", namespace=req.namespace,
+                         uid=slot_uid(req.job, req.attempt, index),
+                         annotations=meta.annotations, labels=meta.labels,
+                         creationTimestamp=meta.creationTimestamp),
         spec=req.pod.spec,
     )
     try:

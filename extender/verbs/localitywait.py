@@ -15,16 +15,18 @@ kube-scheduler ignore ``sparse.io/gpu-*``); a whole-GPU pod does not, since kube
 counts ``nvidia.com/gpu`` itself, so it never waits.
 
 Off unless the operator sets ``--locality-max-wait``; a pod never waits longer than that (or
-its own ``maxWaitSeconds`` in ``sparse.io/embedding``, when lower; 0: never) from its first
-filter (this replica's memory: a restart starts the count again, within the same
-bound). The waiting pod is answered with no node, each marked unresolvable (preemption must
-not evict pods for a pod that chose to wait), with a message kube-scheduler posts as the
-pod's FailedScheduling event; kube-scheduler tries it again on the next cluster event (a pod
-ending) or after its backoff.
+its own ``maxWaitSeconds`` in ``sparse.io/embedding``, when lower; 0: never) from its
+creation (``metadata.creationTimestamp``, the API server's clock, so that every replica, and
+one restarted, counts the same wait; without it, or with a creation clock ahead of ours, from
+the first filter this replica saw). The waiting pod is answered with no node, each marked
+unresolvable (preemption must not evict pods for a pod that chose to wait), with a message
+kube-scheduler posts as the pod's FailedScheduling event; kube-scheduler tries it again on
+the next cluster event (a pod ending) or after its backoff.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -38,27 +40,43 @@ from extender.placement.state import ClusterState
 if TYPE_CHECKING:
     from extender.service import Scheduler
 
-FIRST_TRIES_KEPT = 10_000  # pods whose first filter is remembered; the oldest go first
+FIRST_TRIES_KEPT = 10_000  # pods whose wait start is remembered; the oldest go first
 MOST_WARM_NODES = 16  # full warm nodes whose room is predicted, those the term prefers first
 
 
+def created_at(timestamp: str | None) -> float | None:
+    """A pod's ``metadata.creationTimestamp`` in epoch seconds; None when absent or not
+    RFC 3339."""
+    if not timestamp:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    if when.tzinfo is None:  # the API server writes UTC
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
 class ReaderWaits:
-    """When each reader was first asked about (``filter``), to bound its whole wait, and the
-    wait each is in now (for ``/scheduler/inspect``)."""
+    """Since when each reader may have waited (its creation, or its first filter here), to
+    bound its whole wait, and the wait each is in now (for ``/scheduler/inspect``)."""
 
     def __init__(self, kept: int = FIRST_TRIES_KEPT) -> None:
         self.kept = kept
         self._first: dict[str, float] = {}
         self._now: dict[str, tuple[str, Wait, float]] = {}  # uid -> (pod, its wait, when)
 
-    def first(self, uid: str, now: float) -> float:
+    def first(self, uid: str, now: float, created: float | None = None) -> float:
+        """When the reader's wait started: its creation (``created``), or ``now`` at its first
+        filter here when that is earlier (a creation clock ahead of ours) or unknown."""
         at = self._first.get(uid)
         if at is None:
             if len(self._first) >= self.kept:  # dicts keep insertion order: drop the oldest
                 for old in list(self._first)[: max(self.kept // 10, 1)]:
                     del self._first[old]
                     self._now.pop(old, None)
-            at = self._first[uid] = now
+            at = self._first[uid] = now if created is None else min(now, created)
         return at
 
     def waits(self, uid: str, pod: str, wait: Wait | None, now: float) -> None:
@@ -85,18 +103,18 @@ class ReaderWaits:
 
 
 def warm_node_wait(s: Scheduler, state: ClusterState, demand: PodDemand, spec: EmbeddingSpec,
-                   candidates: list[str], passed: list[str], here: Callable[[], str | None]
-                   ) -> Wait | None:
+                   candidates: list[str], passed: list[str], here: Callable[[], str | None],
+                   created: str | None = None) -> Wait | None:
     """Whether the reader ``demand`` waits for a warm candidate node without room now instead
     of starting on ``here()`` (the node it would take among ``passed``, asked only when a
-    warm node is near); None: start now."""
+    warm node is near); None: start now. ``created``: its ``metadata.creationTimestamp``."""
     limit = s.locality.weights.max_wait_s
     if spec.max_wait_s is not None:  # the pod's own bound, below the operator's
         limit = min(limit, spec.max_wait_s)
     if not limit > 0 or demand.whole_gpus:
         return None
-    now = s.clock()  # counted from its first filter, whether a node could take it then or not
-    waited = now - s.reader_waits.first(demand.uid, now)
+    now = s.clock()  # counted from its creation, whether a node could take it then or not
+    waited = now - s.reader_waits.first(demand.uid, now, created_at(created))
     if not passed or waited >= limit:
         return None
     ref = s.locality.reference_run_seconds(spec)

@@ -3,6 +3,7 @@ rule it shares with the replay (placement/delay.py)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 
@@ -26,7 +27,7 @@ from extender.placement import make_policy
 from extender.placement.delay import Wait, room_in, warm_wait
 from extender.placement.locality import LocalityIndex, LocalityWeights, encode_cache
 from extender.service import Scheduler
-from extender.verbs.localitywait import ReaderWaits
+from extender.verbs.localitywait import ReaderWaits, created_at
 
 ZONE = "topology.kubernetes.io/zone"
 ROW = 512.0
@@ -260,6 +261,63 @@ async def test_the_wait_counts_from_the_first_filter_even_one_that_found_no_room
     assert (await s.filter(filter_args(p, NAMES))).NodeNames == ["cold"]
     late = reader()  # a reader first asked about now would wait the 30 s
     assert (await s.filter(filter_args(late, NAMES))).NodeNames == []
+
+
+def stamped(p: dict, epoch: float) -> dict:
+    p["metadata"]["creationTimestamp"] = dt.datetime.fromtimestamp(epoch, dt.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    return p
+
+
+async def test_every_replica_and_a_restarted_one_count_the_wait_from_the_pods_creation():
+    created = 1_800_000_000.0
+    p = stamped(reader(), created)
+    NOW[0] = created + 30
+    first, restarted = scheduler(max_wait_s=100.0), scheduler(max_wait_s=100.0)
+    for s in (first, restarted):
+        await fill_warm(s, 60)
+    out = await first.filter(filter_args(p, NAMES))  # asked 30 s after its creation
+    assert out.NodeNames == [] and "waited 30 s" in out.FailedAndUnresolvableNodes["cold"]
+    NOW[0] = created + 45  # 45 s waited + room in 45 s <= 100
+    out = await restarted.filter(filter_args(p, NAMES))  # never asked about it before
+    assert out.NodeNames == [] and "waited 45 s" in out.FailedAndUnresolvableNodes["cold"]
+    NOW[0] = created + 50  # warm refilled for 60 s more: 50 + 60 > 100 on either replica
+    for s in (first, restarted):
+        for uid in list(s.state.reservations):
+            await s.release(uid)
+        await fill_warm(s, 60)
+        assert sorted((await s.filter(filter_args(p, NAMES))).NodeNames) == ["cold", "other"]
+    old = stamped(reader(), created - 100)  # created past the bound: never waits, anywhere
+    assert sorted((await first.filter(filter_args(old, NAMES))).NodeNames) == ["cold", "other"]
+
+
+@pytest.mark.parametrize("stamp", ["ahead", "garbage", "absent"])
+async def test_without_a_usable_creation_time_the_wait_counts_from_the_first_filter(stamp):
+    NOW[0] = 1_800_000_000.0
+    s = scheduler(max_wait_s=100.0)
+    await fill_warm(s, 60)
+    p = reader()
+    if stamp == "ahead":  # the API server's clock ahead of ours
+        stamped(p, NOW[0] + 3_600)
+    else:
+        p["metadata"]["creationTimestamp"] = "yesterday" if stamp == "garbage" else None
+        if stamp == "absent":
+            del p["metadata"]["creationTimestamp"]
+    assert (await s.filter(filter_args(p, NAMES))).NodeNames == []
+    NOW[0] += 30
+    out = await s.filter(filter_args(p, NAMES))
+    assert out.NodeNames == [] and "waited 30 s" in out.FailedAndUnresolvableNodes["cold"]
+
+
+def test_creation_times_are_read_as_the_api_server_writes_them():
+    assert created_at("2026-11-30T10:00:00Z") == dt.datetime(2026, 11, 30, 10, tzinfo=dt.UTC
+                                                             ).timestamp()
+    assert created_at("2026-11-30T10:00:00") == created_at("2026-11-30T10:00:00+00:00")
+    assert created_at("2026-11-30T12:00:00+02:00") == created_at("2026-11-30T10:00:00Z")
+    assert created_at(None) is None and created_at("") is None and created_at("soon") is None
+    tries = ReaderWaits()
+    assert tries.first("a", 50.0, created=20.0) == 20.0  # created 30 s before we saw it
+    assert tries.first("b", 50.0, created=80.0) == 50.0  # a creation clock ahead of ours
 
 
 # --- the predicted room against the fit it predicts ----------------------------------------
