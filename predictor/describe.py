@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -74,9 +75,16 @@ def _family(model: Any, tables: list[schema.Table]) -> str:
 
 
 def _rebuild(opt: Any, mapping: dict[int, Any]) -> Any:
+    """The same optimizer class on the copies, with the user's hyper-parameters. Only the
+    defaults its constructor takes are passed: a subclass may fix one of its base's
+    (``AdamW`` is ``Adam`` with ``decoupled_weight_decay=True``); the groups keep them all."""
     groups = [{**{k: v for k, v in g.items() if k != "params"},
                "params": [mapping[id(p)] for p in g["params"]]} for g in opt.param_groups]
-    return type(opt)(groups, **opt.defaults)
+    cls = type(opt)
+    taken = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values()):
+        return cls(groups, **{k: v for k, v in opt.defaults.items() if k in taken})
+    return cls(groups, **opt.defaults)
 
 
 def _swap(model: Any, make: Callable[[Any], Any]) -> tuple[dict[int, Any], list]:

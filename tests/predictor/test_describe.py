@@ -93,3 +93,69 @@ def test_cli_describe_module_factory(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert r.exit_code != 0 and "must return" in r.output
     r = CliRunner().invoke(main, ["describe", "nomodule:make"])
     assert r.exit_code != 0 and "cannot import" in r.output
+
+
+def test_describe_takes_optimizers_whose_defaults_their_constructor_does_not() -> None:
+    # AdamW is Adam with decoupled_weight_decay fixed: its defaults hold a key AdamW's
+    # constructor refuses; the copy must still be an AdamW with the user's settings
+    model = torch.nn.Sequential(torch.nn.Embedding(5_000, 16), torch.nn.Flatten(),
+                                torch.nn.Linear(16 * 4, 1))
+    for opt in (torch.optim.AdamW(model.parameters(), weight_decay=0.05, foreach=False),
+                torch.optim.AdamW(model.parameters(), lr=1e-4)):
+        ann = describe(model, torch.randint(0, 5_000, (32, 4)), opt)
+        assert ann["optimizer"] == "adamw"
+        assert ann["optimizer_impl"] == ("single" if opt.defaults["foreach"] is False
+                                         else "foreach")
+        params = sum(p.numel() * 4 for p in model.parameters())
+        assert ann["state_bytes"] >= 2 * params  # both moments
+
+
+class Sequence(torch.nn.Module):
+    """Ids over 24 steps through a two-layer LSTM (oneDNN's kernel on the CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(2_000, 16)
+        self.rnn = torch.nn.LSTM(16, 24, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(24, 1)
+
+    def forward(self, ids):  # noqa: ANN001, ANN201
+        out, _ = self.rnn(self.emb(ids))
+        return self.head(out[:, -1]).squeeze(-1)
+
+
+def test_an_lstm_is_described_as_the_real_step_measures_it() -> None:
+    # PyTorch's fake kernel of the oneDNN LSTM layer returns no workspace; the real one keeps
+    # several times its output for backward: the description must see it
+    torch.manual_seed(0)
+    model = Sequence()
+    ids = torch.randint(0, 2_000, (96, 24))  # batch and steps beyond the probed sizes
+    opt = torch.optim.Adam(model.parameters())
+    ann = describe(model, ids, opt)
+    real = measure.trace_training(model, opt, lambda: model(ids).mean(), [ids], 96)
+    assert real["act_fwd_bytes"] > 2 * (2 * 96 * 24 * 24 * 4)  # more than the two outputs
+    want = dataset.measured_fields(real, 96)
+    for k in ("saved_bytes", "backward_bytes", "step_bytes"):
+        assert ann[k] == pytest.approx(want[k], rel=1e-3), k
+
+
+def test_a_large_lstm_workspace_is_fitted_from_small_real_runs(monkeypatch) -> None:  # noqa: ANN001
+    from predictor.generate import fake_kernels
+
+    layer = torch.nn.LSTM(16, 24, batch_first=True)
+    x = torch.zeros(300, 40, 16)
+    seen = []
+
+    class Grab(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN201
+            out = func(*args, **(kwargs or {}))
+            if func is fake_kernels.MKLDNN_RNN:
+                seen.append((args, out[3].nbytes))
+            return out
+
+    with Grab():
+        layer(x)
+    (args, real), = seen
+    assert fake_kernels._rnn_workspace(args) == real  # small: run at its own sizes
+    monkeypatch.setattr(fake_kernels, "EXACT_UP_TO", 0)  # as if large: fitted
+    assert fake_kernels._rnn_workspace(args) == pytest.approx(real, rel=5e-3)
