@@ -12,7 +12,9 @@ The user's model and optimizers are not modified: parameters and buffers are swa
 copies during the trace and put back afterwards, and the optimizers are rebuilt on the copies
 with the same class and hyper-parameters (so foreach / single-tensor / fused is kept).
 Sparse gradients make the optimizer step's sizes depend on the ids drawn (how many are
-unique), which fake tensors cannot know: such models are traced on real copies instead.
+unique), and an op such as ``pack_padded_sequence`` shapes its output by the lengths' values,
+which fake tensors cannot know: such models are traced on real copies instead, when the
+memory that takes is available.
 
 The ``describe`` CLI takes ``MODULE:FACTORY``; the factory is called without arguments and
 returns ``(model, example_inputs, optimizer)`` or ``(model, example_inputs, optimizer,
@@ -33,6 +35,9 @@ from predictor import gpus, schema
 
 OPTIMIZER_NAMES = {"SGD": "sgd", "Adagrad": "adagrad", "Adam": "adam", "AdamW": "adamw",
                    "SparseAdam": "sparse_adam", "RMSprop": "rmsprop"}
+# A real trace holds a copy of the parameters, their gradients and up to two optimizer
+# states, besides the activations.
+REAL_TRACE_FACTOR = 4
 DTYPE_NAMES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
 
 
@@ -115,6 +120,45 @@ def _restore(saved: list) -> None:
         store[name] = t
 
 
+def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
+                sparse: bool) -> dict[str, Any]:
+    """The step on fake tensors; on real copies where fake ones cannot tell what it does:
+    sparse gradients (the optimizer's work depends on how many drawn ids are unique), or an
+    op whose output shape depends on tensor values (``pack_padded_sequence``: the lengths)."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
+
+    if sparse:
+        why = "its tables take sparse gradients"
+    else:
+        try:
+            return _trace(model, inputs, opts, loss_fn, fake=True)
+        except (DynamicOutputShapeException, DataDependentOutputException) as exc:
+            why = f"{exc} has outputs shaped by tensor values"
+    need = REAL_TRACE_FACTOR * sum(p.nbytes for p in model.parameters())
+    free = _available_bytes()
+    if free is not None and need > free:
+        raise DescribeError(
+            f"describing this model takes a real training step on the CPU ({why}), about"
+            f" {need / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB is available: run describe"
+            " where more memory is free")
+    return _trace(model, inputs, opts, loss_fn, fake=False)
+
+
+def _available_bytes() -> int | None:
+    """Memory available for new allocations now (Linux ``MemAvailable``); None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
            fake: bool) -> dict[str, Any]:
     import contextlib
@@ -180,7 +224,7 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
         raise DescribeError("the optimizer holds parameters that are not the model's")
     sparse = any(getattr(m, "sparse", False) for m in model.modules()
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
-    m = _trace(model, inputs, opts, loss_fn, fake=not sparse)
+    m = _trace_step(model, inputs, opts, loss_fn, sparse)
     b = m["batch_size"]
     tables = schema.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
     floats = [(shape, dt) for shape, dt in m["flat_inputs"] if dt.is_floating_point]

@@ -159,3 +159,37 @@ def test_a_large_lstm_workspace_is_fitted_from_small_real_runs(monkeypatch) -> N
     assert fake_kernels._rnn_workspace(args) == real  # small: run at its own sizes
     monkeypatch.setattr(fake_kernels, "EXACT_UP_TO", 0)  # as if large: fitted
     assert fake_kernels._rnn_workspace(args) == pytest.approx(real, rel=5e-3)
+
+
+class PackedSequence(torch.nn.Module):
+    """Padded histories of different lengths, packed into a GRU (a data-dependent shape)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(3_000, 16)
+        self.rnn = torch.nn.GRU(16, 24, batch_first=True)
+        self.head = torch.nn.Linear(24, 1)
+
+    def forward(self, ids, lengths):  # noqa: ANN001, ANN201
+        packed = torch.nn.utils.rnn.pack_padded_sequence(self.emb(ids), lengths,
+                                                         batch_first=True, enforce_sorted=False)
+        _, hidden = self.rnn(packed)
+        return self.head(hidden[-1]).squeeze(-1)
+
+
+def test_a_step_shaped_by_tensor_values_is_traced_for_real_when_memory_allows(
+        monkeypatch) -> None:  # noqa: ANN001
+    from predictor import describe as describing
+
+    torch.manual_seed(0)
+    model = PackedSequence()
+    inputs = (torch.randint(0, 3_000, (64, 20)), torch.randint(1, 21, (64,)))
+    opt = torch.optim.Adam(model.parameters())
+    ann = describe(model, inputs, opt)
+    real = measure.trace_training(model, opt, lambda: model(*inputs).mean(), list(inputs), 64)
+    want = dataset.measured_fields(real, 64)
+    for k in ("saved_bytes", "backward_bytes", "step_bytes"):
+        assert ann[k] == pytest.approx(want[k], rel=1e-6), k
+    monkeypatch.setattr(describing, "_available_bytes", lambda: 1024)
+    with pytest.raises(DescribeError, match="pack_padded_sequence.*GiB is available"):
+        describe(model, inputs, opt)
