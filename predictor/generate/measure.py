@@ -44,7 +44,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from predictor import caching_allocator
-from predictor.generate import fake_kernels, models
+from predictor.generate import kernel_gaps, models
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -101,7 +101,7 @@ class StepTracer(TorchDispatchMode):
         self.n_ops = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = fake_kernels.complete(func, args, func(*args, **(kwargs or {})))
+        out = kernel_gaps.complete(func, args, func(*args, **(kwargs or {})))
         if func.namespace == "prim":
             return out
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]

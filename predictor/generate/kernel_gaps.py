@@ -1,16 +1,24 @@
-"""Where PyTorch's fake (meta) kernels allocate less than the real ones, the real sizes.
+"""What PyTorch's own tooling gets wrong about a kernel, mended for the tracer.
 
-The tracer runs a step on fake tensors to measure it without the memory (``describe``, the
-generator's fake rows); their sizes are what the meta kernels return. One is known to be
-wrong in a way that matters for training memory: the oneDNN LSTM layer
-(``aten.mkldnn_rnn_layer``, what ``nn.LSTM`` runs on the CPU) returns an empty workspace,
-while the real kernel returns the gates and states it keeps for backward (about 60 bytes
-per sequence step, sample and hidden unit in fp32: 116 MiB for a batch of 512 over 30 steps
-at 128 units, 8x its output), alive from the forward to the backward. Its size is oneDNN's
-(padded, aligned), so it is measured: the real kernel runs on zero tensors of the same
-layer: at the traced sizes when its workspace is small (tens of MiB), else at a few short
-sequences and small batches, and the size at the traced ones is the bilinear fit through
-them (within 0.01 % of the real kernel's at batches of 512-1,000 over 30-200 steps).
+**Fake kernels that allocate less than the real ones.** The tracer runs a step on fake
+tensors to measure it without the memory (``describe``, the generator's fake rows); their
+sizes are what the meta kernels return. One is known to be wrong in a way that matters for
+training memory: the oneDNN LSTM layer (``aten.mkldnn_rnn_layer``, what ``nn.LSTM`` runs on
+the CPU) returns an empty workspace, while the real kernel returns the gates and states it
+keeps for backward (about 60 bytes per sequence step, sample and hidden unit in fp32:
+116 MiB for a batch of 512 over 30 steps at 128 units, 8x its output), alive from the
+forward to the backward. Its size is oneDNN's (padded, aligned), so it is measured: the real
+kernel runs on zero tensors of the same layer: at the traced sizes when its workspace is
+small (tens of MiB), else at a few short sequences and small batches, and the size at the
+traced ones is the bilinear fit through them (within 0.01 % of the real kernel's at batches
+of 512-1,000 over 30-200 steps).
+
+**Kernels the FLOP counter has no formula for.** ``FlopCounterMode`` counts none for the same
+LSTM layer, so an LSTM model's ``macs`` (what the job fields carry, and what their
+activation terms scale with) missed its recurrent layers: registered here as what the layer
+multiplies, 2 x steps x batch x gates x units x (inputs + units) FLOPs forward (the
+input and recurrent projections of every gate at every step), twice that backward (the
+gradients of the inputs and of the weights), as the counter prices a matmul.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.utils.flop_counter import register_flop_formula
 
 MKLDNN_RNN = getattr(getattr(torch.ops.aten, "mkldnn_rnn_layer", None), "default", None)
 EXACT_UP_TO = 64 * 2**20  # a workspace about this small is measured at the traced sizes
@@ -78,3 +87,25 @@ def _probe(layer: tuple, steps: int, batch: int) -> int:
         real = [list(a) if isinstance(a, tuple) else a for a in settings]
         got = MKLDNN_RNN(x, *ws, *hc, *real)
         return int(got[3].nbytes)
+
+
+def _rnn_layer_flops(input_shape: Any, w_input: Any, w_hidden: Any) -> int:
+    """Forward FLOPs of one oneDNN RNN layer: every gate's input and recurrent projection at
+    every step (input: steps x batch x features; weights: gates x units by inputs, and by
+    units)."""
+    steps, batch = int(input_shape[0]), int(input_shape[1])
+    rows, inputs = (int(d) for d in w_input)
+    return 2 * steps * batch * rows * (inputs + int(w_hidden[1]))
+
+
+_RNN_PACKET = getattr(torch.ops.aten, "mkldnn_rnn_layer", None)
+_RNN_BACKWARD_PACKET = getattr(torch.ops.aten, "mkldnn_rnn_layer_backward", None)
+if _RNN_PACKET is not None:
+    @register_flop_formula(_RNN_PACKET)
+    def _rnn_forward_flops(input_shape, w0, w1, *args, **kwargs) -> int:  # noqa: ANN001, ANN002, ANN003
+        return _rnn_layer_flops(input_shape, w0, w1)
+
+if _RNN_BACKWARD_PACKET is not None:
+    @register_flop_formula(_RNN_BACKWARD_PACKET)
+    def _rnn_backward_flops(input_shape, w0, w1, *args, **kwargs) -> int:  # noqa: ANN001, ANN002, ANN003
+        return 2 * _rnn_layer_flops(input_shape, w0, w1)
