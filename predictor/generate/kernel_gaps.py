@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
-from torch.utils.flop_counter import register_flop_formula
+from torch.utils.flop_counter import flop_registry, register_flop_formula
 
 MKLDNN_RNN = getattr(getattr(torch.ops.aten, "mkldnn_rnn_layer", None), "default", None)
 EXACT_UP_TO = 64 * 2**20  # a workspace about this small is measured at the traced sizes
@@ -98,14 +98,15 @@ def _rnn_layer_flops(input_shape: Any, w_input: Any, w_hidden: Any) -> int:
     return 2 * steps * batch * rows * (inputs + int(w_hidden[1]))
 
 
+# (a PyTorch that prices the layer itself keeps its own formula)
 _RNN_PACKET = getattr(torch.ops.aten, "mkldnn_rnn_layer", None)
 _RNN_BACKWARD_PACKET = getattr(torch.ops.aten, "mkldnn_rnn_layer_backward", None)
-if _RNN_PACKET is not None:
+if _RNN_PACKET is not None and _RNN_PACKET not in flop_registry:
     @register_flop_formula(_RNN_PACKET)
     def _rnn_forward_flops(input_shape, w0, w1, *args, **kwargs) -> int:  # noqa: ANN001, ANN002, ANN003
         return _rnn_layer_flops(input_shape, w0, w1)
 
-if _RNN_BACKWARD_PACKET is not None:
+if _RNN_BACKWARD_PACKET is not None and _RNN_BACKWARD_PACKET not in flop_registry:
     @register_flop_formula(_RNN_BACKWARD_PACKET)
     def _rnn_backward_flops(input_shape, w0, w1, *args, **kwargs) -> int:  # noqa: ANN001, ANN002, ANN003
         return 2 * _rnn_layer_flops(input_shape, w0, w1)

@@ -299,10 +299,10 @@ async def test_without_a_usable_creation_time_the_wait_counts_from_the_first_fil
     p = reader()
     if stamp == "ahead":  # the API server's clock ahead of ours
         stamped(p, NOW[0] + 3_600)
+    elif stamp == "garbage":
+        p["metadata"]["creationTimestamp"] = "yesterday"
     else:
-        p["metadata"]["creationTimestamp"] = "yesterday" if stamp == "garbage" else None
-        if stamp == "absent":
-            del p["metadata"]["creationTimestamp"]
+        del p["metadata"]["creationTimestamp"]
     assert (await s.filter(filter_args(p, NAMES))).NodeNames == []
     NOW[0] += 30
     out = await s.filter(filter_args(p, NAMES))
