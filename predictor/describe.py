@@ -14,7 +14,8 @@ with the same class and hyper-parameters (so foreach / single-tensor / fused is 
 Sparse gradients make the optimizer step's sizes depend on the ids drawn (how many are
 unique), and an op such as ``pack_padded_sequence`` shapes its output by the lengths' values,
 which fake tensors cannot know: such models are traced on real copies instead, when the
-memory that takes is available.
+memory that takes is available. A model too large to build can be built on the ``meta``
+device (no memory) and is traced as on the CPU.
 
 The ``describe`` CLI takes ``MODULE:FACTORY``; the factory is called without arguments and
 returns ``(model, example_inputs, optimizer)`` or ``(model, example_inputs, optimizer,
@@ -137,6 +138,11 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
             return _trace(model, inputs, opts, loss_fn, fake=True)
         except (DynamicOutputShapeException, DataDependentOutputException) as exc:
             why = f"{exc} has outputs shaped by tensor values"
+    if any(t.device.type == "meta" for t in (*model.parameters(), *model.buffers())):
+        raise DescribeError(
+            f"describing this model takes a real training step ({why}), and its parameters are"
+            " on the meta device: build it on the CPU (smaller tables describe the same"
+            " per-row costs) or without what needs the real step")
     need = REAL_TRACE_FACTOR * sum(p.nbytes for p in model.parameters())
     free = _available_bytes()
     if free is not None and need > free:
@@ -173,7 +179,11 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
     mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
 
     def make(t: Any) -> Any:
-        return mode.from_tensor(t) if fake else t.clone()
+        if not fake:
+            return t.clone()
+        if t.device.type == "meta":  # built without memory: traced as a CPU tensor
+            return mode.fake_tensor_converter.from_meta_and_device(mode, t, torch.device("cpu"))
+        return mode.from_tensor(t)
 
     mapping, saved = _swap(model, make)
     try:

@@ -196,3 +196,19 @@ def test_a_step_shaped_by_tensor_values_is_traced_for_real_when_memory_allows(
     monkeypatch.setattr(describing, "_available_bytes", lambda: 1024)
     with pytest.raises(DescribeError, match="pack_padded_sequence.*GiB is available"):
         describe(model, inputs, opt)
+
+
+def test_a_model_built_on_the_meta_device_is_described_as_on_the_cpu() -> None:
+    def build(device: str) -> tuple:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.EmbeddingBag(20_000, 16, mode="sum", device=device),
+                                    torch.nn.Linear(16, 8, device=device), torch.nn.ReLU(),
+                                    torch.nn.Linear(8, 1, device=device))
+        return model, torch.optim.Adagrad(model.parameters())
+
+    ids = torch.randint(0, 20_000, (64, 3))
+    on_cpu, on_meta = (describe(m, ids, opt) for m, opt in (build("cpu"), build("meta")))
+    assert on_meta == on_cpu
+    emb = torch.nn.EmbeddingBag(20_000, 16, mode="sum", sparse=True, device="meta")
+    with pytest.raises(DescribeError, match="sparse gradients.*meta device"):
+        describe(emb, ids, torch.optim.SGD(emb.parameters(), lr=0.1))
