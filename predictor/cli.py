@@ -185,8 +185,11 @@ def step_bounds(gpu_data: Path | None, quantile: float, out: Path) -> None:
 @click.argument("target", metavar="MODULE:FACTORY")
 @click.option("--family", default=None, help="Override the family guessed from the layers.")
 @click.option("--gpu-model", default=None, help="Target GPU model written into the annotation.")
+@click.option("--autocast", type=click.Choice(["bf16", "fp16"]), default=None,
+              help="The job trains with mixed precision (torch.autocast to this dtype).")
 @click.option("--indent", is_flag=True, help="Pretty-print.")
-def describe(target: str, family: str | None, gpu_model: str | None, indent: bool) -> None:
+def describe(target: str, family: str | None, gpu_model: str | None, autocast: str | None,
+             indent: bool) -> None:
     """Print the sparse.io/model annotation of a PyTorch model: FACTORY() returns
     (model, example_inputs, optimizer[, loss_fn]); one training step is traced under
     FakeTensorMode on the CPU (needs torch)."""
@@ -196,7 +199,8 @@ def describe(target: str, family: str | None, gpu_model: str | None, indent: boo
     except ImportError as exc:
         raise click.ClickException(f"describe needs torch: pip install torch ({exc})") from None
     try:
-        ann = describe_mod.describe_factory(target, family=family, gpu_model=gpu_model)
+        ann = describe_mod.describe_factory(target, family=family, gpu_model=gpu_model,
+                                            autocast=autocast)
     except (describe_mod.DescribeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(ann, indent=1 if indent else None))

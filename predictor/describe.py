@@ -39,6 +39,7 @@ OPTIMIZER_NAMES = {"SGD": "sgd", "Adagrad": "adagrad", "Adam": "adam", "AdamW": 
 # A real trace holds a copy of the parameters, their gradients and up to two optimizer
 # states, besides the activations.
 REAL_TRACE_FACTOR = 4
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 DTYPE_NAMES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
 
 
@@ -122,7 +123,7 @@ def _restore(saved: list) -> None:
 
 
 def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
-                sparse: bool) -> dict[str, Any]:
+                sparse: bool, autocast: Any = None) -> dict[str, Any]:
     """The step on fake tensors; on real copies where fake ones cannot tell what it does:
     sparse gradients (the optimizer's work depends on how many drawn ids are unique), or an
     op whose output shape depends on tensor values (``pack_padded_sequence``: the lengths)."""
@@ -135,7 +136,7 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
         why = "its tables take sparse gradients"
     else:
         try:
-            return _trace(model, inputs, opts, loss_fn, fake=True)
+            return _trace(model, inputs, opts, loss_fn, fake=True, autocast=autocast)
         except (DynamicOutputShapeException, DataDependentOutputException) as exc:
             why = f"{exc} has outputs shaped by tensor values"
     if any(t.device.type == "meta" for t in (*model.parameters(), *model.buffers())):
@@ -150,7 +151,7 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
             f"describing this model takes a real training step on the CPU ({why}), about"
             f" {need / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB is available: run describe"
             " where more memory is free")
-    return _trace(model, inputs, opts, loss_fn, fake=False)
+    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast)
 
 
 def _available_bytes() -> int | None:
@@ -166,7 +167,7 @@ def _available_bytes() -> int | None:
 
 
 def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
-           fake: bool) -> dict[str, Any]:
+           fake: bool, autocast: Any = None) -> dict[str, Any]:
     import contextlib
 
     import torch
@@ -196,14 +197,18 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
             batch = int(flat[0].shape[0]) if flat[0].dim() else 1
 
             def compute_loss() -> Any:
-                out = model(*ins)
-                if loss_fn is not None:
-                    return loss_fn(out, *ins)
-                outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
-                        and t.is_floating_point()]
-                if not outs:
-                    raise DescribeError("the model returns no floating tensor: pass loss_fn")
-                return sum(o.float().mean() for o in outs)
+                # mixed precision as a training loop runs it: forward and loss under autocast
+                # (its cast weights cached until it exits), backward after
+                with (torch.autocast("cpu", dtype=autocast) if autocast is not None
+                      else contextlib.nullcontext()):
+                    out = model(*ins)
+                    if loss_fn is not None:
+                        return loss_fn(out, *ins)
+                    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+                            and t.is_floating_point()]
+                    if not outs:
+                        raise DescribeError("the model returns no floating tensor: pass loss_fn")
+                    return sum(o.float().mean() for o in outs)
 
             m = measure.trace_training(model, opt, compute_loss, flat, batch)
     finally:
@@ -215,13 +220,23 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
 
 def describe(model: Any, example_inputs: Any, optimizer: Any,
              loss_fn: Callable | None = None, *, family: str | None = None,
-             gpu_model: str | None = None) -> dict[str, Any]:
+             gpu_model: str | None = None, autocast: Any = None) -> dict[str, Any]:
     """The ``sparse.io/model`` annotation (a JSON-able dict) of one training step of ``model``
     on the batch ``example_inputs`` (a tuple of positional arguments, a single object is
     wrapped) with ``optimizer`` (one ``torch.optim.Optimizer`` built on the model's
     parameters, or a list of them). ``loss_fn(output, *example_inputs)`` returns the scalar
-    loss; default: the mean of the output."""
+    loss; default: the mean of the output. ``autocast``: the job trains with mixed precision
+    (``torch.autocast`` to ``torch.bfloat16`` / ``torch.float16``, or ``"bf16"`` /
+    ``"fp16"``): the forward and the loss are traced under it."""
     import torch
+
+    if isinstance(autocast, str):
+        if autocast not in AUTOCAST_DTYPES:
+            raise DescribeError(f"autocast must be one of {sorted(AUTOCAST_DTYPES)}, got"
+                                f" {autocast!r}")
+        autocast = getattr(torch, AUTOCAST_DTYPES[autocast])
+    elif autocast is not None and autocast not in (torch.bfloat16, torch.float16):
+        raise DescribeError(f"autocast must be torch.bfloat16 or torch.float16, got {autocast}")
 
     if not isinstance(model, torch.nn.Module):
         raise DescribeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -234,7 +249,7 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
         raise DescribeError("the optimizer holds parameters that are not the model's")
     sparse = any(getattr(m, "sparse", False) for m in model.modules()
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
-    m = _trace_step(model, inputs, opts, loss_fn, sparse)
+    m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast)
     b = m["batch_size"]
     tables = schema.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
     floats = [(shape, dt) for shape, dt in m["flat_inputs"] if dt.is_floating_point]

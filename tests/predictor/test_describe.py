@@ -89,6 +89,10 @@ def test_cli_describe_module_factory(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert ann["optimizer_impl"] == "single"  # foreach=False, kept for the job fields
     spec = features.parse_model(json.dumps(ann))
     assert features.input_level(spec) == "described"
+    r = CliRunner().invoke(main, ["describe", "mymodel:make", "--autocast", "bf16"])
+    assert r.exit_code == 0, r.output
+    mixed = json.loads(r.output.strip().splitlines()[-1])
+    assert mixed["saved_bytes"] < ann["saved_bytes"]
     r = CliRunner().invoke(main, ["describe", "mymodel:broken"])
     assert r.exit_code != 0 and "must return" in r.output
     r = CliRunner().invoke(main, ["describe", "nomodule:make"])
@@ -212,3 +216,27 @@ def test_a_model_built_on_the_meta_device_is_described_as_on_the_cpu() -> None:
     emb = torch.nn.EmbeddingBag(20_000, 16, mode="sum", sparse=True, device="meta")
     with pytest.raises(DescribeError, match="sparse gradients.*meta device"):
         describe(emb, ids, torch.optim.SGD(emb.parameters(), lr=0.1))
+
+
+def test_mixed_precision_is_traced_under_autocast_as_a_training_loop_runs_it() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(4_000, 64), torch.nn.Linear(64, 256),
+                                torch.nn.GELU(), torch.nn.Linear(256, 64))
+    ids = torch.randint(0, 4_000, (32, 16))
+    opt = torch.optim.AdamW(model.parameters())
+    full = describe(model, ids, opt)
+    bf16 = describe(model, ids, opt, autocast=torch.bfloat16)
+    assert describe(model, ids, opt, autocast="bf16") == bf16
+    assert bf16["saved_bytes"] < 0.75 * full["saved_bytes"]  # half-width activations kept
+    assert bf16["dtype"] == full["dtype"] == "fp32"  # the parameters stay fp32
+
+    def step() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(ids).float().mean()
+
+    real = dataset.measured_fields(measure.trace_training(model, opt, step, [ids], 32), 32)
+    for k in ("saved_bytes", "backward_bytes", "step_bytes"):
+        assert bf16[k] == pytest.approx(real[k], rel=1e-6), k
+    assert describe(model, ids, opt, autocast="fp16")["saved_bytes"] < full["saved_bytes"]
+    with pytest.raises(DescribeError, match="autocast"):
+        describe(model, ids, opt, autocast="fp8")
