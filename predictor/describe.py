@@ -142,8 +142,7 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
     if any(t.device.type == "meta" for t in (*model.parameters(), *model.buffers())):
         raise DescribeError(
             f"describing this model takes a real training step ({why}), and its parameters are"
-            " on the meta device: build it on the CPU (smaller tables describe the same"
-            " per-row costs) or without what needs the real step")
+            " on the meta device, which holds no values: build it on the CPU")
     need = REAL_TRACE_FACTOR * sum(p.nbytes for p in model.parameters())
     free = _available_bytes()
     if free is not None and need > free:
