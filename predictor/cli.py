@@ -206,6 +206,47 @@ def describe(target: str, family: str | None, gpu_model: str | None, autocast: s
     click.echo(json.dumps(ann, indent=1 if indent else None))
 
 
+@main.command("validate-tracer")
+@click.argument("targets", nargs=-1, metavar="[MODULE:FACTORY]...")
+@click.option("--batch", default=512, show_default=True,
+              help="Batch of the built-in architectures (a factory brings its own).")
+@click.option("--autocast", type=click.Choice(["bf16", "fp16"]), default=None,
+              help="Trace under mixed precision (torch.autocast to this dtype).")
+def validate_tracer(targets: tuple[str, ...], batch: int, autocast: str | None) -> None:
+    """describe against a real CPU step of the same model: the tracer's peak and the CPU
+    allocator's. Without targets: eight recommendation architectures outside the training
+    families (predictor/generate/outside.py). Needs torch and the memory of a real step."""
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        from predictor import describe as describing
+        from predictor import validate
+        from predictor.generate import outside
+    except ImportError as exc:
+        raise click.ClickException(f"validate-tracer needs torch: pip install torch ({exc})"
+                                   ) from None
+    cases = ({t: (lambda t=t: describing.load_factory(t)()) for t in targets} if targets
+             else {name: (lambda f=f: f(batch)) for name, f in outside.ARCHITECTURES.items()})
+    est = estimate.Estimator.load()
+    click.echo(f"{'model':<24} {'describe':>9} {'traced':>9} {'allocator':>9} {'describe':>9}"
+               f" {'job':>9} {'job':>8}")
+    click.echo(f"{'':<24} {'MiB':>9} {'MiB':>9} {'MiB':>9} {'vs alloc':>9} {'MiB':>9}"
+               f" {'vs alloc':>8}")
+    failed = 0
+    for name, factory in cases.items():
+        try:
+            parts = describing.factory_parts(factory(), name)
+            c = validate.check(*parts, autocast=autocast, estimator=est)
+        except (describing.DescribeError, ValueError, TypeError) as exc:
+            failed += 1
+            click.echo(f"{name:<24} failed: {exc}")
+            continue
+        click.echo(f"{name:<24} {c.train_mib:>9.1f} {c.traced_mib:>9.1f} {c.allocator_mib:>9.1f}"
+                   f" {100 * c.error(c.train_mib):>+8.1f}% {c.job_mib:>9.1f}"
+                   f" {100 * c.error(c.job_mib):>+7.1f}%")
+    if failed:
+        raise click.ClickException(f"{failed} of {len(cases)} could not be checked")
+
+
 @main.command()
 @click.option("--pod", "pod_file", type=click.Path(exists=True, path_type=Path),
               help="Pod manifest (YAML/JSON) carrying sparse.io/model or task_info.")

@@ -139,18 +139,22 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
             return _trace(model, inputs, opts, loss_fn, fake=True, autocast=autocast)
         except (DynamicOutputShapeException, DataDependentOutputException) as exc:
             why = f"{exc} has outputs shaped by tensor values"
+    check_room_for_real_step(model, f"describing this model takes a real training step ({why})")
+    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast)
+
+
+def check_room_for_real_step(model: Any, what: str) -> None:
+    """Raise :class:`DescribeError` (starting with ``what``) when a real step of ``model`` on
+    the CPU cannot run here: parameters on the meta device, or too little memory free."""
     if any(t.device.type == "meta" for t in (*model.parameters(), *model.buffers())):
-        raise DescribeError(
-            f"describing this model takes a real training step ({why}), and its parameters are"
-            " on the meta device, which holds no values: build it on the CPU")
+        raise DescribeError(f"{what}, and its parameters are on the meta device, which holds"
+                            " no values: build it on the CPU")
     need = REAL_TRACE_FACTOR * sum(p.nbytes for p in model.parameters())
     free = _available_bytes()
     if free is not None and need > free:
-        raise DescribeError(
-            f"describing this model takes a real training step on the CPU ({why}), about"
-            f" {need / 2**30:.1f} GiB, and {free / 2**30:.1f} GiB is available: run describe"
-            " where more memory is free")
-    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast)
+        raise DescribeError(f"{what}, about {need / 2**30:.1f} GiB on the CPU, and"
+                            f" {free / 2**30:.1f} GiB is available: run it where more memory"
+                            " is free")
 
 
 def _available_bytes() -> int | None:
@@ -166,7 +170,7 @@ def _available_bytes() -> int | None:
 
 
 def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
-           fake: bool, autocast: Any = None) -> dict[str, Any]:
+           fake: bool, autocast: Any = None, allocator: bool = False) -> dict[str, Any]:
     import contextlib
 
     import torch
@@ -209,7 +213,8 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
                         raise DescribeError("the model returns no floating tensor: pass loss_fn")
                     return sum(o.float().mean() for o in outs)
 
-            m = measure.trace_training(model, opt, compute_loss, flat, batch)
+            m = measure.trace_training(model, opt, compute_loss, flat, batch,
+                                       allocator=allocator)
     finally:
         _restore(saved)
     m["batch_size"] = batch
@@ -229,6 +234,30 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
     ``"fp16"``): the forward and the loss are traced under it."""
     import torch
 
+    inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
+    sparse = any(getattr(m, "sparse", False) for m in model.modules()
+                 if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
+    m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast)
+    return _annotation(model, m, opts, sparse, family, gpu_model)
+
+
+def real_step(model: Any, example_inputs: Any, optimizer: Any,
+              loss_fn: Callable | None = None, *, autocast: Any = None) -> dict[str, Any]:
+    """The step ``describe`` traces, run for real on the CPU on copies of the model (the
+    model and optimizers are left as they are), under the tracer and the CPU allocator's
+    memory events: the measured columns, ``peak_bytes`` and ``alloc_peak_bytes`` among them
+    (:func:`predictor.generate.measure.trace_training`)."""
+    inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
+    check_room_for_real_step(model, "a real step of this model")
+    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast, allocator=True)
+
+
+def _arguments(model: Any, example_inputs: Any, optimizer: Any, autocast: Any
+               ) -> tuple[tuple, list[Any], Any]:
+    """``describe``'s arguments checked: the inputs as a tuple, the optimizers as a list, the
+    autocast dtype (or None)."""
+    import torch
+
     if isinstance(autocast, str):
         if autocast not in AUTOCAST_DTYPES:
             raise DescribeError(f"autocast must be one of {sorted(AUTOCAST_DTYPES)}, got"
@@ -246,9 +275,12 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
     owned = {id(p) for p in model.parameters()}
     if any(id(p) not in owned for o in opts for g in o.param_groups for p in g["params"]):
         raise DescribeError("the optimizer holds parameters that are not the model's")
-    sparse = any(getattr(m, "sparse", False) for m in model.modules()
-                 if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
-    m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast)
+    return inputs, opts, autocast
+
+
+def _annotation(model: Any, m: dict[str, Any], opts: list[Any], sparse: bool,
+                family: str | None, gpu_model: str | None) -> dict[str, Any]:
+    """The annotation of the traced step ``m``."""
     b = m["batch_size"]
     tables = schema.group_tables([(int(r), int(d), float(p)) for r, d, p in m["tables"]])
     floats = [(shape, dt) for shape, dt in m["flat_inputs"] if dt.is_floating_point]
@@ -306,18 +338,21 @@ def load_factory(target: str) -> Callable[[], Any]:
     return fn
 
 
+def factory_parts(made: Any, target: str) -> tuple:
+    """``(model, example_inputs, optimizer, loss_fn)`` from what a factory returned."""
+    if isinstance(made, dict):
+        return (made.get("model"), made.get("example_inputs"), made.get("optimizer"),
+                made.get("loss_fn"))
+    if isinstance(made, tuple) and len(made) in (3, 4):
+        return (*made, None) if len(made) == 3 else made
+    raise DescribeError(f"{target} must return (model, example_inputs, optimizer"
+                        "[, loss_fn]) or a dict with those keys")
+
+
 def describe_factory(target: str, **kw: Any) -> dict[str, Any]:
     """Call the factory ``MODULE:FACTORY`` and describe what it returns."""
-    made = load_factory(target)()
-    if isinstance(made, dict):
-        parts = (made.get("model"), made.get("example_inputs"), made.get("optimizer"),
-                 made.get("loss_fn"))
-    elif isinstance(made, tuple) and len(made) in (3, 4):
-        parts = (*made, None) if len(made) == 3 else made
-    else:
-        raise DescribeError(f"{target} must return (model, example_inputs, optimizer"
-                            "[, loss_fn]) or a dict with those keys")
-    return describe(*parts, **kw)
+    return describe(*factory_parts(load_factory(target)(), target), **kw)
 
 
-__all__ = ["DescribeError", "describe", "describe_factory", "load_factory"]
+__all__ = ["DescribeError", "describe", "describe_factory", "factory_parts", "load_factory",
+           "real_step"]

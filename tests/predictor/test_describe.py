@@ -240,3 +240,49 @@ def test_mixed_precision_is_traced_under_autocast_as_a_training_loop_runs_it() -
     assert describe(model, ids, opt, autocast="fp16")["saved_bytes"] < full["saved_bytes"]
     with pytest.raises(DescribeError, match="autocast"):
         describe(model, ids, opt, autocast="fp8")
+
+
+def test_validate_tracer_sets_describe_against_a_real_step(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "seqmodel.py").write_text(textwrap.dedent("""
+        import torch
+
+        class Seq(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(2000, 16)
+                self.rnn = torch.nn.LSTM(16, 24, batch_first=True)
+                self.head = torch.nn.Linear(24, 1)
+
+            def forward(self, ids):
+                return self.head(self.rnn(self.emb(ids))[0][:, -1]).squeeze(-1)
+
+        def make():
+            model = Seq()
+            return model, (torch.randint(0, 2000, (64, 20)),), torch.optim.Adam(model.parameters())
+
+        def broken():
+            return 42
+    """))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["validate-tracer", "seqmodel:make"])
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("seqmodel:make"))
+    described, traced, allocator = (float(x) for x in row.split()[1:4])
+    assert described == pytest.approx(traced, rel=1e-3) and allocator >= traced
+    r = CliRunner().invoke(main, ["validate-tracer", "seqmodel:make", "seqmodel:broken",
+                                  "nomodule:make"])
+    assert r.exit_code != 0 and "must return" in r.output and "cannot import" in r.output
+    assert "2 of 3 could not be checked" in r.output
+
+
+@pytest.mark.slow
+def test_architectures_outside_the_training_families_are_described_as_traced() -> None:
+    from predictor.generate import outside
+    from predictor.validate import check
+
+    for name, factory in outside.ARCHITECTURES.items():
+        torch.manual_seed(0)
+        c = check(*factory(32))
+        assert c.train_mib == pytest.approx(c.traced_mib, rel=1e-3), name
+        assert c.allocator_mib >= 0.98 * c.traced_mib, name
