@@ -208,7 +208,7 @@ def describe(target: str, family: str | None, gpu_model: str | None, autocast: s
 
 @main.command("validate-tracer")
 @click.argument("targets", nargs=-1, metavar="[MODULE:FACTORY]...")
-@click.option("--batch", default=512, show_default=True,
+@click.option("--batch", default=512, show_default=True, type=click.IntRange(1),
               help="Batch of the built-in architectures (a factory brings its own).")
 @click.option("--autocast", type=click.Choice(["bf16", "fp16"]), default=None,
               help="Trace under mixed precision (torch.autocast to this dtype).")
@@ -236,8 +236,8 @@ def validate_tracer(targets: tuple[str, ...], batch: int, autocast: str | None) 
         try:
             parts = describing.factory_parts(factory(), name)
             c = validate.check(*parts, autocast=autocast, estimator=est)
-        except (describing.DescribeError, ValueError, TypeError) as exc:
-            failed += 1
+        except (describing.DescribeError, ValueError, TypeError, RuntimeError) as exc:
+            failed += 1  # (RuntimeError: what the user's model raised in its step)
             click.echo(f"{name:<24} failed: {exc}")
             continue
         click.echo(f"{name:<24} {c.train_mib:>9.1f} {c.traced_mib:>9.1f} {c.allocator_mib:>9.1f}"
