@@ -4,9 +4,12 @@ kill -9, a Redis restart and a Sentinel failover in the middle. Behaviour only, 
 
 from __future__ import annotations
 
+import pytest
+
 from chaos.replicas_driver import run_chaos
 
 
+@pytest.mark.slow  # about a minute: make test-slow (and CI) run it
 async def test_replica_chaos_short_form(tmp_path) -> None:
     fig = await run_chaos(tmp_path, binds=200, in_flight=40, nodes=6, gpus=4)
     print("\n".join(fig.lines()))
