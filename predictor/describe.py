@@ -123,7 +123,8 @@ def _restore(saved: list) -> None:
 
 
 def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
-                sparse: bool, autocast: Any = None) -> dict[str, Any]:
+                sparse: bool, autocast: Any = None, kwargs: dict | None = None
+                ) -> dict[str, Any]:
     """The step on fake tensors; on real copies where fake ones cannot tell what it does:
     sparse gradients (the optimizer's work depends on how many drawn ids are unique), or an
     op whose output shape depends on tensor values (``pack_padded_sequence``: the lengths)."""
@@ -136,11 +137,12 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
         why = "its tables take sparse gradients"
     else:
         try:
-            return _trace(model, inputs, opts, loss_fn, fake=True, autocast=autocast)
+            return _trace(model, inputs, opts, loss_fn, fake=True, autocast=autocast,
+                          kwargs=kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException) as exc:
             why = f"{exc} has outputs shaped by tensor values"
     check_room_for_real_step(model, f"describing this model takes a real training step ({why})")
-    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast)
+    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast, kwargs=kwargs)
 
 
 def check_room_for_real_step(model: Any, what: str) -> None:
@@ -170,7 +172,8 @@ def _available_bytes() -> int | None:
 
 
 def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
-           fake: bool, autocast: Any = None, allocator: bool = False) -> dict[str, Any]:
+           fake: bool, autocast: Any = None, allocator: bool = False,
+           kwargs: dict | None = None) -> dict[str, Any]:
     import contextlib
 
     import torch
@@ -192,9 +195,10 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
     mapping, saved = _swap(model, make)
     try:
         with mode:
-            ins = tree_map(lambda t: make(t) if isinstance(t, torch.Tensor) else t, inputs)
+            ins, kw = tree_map(lambda t: make(t) if isinstance(t, torch.Tensor) else t,
+                               (inputs, kwargs or {}))
             opt = measure.Optimizers([_rebuild(o, mapping) for o in opts])
-            flat = [t for t in tree_flatten(ins)[0] if isinstance(t, torch.Tensor)]
+            flat = [t for t in tree_flatten((ins, kw))[0] if isinstance(t, torch.Tensor)]
             if not flat:
                 raise DescribeError("example_inputs hold no tensor")
             batch = int(flat[0].shape[0]) if flat[0].dim() else 1
@@ -204,9 +208,9 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
                 # (its cast weights cached until it exits), backward after
                 with (torch.autocast("cpu", dtype=autocast) if autocast is not None
                       else contextlib.nullcontext()):
-                    out = model(*ins)
+                    out = model(*ins, **kw)
                     if loss_fn is not None:
-                        return loss_fn(out, *ins)
+                        return _scalar(loss_fn(out, *ins))
                     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
                             and t.is_floating_point()]
                     if not outs:
@@ -224,32 +228,57 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
 
 def describe(model: Any, example_inputs: Any, optimizer: Any,
              loss_fn: Callable | None = None, *, family: str | None = None,
-             gpu_model: str | None = None, autocast: Any = None) -> dict[str, Any]:
+             gpu_model: str | None = None, autocast: Any = None,
+             example_kwargs: dict | None = None) -> dict[str, Any]:
     """The ``sparse.io/model`` annotation (a JSON-able dict) of one training step of ``model``
     on the batch ``example_inputs`` (a tuple of positional arguments, a single object is
     wrapped) with ``optimizer`` (one ``torch.optim.Optimizer`` built on the model's
     parameters, or a list of them). ``loss_fn(output, *example_inputs)`` returns the scalar
     loss; default: the mean of the output. ``autocast``: the job trains with mixed precision
     (``torch.autocast`` to ``torch.bfloat16`` / ``torch.float16``, or ``"bf16"`` /
-    ``"fp16"``): the forward and the loss are traced under it."""
+    ``"fp16"``): the forward and the loss are traced under it. ``example_kwargs``: keyword
+    arguments of the forward besides the positional ones (``model(*example_inputs,
+    **example_kwargs)``, as Hugging Face models take ``labels=``)."""
     import torch
 
     inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
     sparse = any(getattr(m, "sparse", False) for m in model.modules()
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
-    m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast)
+    m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast, _kwargs(example_kwargs))
     return _annotation(model, m, opts, sparse, family, gpu_model)
 
 
 def real_step(model: Any, example_inputs: Any, optimizer: Any,
-              loss_fn: Callable | None = None, *, autocast: Any = None) -> dict[str, Any]:
+              loss_fn: Callable | None = None, *, autocast: Any = None,
+              example_kwargs: dict | None = None) -> dict[str, Any]:
     """The step ``describe`` traces, run for real on the CPU on copies of the model (the
     model and optimizers are left as they are), under the tracer and the CPU allocator's
     memory events: the measured columns, ``peak_bytes`` and ``alloc_peak_bytes`` among them
     (:func:`predictor.generate.measure.trace_training`)."""
     inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
     check_room_for_real_step(model, "a real step of this model")
-    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast, allocator=True)
+    return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast, allocator=True,
+                  kwargs=_kwargs(example_kwargs))
+
+
+def _kwargs(example_kwargs: Any) -> dict:
+    if example_kwargs is None:
+        return {}
+    if not isinstance(example_kwargs, dict) or not all(isinstance(k, str)
+                                                       for k in example_kwargs):
+        raise DescribeError("example_kwargs must be a dict of keyword arguments")
+    return example_kwargs
+
+
+def _scalar(loss: Any) -> Any:
+    """The loss ``loss_fn`` returned, checked: backward needs one scalar tensor."""
+    import torch
+
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        what = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
+                else type(loss).__name__)
+        raise DescribeError(f"loss_fn must return the scalar loss, got {what}")
+    return loss
 
 
 def _arguments(model: Any, example_inputs: Any, optimizer: Any, autocast: Any
@@ -339,19 +368,21 @@ def load_factory(target: str) -> Callable[[], Any]:
 
 
 def factory_parts(made: Any, target: str) -> tuple:
-    """``(model, example_inputs, optimizer, loss_fn)`` from what a factory returned."""
+    """``(model, example_inputs, optimizer, loss_fn, example_kwargs)`` from what a factory
+    returned."""
     if isinstance(made, dict):
-        return (made.get("model"), made.get("example_inputs"), made.get("optimizer"),
-                made.get("loss_fn"))
+        return (made.get("model"), made.get("example_inputs", ()), made.get("optimizer"),
+                made.get("loss_fn"), made.get("example_kwargs"))
     if isinstance(made, tuple) and len(made) in (3, 4):
-        return (*made, None) if len(made) == 3 else made
+        return (*made, None, None) if len(made) == 3 else (*made, None)
     raise DescribeError(f"{target} must return (model, example_inputs, optimizer"
                         "[, loss_fn]) or a dict with those keys")
 
 
 def describe_factory(target: str, **kw: Any) -> dict[str, Any]:
     """Call the factory ``MODULE:FACTORY`` and describe what it returns."""
-    return describe(*factory_parts(load_factory(target)(), target), **kw)
+    model, inputs, optimizer, loss_fn, kwargs = factory_parts(load_factory(target)(), target)
+    return describe(model, inputs, optimizer, loss_fn, example_kwargs=kwargs, **kw)
 
 
 __all__ = ["DescribeError", "describe", "describe_factory", "factory_parts", "load_factory",

@@ -34,14 +34,16 @@ class Check:
 
 
 def check(model: Any, example_inputs: Any, optimizer: Any, loss_fn: Callable | None = None,
-          *, autocast: Any = None, estimator: estimate.Estimator | None = None) -> Check:
+          example_kwargs: dict | None = None, *, autocast: Any = None,
+          estimator: estimate.Estimator | None = None) -> Check:
     """Describe ``model`` (arguments as :func:`predictor.describe.describe`), predict it, and
     measure the same step for real."""
     import msgspec
 
     annotation = describing.describe(model, example_inputs, optimizer, loss_fn,
-                                     autocast=autocast)
-    real = describing.real_step(model, example_inputs, optimizer, loss_fn, autocast=autocast)
+                                     autocast=autocast, example_kwargs=example_kwargs)
+    real = describing.real_step(model, example_inputs, optimizer, loss_fn, autocast=autocast,
+                                example_kwargs=example_kwargs)
     est = estimator or estimate.Estimator.load()
     spec = msgspec.convert(annotation, schema.ModelSpec)
     job = schema.parse_model(msgspec.json.encode(schema.to_job_fields(spec)))

@@ -188,7 +188,9 @@ class _LeafActivations:
 
 
 class _Lookups:
-    """Embedding tables and the ids each one looks up per sample (shared tables add up)."""
+    """Embedding tables and the ids each one looks up per sample (shared tables add up). A
+    table is its weight: modules that share one (an encoder's and a decoder's token
+    embeddings tied to one matrix) are one table, looked up by both."""
 
     def __init__(self, model: torch.nn.Module, batch_size: int) -> None:
         self.batch = batch_size
@@ -199,7 +201,7 @@ class _Lookups:
         ]
 
     def _hook(self, m, inp, _out) -> None:  # noqa: ANN001
-        entry = self.ids.setdefault(id(m), [m.num_embeddings, m.embedding_dim, 0.0])
+        entry = self.ids.setdefault(id(m.weight), [m.num_embeddings, m.embedding_dim, 0.0])
         entry[2] += inp[0].numel() / self.batch
 
     def tables(self) -> list[list]:
@@ -331,10 +333,10 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
     out = {
         "n_params": sum(p.numel() for p in model.parameters()),
         "n_layers": models.count_layers(model),
-        "n_emb_params": sum(
-            p.numel() for m in model.modules()
+        "n_emb_params": sum({  # a weight shared by several tables counts once
+            id(p): p.numel() for m in model.modules()
             if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) for p in m.parameters()
-        ),
+        }.values()),
         "macs_per_sample": flops_fwd / 2 / b,
         "activations_per_sample": tracer.fwd_elems / b,
         "leaf_activations_per_sample": acts.elems / b if acts else 0,

@@ -286,3 +286,40 @@ def test_architectures_outside_the_training_families_are_described_as_traced() -
         c = check(*factory(32))
         assert c.train_mib == pytest.approx(c.traced_mib, rel=1e-3), name
         assert c.allocator_mib >= 0.98 * c.traced_mib, name
+
+
+class TiedTokens(torch.nn.Module):
+    """An encoder's and a decoder's token tables tied to one matrix, which also scores the
+    output (as T5 ties them), and a forward that takes the targets by keyword."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = torch.nn.Embedding(8_000, 32)
+        self.dec = torch.nn.Embedding(8_000, 32)
+        self.dec.weight = self.enc.weight
+        self.mix = torch.nn.Linear(32, 32)
+
+    def forward(self, source, *, targets):  # noqa: ANN001, ANN201
+        hidden = self.mix(self.enc(source).mean(1, keepdim=True) + self.dec(targets))
+        logits = hidden @ self.enc.weight.t()
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def test_a_table_shared_by_two_modules_is_one_table_and_keywords_reach_the_forward() -> None:
+    from predictor.validate import check
+
+    torch.manual_seed(0)
+    model = TiedTokens()
+    source, targets = torch.randint(0, 8_000, (32, 20)), torch.randint(0, 8_000, (32, 6))
+    opt = torch.optim.Adam(model.parameters())
+    ann = describe(model, (source,), opt, lambda loss, *_: loss,
+                   example_kwargs={"targets": targets})
+    assert ann["tables"] == [{"rows": 8_000, "dim": 32, "pooling": 26.0, "count": 1}]
+    assert ann["params"] == 8_000 * 32 + 32 * 32 + 32
+    c = check(model, (source,), opt, lambda loss, *_: loss, {"targets": targets})
+    assert c.train_mib == pytest.approx(c.traced_mib, rel=0.01)
+    with pytest.raises(DescribeError, match="scalar loss, got NoneType"):
+        describe(model, (source,), opt, lambda loss, *_: None,
+                 example_kwargs={"targets": targets})
+    with pytest.raises(DescribeError, match="example_kwargs"):
+        describe(model, (source,), opt, example_kwargs=[targets])
