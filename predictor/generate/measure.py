@@ -18,7 +18,9 @@ What is measured (all from the actual PyTorch op stream of two training steps, w
   until the cache is stable: what ``max_memory_reserved`` / ``max_memory_allocated`` would
   report for this step, workspaces allocated inside GPU kernels aside;
 * ``flops_step`` / ``flops_fwd``: ``torch.utils.flop_counter.FlopCounterMode`` (matmul/conv/
-  attention FLOPs; element-wise ops are not counted by PyTorch's counter);
+  attention FLOPs; element-wise ops are not counted by PyTorch's counter), on a forward and
+  backward of their own after the traced steps (the counter's module tracking keeps tensors
+  alive under activation checkpointing);
 * ``bytes_moved_step``: sum over non-view aten ops of input + output bytes; embedding lookups
   count only the gathered rows, not the whole table;
 * ``n_ops_step``: non-view aten ops per steady-state step (~ kernel launches on a GPU);
@@ -262,6 +264,21 @@ def _resident(model: torch.nn.Module, opt: Any, inputs: list[torch.Tensor]) -> l
     return out
 
 
+def _count_flops(opt: Any, compute_loss: Any) -> tuple[int, int]:
+    """FLOPs of one forward and of a whole step (forward and backward; the counter prices no
+    optimizer op), counted on a pass of their own after the traced steps: the counter's
+    module tracking keeps tensors alive that a step would have freed (with activation
+    checkpointing it more than doubled a BERT's peak), so it never runs while memory is
+    measured."""
+    with FlopCounterMode(display=False) as flops:
+        loss = compute_loss()
+        forward = flops.get_total_flops()
+        loss.backward()
+        del loss
+    opt.zero_grad(set_to_none=True)
+    return forward, flops.get_total_flops()
+
+
 def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                    inputs: list[torch.Tensor], batch_size: int,
                    allocator: bool = False) -> dict[str, Any]:
@@ -285,15 +302,13 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
     # parameters and buffers as it is built, the optimizer's up-front state, the batch
     for t in _resident(model, opt, inputs):
         tracer.book(tensor_bytes(t))
-    flops = FlopCounterMode(display=False)
     acts = None
     alloc = AllocatorTrace() if allocator else contextlib.nullcontext()
-    with alloc, tracer, flops, cuda_dropout(tracer):
+    with alloc, tracer, cuda_dropout(tracer):
         for step in range(2):
             if step == 1:
                 steady_from = len(tracer.events)
                 tracer.reset_counters()
-                flops_before = flops.get_total_flops()
                 acts = _LeafActivations(model)
                 lookups = _Lookups(model, batch_size)
                 base = tracer.cur
@@ -303,7 +318,6 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
             if step == 1:
                 tracer.count_fwd = False
                 act_fwd = tracer.cur - base
-                flops_fwd = flops.get_total_flops() - flops_before
                 acts.remove()
                 lookups.remove()
                 # the forward's transients (an addmm output before its activation) can top
@@ -324,8 +338,8 @@ def trace_training(model: torch.nn.Module, opt: Any, compute_loss: Any,
                 step_peak = tracer.peak - before_step
                 tracer.peak = max(peak_before, tracer.peak)
             opt.zero_grad(set_to_none=True)
-        flops_step = flops.get_total_flops() - flops_before
         events = tracer.cuda_events()
+    flops_fwd, flops_step = _count_flops(opt, compute_loss)
     cached = caching_allocator.replay(events, events[steady_from:])
     opt_state_bytes = _state_bytes(opt)
     base_bytes = param_bytes + input_bytes + init_state_bytes

@@ -323,3 +323,41 @@ def test_a_table_shared_by_two_modules_is_one_table_and_keywords_reach_the_forwa
                  example_kwargs={"targets": targets})
     with pytest.raises(DescribeError, match="example_kwargs"):
         describe(model, (source,), opt, example_kwargs=[targets])
+
+
+class Checkpointed(torch.nn.Module):
+    """Token embeddings and MLP blocks under activation checkpointing (recomputed in the
+    backward, as Hugging Face's gradient_checkpointing_enable() runs them)."""
+
+    def __init__(self, checkpointing: bool) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(4_000, 64)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 64)) for _ in range(4))
+        self.checkpointing = checkpointing
+
+    def forward(self, ids):  # noqa: ANN001, ANN201
+        x = self.emb(ids)
+        for block in self.blocks:
+            x = (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+                 if self.checkpointing else block(x)) + x
+        return x.mean()
+
+
+def test_activation_checkpointing_is_measured_as_it_trains() -> None:
+    # the FLOP counter's module tracking kept recomputed tensors alive: it must not run
+    # while memory is measured
+    from predictor.validate import check
+
+    ids = torch.randint(0, 4_000, (64, 64))
+    saved = {}
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = Checkpointed(checkpointing)
+        c = check(model, ids, torch.optim.AdamW(model.parameters()))
+        assert c.train_mib == pytest.approx(c.allocator_mib, rel=0.01), checkpointing
+        assert c.traced_mib == pytest.approx(c.allocator_mib, rel=0.01), checkpointing
+        saved[checkpointing] = describe(model, ids, torch.optim.AdamW(model.parameters())
+                                        )["saved_bytes"]
+    assert saved[True] < 0.5 * saved[False]
