@@ -80,8 +80,25 @@ def test_cli_describe_module_factory(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
         def broken():
             return 42
+
+        class Scored(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(1000, 16)
+
+            def forward(self, ids, *, weights):
+                return (self.emb(ids).sum(-1) * weights).mean()
+
+        def keywords():
+            model = Scored()
+            return {"model": model, "example_inputs": (torch.randint(0, 1000, (32, 8)),),
+                    "example_kwargs": {"weights": torch.rand(32, 8)},
+                    "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)}
     """))
     monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["describe", "mymodel:keywords"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.strip().splitlines()[-1])["batch_size"] == 32
     r = CliRunner().invoke(main, ["describe", "mymodel:make"])
     assert r.exit_code == 0, r.output
     ann = json.loads(r.output.strip().splitlines()[-1])
