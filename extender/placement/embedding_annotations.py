@@ -64,18 +64,20 @@ def parse_embedding(annotations: Mapping[str, str] | None) -> EmbeddingSpec | No
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
                               or steps < 1):
         raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'steps' must be a positive integer")
-    compute = doc.get("stepComputeMs")
-    if compute is not None and (isinstance(compute, bool) or not isinstance(compute, int | float)
-                                or not math.isfinite(compute) or compute < 0):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'stepComputeMs' must be a number >= 0")
-    wait = doc.get("maxWaitSeconds")
-    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float)
-                             or not math.isfinite(wait) or wait < 0):
-        raise InvalidEmbedding(f"{ANN_EMBEDDING}: 'maxWaitSeconds' must be a number >= 0")
     return EmbeddingSpec(store, tuple(dict.fromkeys(tables)), hot_rows or None, required,
-                         ids_per_step or None, steps,
-                         float(compute) if compute is not None else None,
-                         float(wait) if wait is not None else None)
+                         ids_per_step or None, steps, _non_negative(doc, "stepComputeMs"),
+                         _non_negative(doc, "maxWaitSeconds"))
+
+
+def _non_negative(doc: dict, key: str) -> float | None:
+    """An optional finite number >= 0 (``stepComputeMs``, ``maxWaitSeconds``)."""
+    value = doc.get(key)
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value < 0):
+        raise InvalidEmbedding(f"{ANN_EMBEDDING}: '{key}' must be a number >= 0")
+    return float(value)
 
 
 def _per_table(doc: dict, key: str, tables: list[str]) -> dict[str, int] | None:
