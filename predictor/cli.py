@@ -214,7 +214,7 @@ def describe(target: str, family: str | None, gpu_model: str | None, autocast: s
               help="Trace under mixed precision (torch.autocast to this dtype).")
 def validate_tracer(targets: tuple[str, ...], batch: int, autocast: str | None) -> None:
     """describe against a real CPU step of the same model: the tracer's peak and the CPU
-    allocator's. Without targets: eight recommendation architectures outside the training
+    allocator's. Without targets: eleven recommendation architectures outside the training
     families (predictor/generate/outside.py). Needs torch and the memory of a real step."""
     sys.path.insert(0, str(Path.cwd()))
     try:

@@ -131,6 +131,7 @@ def measured_fields(m: dict[str, Any], batch_size: int) -> dict[str, float]:
         "backward_bytes": round(backward / batch_size, 3),
         "step_bytes": float(m["step_peak_bytes"]),
         "state_bytes": float(m["opt_state_bytes"]),
+        "grad_bytes": float(m["grad_bytes"]),
     }
     if m.get("input_bytes") not in (None, "") and m["input_bytes"] == m["input_bytes"]:
         out["batch_bytes"] = round(float(m["input_bytes"]) / batch_size, 3)

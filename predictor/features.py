@@ -138,8 +138,12 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     gpu = gpus.get(spec.gpu_model)
     # analytic memory phases (MiB): optimizer step vs backward
     p_mib = (emb_params + dense_params) * b * mib
-    grad_mib = ((dense_params * b + spec.batch_size * (gathered * b + lookups * 8)) * mib
-                if spec.sparse_grad else p_mib)
+    if spec.sparse_grad:  # sized by the ids a batch draws: priced from the lookups
+        grad_mib = (dense_params * b + spec.batch_size * (gathered * b + lookups * 8)) * mib
+    elif spec.grad_bytes is not None:  # measured: frozen parameters have no gradient
+        grad_mib = spec.grad_bytes * mib
+    else:
+        grad_mib = p_mib
     hold_mib = emb_params * b * mib * (1 + m_emb) + dense_params * b * mib * (1 + m)
     if spec.state_bytes is not None:
         hold_mib = p_mib + spec.state_bytes * mib

@@ -89,6 +89,9 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     backward_bytes: Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)] | None = None
     step_bytes: MeasuredBytes | None = None  # the optimizer step's transient peak
     state_bytes: MeasuredBytes | None = None  # optimizer state after a step
+    # dense gradients after backward: less than the parameters where some are frozen
+    # (``requires_grad=False``: a pretrained table, a backbone being fine-tuned)
+    grad_bytes: MeasuredBytes | None = None
     batch_bytes: MeasuredBytes | None = None  # the inputs of one sample (ids, features, target)
     # the traced step replayed as the CUDA program runs it through PyTorch's caching
     # allocator: its reserved peak minus the traced peak (segment rounding, cached free

@@ -4,8 +4,10 @@ None of these is in the generator's sweep (``families.py``, ``models.py``): recu
 sequence models (GRU4Rec; a two-layer LSTM, which runs oneDNN's kernel on the CPU), a cross
 network (DCN-v2), a compressed interaction network written with ``einsum`` and ``Conv1d``
 (xDeepFM), self-attention over fields (AutoInt), a Transformer over the behaviour sequence
-(BST) and neural collaborative filtering (NCF, also in bf16), with the optimizers users pick
-(Adam, Adagrad, single-tensor AdamW, fused Adam, SGD with momentum). Each entry builds
+(BST), neural collaborative filtering (NCF, also in bf16, and fine-tuned over frozen pretrained
+item tables), an interest-evolution model whose attention-gated GRU is a Python loop over the
+steps (DIEN), and bags fed TorchRec's way (flat ids, offsets, per-id weights), with the
+optimizers users pick (Adam, Adagrad, single-tensor AdamW, fused Adam, SGD with momentum). Each entry builds
 ``(model, example_inputs, optimizer, loss_fn)`` for a batch, as a ``describe`` factory does.
 """
 
@@ -131,6 +133,72 @@ class Ncf(nn.Module):
         return self.out(torch.cat([gmf, mlp], 1)).squeeze(-1)
 
 
+class AttentionGatedGru(nn.Module):
+    """A GRU cell whose update gate is scaled by the step's attention score (DIEN's AUGRU)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.x, self.h = nn.Linear(dim, 3 * dim), nn.Linear(dim, 3 * dim, bias=False)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        xr, xz, xn = self.x(x).chunk(3, 1)
+        hr, hz, hn = self.h(h).chunk(3, 1)
+        z = torch.sigmoid(xz + hz) * att
+        n = torch.tanh(xn + torch.sigmoid(xr + hr) * hn)
+        return (1 - z) * h + z * n
+
+
+class Dien(nn.Module):
+    def __init__(self, items: int = 100_000, dim: int = 32) -> None:
+        super().__init__()
+        self.item = nn.Embedding(items, dim)
+        self.gru = nn.GRU(dim, dim, batch_first=True)
+        self.evolve = AttentionGatedGru(dim)
+        self.out = nn.Sequential(nn.Linear(2 * dim, 80), nn.Sigmoid(), nn.Linear(80, 1))
+
+    def forward(self, seq: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        interests, _ = self.gru(self.item(seq))
+        t = self.item(target)
+        att = torch.softmax((interests * t.unsqueeze(1)).sum(-1), 1)
+        h = torch.zeros_like(t)
+        for step in range(seq.shape[1]):
+            h = self.evolve(interests[:, step], h, att[:, step:step + 1])
+        return self.out(torch.cat([h, t], 1)).squeeze(-1)
+
+
+class WeightedBags(nn.Module):
+    """Tables fed as TorchRec feeds them: one flat id tensor with offsets per sample and a
+    weight per id."""
+
+    def __init__(self, tables: int = 4, rows: int = 200_000, dim: int = 64) -> None:
+        super().__init__()
+        self.bags = nn.ModuleList(nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(tables))
+        self.mlp = nn.Sequential(nn.Linear(13 + tables * dim, 256), nn.ReLU(), nn.Linear(256, 1))
+
+    def forward(self, dense: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor,
+                weights: torch.Tensor) -> torch.Tensor:
+        pooled = [bag(ids, offsets, per_sample_weights=weights) for bag in self.bags]
+        return self.mlp(torch.cat([dense, *pooled], 1)).squeeze(-1)
+
+
+def _frozen_items(b: int) -> tuple[nn.Module, tuple, Any, None]:
+    """NCF fine-tuned over pretrained item tables that stay frozen: they have no gradient
+    and no optimizer state."""
+    m = Ncf()
+    for table in (m.gmf_item, m.mlp_item):
+        table.weight.requires_grad_(False)
+    opt = torch.optim.Adam([p for p in m.parameters() if p.requires_grad])
+    return m, (_ids(200_000, b), _ids(100_000, b)), opt, None
+
+
+def _weighted_bags(b: int, ids_per_sample: int = 20) -> tuple[nn.Module, tuple, Any, None]:
+    m = WeightedBags()
+    n = b * ids_per_sample
+    inputs = (torch.randn(b, 13), _ids(200_000, n), torch.arange(0, n, ids_per_sample),
+              torch.rand(n))
+    return m, inputs, torch.optim.Adam(m.parameters()), None
+
+
 def _next_item_loss(out: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out, seq[:, 0])
 
@@ -156,4 +224,8 @@ ARCHITECTURES: dict[str, Factory] = {
                       torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), None),
     "ncf-bf16": lambda b: (m := Ncf().to(torch.bfloat16), (_ids(200_000, b), _ids(100_000, b)),
                            torch.optim.Adam(m.parameters()), None),
+    "ncf-frozen-items": _frozen_items,
+    "dien": lambda b: (m := Dien(), (_ids(100_000, b, 30), _ids(100_000, b)),
+                       torch.optim.Adam(m.parameters()), None),
+    "weighted-bags": _weighted_bags,
 }
