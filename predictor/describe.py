@@ -301,6 +301,13 @@ def _arguments(model: Any, example_inputs: Any, optimizer: Any, autocast: Any
     opts = list(optimizer) if isinstance(optimizer, list | tuple) else [optimizer]
     if not opts or not all(isinstance(o, torch.optim.Optimizer) for o in opts):
         raise DescribeError("optimizer must be a torch.optim.Optimizer or a list of them")
+    for o in opts:
+        closure = inspect.signature(o.step).parameters.get("closure")
+        if closure is not None and closure.default is inspect.Parameter.empty:
+            raise DescribeError(f"{type(o).__name__} steps by calling a closure that"
+                                " re-evaluates the model, as many times as it needs: its"
+                                " memory is not one training step's; describe takes"
+                                " optimizers that step once per batch")
     owned = {id(p) for p in model.parameters()}
     if any(id(p) not in owned for o in opts for g in o.param_groups for p in g["params"]):
         raise DescribeError("the optimizer holds parameters that are not the model's")

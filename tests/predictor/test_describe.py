@@ -65,6 +65,8 @@ def test_describe_rejects_what_it_cannot_trace() -> None:
     other = torch.nn.Linear(4, 4)
     with pytest.raises(DescribeError, match="not the model's"):
         describe(lin, torch.randn(2, 4), torch.optim.SGD(other.parameters()))
+    with pytest.raises(DescribeError, match="LBFGS steps by calling a closure"):
+        describe(lin, torch.randn(2, 4), torch.optim.LBFGS(lin.parameters()))
 
 
 def test_cli_describe_module_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
