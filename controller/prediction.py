@@ -65,7 +65,8 @@ def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
 # The job's fields the predictor reads as they are (camelCase, as in the CRD).
 JOB_FIELDS = ("batchSize", "macs", "params", "vocabularySize", "embeddingDim",
               "embeddingSizeTotal", "embeddingDimTotal", "embeddingTableCount", "optimizer",
-              "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl")
+              "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl",
+              "gradientBuckets")
 
 
 def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
@@ -73,8 +74,12 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
     camelCase fields where the predictor reads them (``features.JobFields``), else (or when the
     job names a ``family``, which only the full schema carries) the full snake_case schema."""
     gpu = (job_spec.get("gpuModel") or "").split("|")[0].strip()
+    buckets = gradient_buckets(job_spec)
     if hasattr(features, "JobFields") and not job_spec.get("family"):
         fields = {k: job_spec[k] for k in JOB_FIELDS if job_spec.get(k) is not None}
+        fields.pop("gradientBuckets", None)
+        if buckets:
+            fields["gradientBuckets"] = True
         if gpu in gpus.CATALOGUE:
             fields["gpuModel"] = gpu
         return {ANN_MODEL: json.dumps(fields, separators=(",", ":"), sort_keys=True)}
@@ -90,9 +95,25 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
         "sparse_grad": bool(job_spec.get("sparseGradients")
                             or job_spec.get("optimizer") == "sparse_adam"),
     }
+    if buckets:
+        model["gradient_buckets"] = True
     if gpu in gpus.CATALOGUE:  # other names still restrict placement, not the prediction
         model["gpu_model"] = gpu
     return {ANN_MODEL: json.dumps(model, separators=(",", ":"), sort_keys=True)}
+
+
+def gradient_buckets(job_spec: Mapping[str, Any]) -> bool:
+    """Whether each worker keeps DistributedDataParallel's bucket copy of its dense gradients:
+    as the job says (``gradientBuckets``), else yes for several replicas, PyTorch's usual way to
+    train them (booking it for a job that syncs otherwise costs memory, not booking it for DDP
+    runs the workers out of memory)."""
+    said = job_spec.get("gradientBuckets")
+    if said is not None:
+        return bool(said)
+    try:
+        return int(job_spec.get("replicas") or 1) > 1
+    except (TypeError, ValueError):
+        return False
 
 
 @lru_cache(maxsize=1)

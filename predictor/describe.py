@@ -229,7 +229,8 @@ def _trace(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | None,
 def describe(model: Any, example_inputs: Any, optimizer: Any,
              loss_fn: Callable | None = None, *, family: str | None = None,
              gpu_model: str | None = None, autocast: Any = None,
-             example_kwargs: dict | None = None) -> dict[str, Any]:
+             example_kwargs: dict | None = None,
+             gradient_buckets: bool | None = None) -> dict[str, Any]:
     """The ``sparse.io/model`` annotation (a JSON-able dict) of one training step of ``model``
     on the batch ``example_inputs`` (a tuple of positional arguments, a single object is
     wrapped) with ``optimizer`` (one ``torch.optim.Optimizer`` built on the model's
@@ -238,14 +239,34 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
     (``torch.autocast`` to ``torch.bfloat16`` / ``torch.float16``, or ``"bf16"`` /
     ``"fp16"``): the forward and the loss are traced under it. ``example_kwargs``: keyword
     arguments of the forward besides the positional ones (``model(*example_inputs,
-    **example_kwargs)``, as Hugging Face models take ``labels=``)."""
+    **example_kwargs)``, as Hugging Face models take ``labels=``). ``gradient_buckets``: each
+    worker syncs its gradients with ``DistributedDataParallel``, whose buckets hold a copy
+    of every dense gradient; default: whether ``model`` is wrapped in DDP without
+    ``gradient_as_bucket_view`` (the wrapped module is traced, one process's step)."""
     import torch
 
+    model, wrapped = _unwrap_data_parallel(model)
+    if gradient_buckets is None:
+        gradient_buckets = wrapped
     inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
     sparse = any(getattr(m, "sparse", False) for m in model.modules()
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
     m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast, _kwargs(example_kwargs))
-    return _annotation(model, m, opts, sparse, family, gpu_model)
+    ann = _annotation(model, m, opts, sparse, family, gpu_model)
+    ann["gradient_buckets"] = bool(gradient_buckets)
+    return ann
+
+
+def _unwrap_data_parallel(model: Any) -> tuple[Any, bool]:
+    """The module a data-parallel wrapper trains, and whether DDP keeps bucket copies of
+    its gradients (it does unless built with ``gradient_as_bucket_view=True``)."""
+    import torch
+
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.module, not model.gradient_as_bucket_view
+    if isinstance(model, torch.nn.DataParallel):
+        return model.module, False
+    return model, False
 
 
 def real_step(model: Any, example_inputs: Any, optimizer: Any,

@@ -162,6 +162,10 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         step_temp_mib = largest * b * mib * OPT_STEP_TEMP_SINGLE[spec.optimizer]
     else:
         step_temp_mib = p_mib * OPT_STEP_TEMP[spec.optimizer]
+    if spec.gradient_buckets:
+        # DDP's buckets: a copy of every dense gradient, allocated with the first backward and
+        # kept; sparse gradients are synced as they are
+        hold_mib += (dense_params * b * mib if spec.sparse_grad else grad_mib)
     step_mib = hold_mib + grad_mib + step_temp_mib
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step

@@ -78,6 +78,10 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # how the optimizer steps: ``foreach`` (PyTorch's default on CUDA), ``single``
     # (``foreach=False``) or ``fused`` (``fused=True``); read when ``step_bytes`` is not given
     optimizer_impl: OptimizerImpl = "foreach"
+    # each worker syncs its gradients with PyTorch's DistributedDataParallel, whose reducer
+    # keeps every dense gradient a second time in its buckets (not with
+    # ``gradient_as_bucket_view=True``, nor for sparse gradients)
+    gradient_buckets: bool = False
     # job-fields level, optional: output elements of the leaf modules' forward per sample
     # (what torchinfo's summary counts as its forward pass size); 0 = not given
     leaf_activations: NonNegBig = 0.0
@@ -158,6 +162,10 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     # "Forward/backward pass size (MB)" = 2 x this x batch x dtype bytes / 1e6; unset: the
     # activations are bounded from ``macs`` and ``params`` alone
     leaf_activations: NonNegBig | None = None
+    # optional: the workers sync gradients with PyTorch's DistributedDataParallel, which keeps
+    # a bucket copy of every dense gradient; unset: no (the job controller sets it for jobs of
+    # several replicas unless the job says otherwise)
+    gradient_buckets: bool | None = None
 
 
 # The optional job fields, in the groups the evaluation reports them by: the gradient layout
@@ -208,6 +216,7 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
         macs=job.macs, params=job.params, tables=tables,
         sparse_grad=sparse, optimizer_impl=job.optimizer_impl or "foreach",
         leaf_activations=job.leaf_activations or 0.0,
+        gradient_buckets=bool(job.gradient_buckets),
     )
 
 
@@ -230,6 +239,8 @@ def to_job_fields(spec: ModelSpec,
         out["embeddingDim"] = [t.dim for t in spec.tables for _ in range(t.count)]
     out["optimizer"] = spec.optimizer
     out["dtype"] = spec.dtype
+    if spec.gradient_buckets:  # how the job runs, which the job knows
+        out["gradientBuckets"] = True
     if "sparseGradients" in names and spec.sparse_grad:
         out["sparseGradients"] = True
     if "optimizerImpl" in names and spec.optimizer_impl != "foreach":

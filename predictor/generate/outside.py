@@ -7,8 +7,9 @@ network (DCN-v2), a compressed interaction network written with ``einsum`` and `
 (BST), neural collaborative filtering (NCF, also in bf16, and fine-tuned over frozen pretrained
 item tables), an interest-evolution model whose attention-gated GRU is a Python loop over the
 steps (DIEN), and bags fed TorchRec's way (flat ids, offsets, per-id weights), with the
-optimizers users pick (Adam, Adagrad, single-tensor AdamW, fused Adam, SGD with momentum). Each entry builds
-``(model, example_inputs, optimizer, loss_fn)`` for a batch, as a ``describe`` factory does.
+optimizers users pick (Adam, Adagrad, single-tensor AdamW, fused Adam, SGD with momentum).
+Each entry builds ``(model, example_inputs, optimizer, loss_fn)`` for a batch, as a
+``describe`` factory does.
 """
 
 from __future__ import annotations

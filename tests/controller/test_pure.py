@@ -284,3 +284,24 @@ def test_the_operator_asks_the_gang_share_only_with_the_latest_start_indexes():
     assert holder.gangs_first(0.0)  # 2 GPUs < 4,000 / 5,000 x 4
     holder.gpus = {"n1": [2.0]}
     assert not holder.gangs_first(0.0)  # 2 GPUs >= 0.8 x 2
+
+
+def test_several_replicas_book_ddp_gradient_buckets_unless_the_job_says_not():
+    # DistributedDataParallel keeps a bucket copy of every dense gradient in each worker
+    one = {**JOB["spec"], "replicas": 1}
+    no = {**JOB["spec"], "gradientBuckets": False}
+    assert json.loads(model_annotation(JOB["spec"])["sparse.io/model"])["gradientBuckets"]
+    for spec in (one, no):
+        assert "gradientBuckets" not in json.loads(model_annotation(spec)["sparse.io/model"])
+    assert json.loads(model_annotation({**one, "gradientBuckets": True})["sparse.io/model"])[
+        "gradientBuckets"]
+    tables_mib = (2 * 10**6 * 64 + 5000 * 16) * 4 / 2**20  # dense gradients of the tables
+    assert predict(JOB["spec"]).gpu_mem_mib >= predict(one).gpu_mem_mib + tables_mib
+    assert predict(no).gpu_mem_mib == predict(one).gpu_mem_mib
+
+
+def test_the_full_schema_carries_the_buckets_too(monkeypatch):
+    monkeypatch.delattr(features, "JobFields", raising=False)
+    model = json.loads(model_annotation(JOB["spec"])["sparse.io/model"])
+    assert model["gradient_buckets"] is True
+    assert features.from_annotations(model_annotation(JOB["spec"])).gradient_buckets

@@ -409,3 +409,37 @@ def test_frozen_parameters_are_booked_without_gradients() -> None:
     assert ann["grad_bytes"] == 4 * (2_000 * 32 + 64 + 1)
     c = check(model, (u, i), opt)
     assert c.train_mib == pytest.approx(c.traced_mib, rel=1e-3)
+
+
+def test_a_ddp_model_is_described_with_its_gradient_buckets(tmp_path: Path) -> None:
+    # DistributedDataParallel's reducer keeps a copy of every dense gradient in its buckets:
+    # a worker's step takes that much more than the same model trained alone
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from predictor import estimate
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = FineTuned()
+        model.items.weight.requires_grad_(True)
+        u, i = torch.randint(0, 2_000, (64,)), torch.randint(0, 60_000, (64,))
+        ddp = DistributedDataParallel(model)
+        opt = torch.optim.Adam(ddp.parameters())
+        ann = describe(ddp, (u, i), opt)
+        assert ann["gradient_buckets"] is True
+        real = measure.trace_training(ddp, opt, lambda: ddp(u, i).mean(), [u, i], 64)
+        spec = features.parse_model(json.dumps(ann))
+        predicted = estimate.Estimator.load().predict(spec).train_mib
+        assert predicted == pytest.approx(real["peak_bytes"] / 2**20, rel=1e-3)
+        alone = features.parse_model(json.dumps({**ann, "gradient_buckets": False}))
+        params_mib = sum(p.nbytes for p in model.parameters()) / 2**20
+        assert predicted - estimate.Estimator.load().predict(alone).train_mib == (
+            pytest.approx(params_mib, rel=1e-3))
+        view = DistributedDataParallel(model, gradient_as_bucket_view=True)
+        assert describe(view, (u, i), opt)["gradient_buckets"] is False
+        assert describe(model, (u, i), opt, gradient_buckets=True)["gradient_buckets"]
+    finally:
+        dist.destroy_process_group()

@@ -170,3 +170,17 @@ def test_job_level_state_terms_are_physics_not_fitted() -> None:
     for term in ("step_mib", "hold_mib", "grad_mib"):
         assert term in memory_model.JOB.fixed
         assert coef[names.index(term)] == pytest.approx(1.0)
+
+
+def test_optional_gradient_buckets_field_books_a_copy_of_the_dense_gradients() -> None:
+    est = estimate.Estimator.load()
+    tables = sum(r * d for r, d in zip(JOB["vocabularySize"], JOB["embeddingDim"],
+                                       strict=True))
+    dense = JOB["params"] - tables
+    for sparse, copied in ((False, JOB["params"]), (True, dense)):
+        job = {**JOB, "sparseGradients": sparse}
+        plain = est.predict(features.parse_model(json.dumps(job)))
+        ddp = est.predict(features.parse_model(json.dumps({**job, "gradientBuckets": True})))
+        # state is physics at the job level: the buckets add exactly the gradients they copy
+        assert ddp.train_mib - plain.train_mib == pytest.approx(copied * 4 / 2**20, rel=1e-6)
+        assert ddp.gpu_mem_mib > plain.gpu_mem_mib
