@@ -126,8 +126,11 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
                 sparse: bool, autocast: Any = None, kwargs: dict | None = None
                 ) -> dict[str, Any]:
     """The step on fake tensors; on real copies where fake ones cannot tell what it does:
-    sparse gradients (the optimizer's work depends on how many drawn ids are unique), or an
-    op whose output shape depends on tensor values (``pack_padded_sequence``: the lengths)."""
+    sparse gradients (the optimizer's work depends on how many drawn ids are unique), an op
+    whose output shape depends on tensor values (``pack_padded_sequence``: the lengths), or a
+    forward that shape-only tensors cannot run at all (a custom or extension op without a fake
+    kernel, a detour through NumPy). A forward that fails for its own reasons fails the same
+    way on the real copies, with the user's own error."""
     from torch._subclasses.fake_tensor import (
         DataDependentOutputException,
         DynamicOutputShapeException,
@@ -141,6 +144,9 @@ def _trace_step(model: Any, inputs: tuple, opts: list[Any], loss_fn: Callable | 
                           kwargs=kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException) as exc:
             why = f"{exc} has outputs shaped by tensor values"
+        except (RuntimeError, NotImplementedError) as exc:  # UnsupportedOperator is one
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            why = f"shape-only tensors cannot run its forward: {first}"
     check_room_for_real_step(model, f"describing this model takes a real training step ({why})")
     return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast, kwargs=kwargs)
 

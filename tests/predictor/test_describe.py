@@ -221,6 +221,37 @@ def test_a_step_shaped_by_tensor_values_is_traced_for_real_when_memory_allows(
         describe(model, inputs, opt)
 
 
+@torch.library.custom_op("sparse_test::hash_ids", mutates_args=())
+def hash_ids(ids: torch.Tensor, rows: int) -> torch.Tensor:
+    """An op of the user's own with no fake kernel: shape-only tensors cannot run it."""
+    return (ids * 2_654_435_761) % rows
+
+
+class HashedIds(torch.nn.Module):
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(5_000, 16, device=device)
+        self.head = torch.nn.Linear(16, 1, device=device)
+
+    def forward(self, ids):  # noqa: ANN001, ANN201
+        return self.head(self.emb(hash_ids(ids, 5_000)).mean(1))
+
+
+def test_a_forward_fake_tensors_cannot_run_is_traced_for_real() -> None:
+    torch.manual_seed(0)
+    model = HashedIds()
+    ids = torch.randint(0, 10**9, (64, 8))
+    opt = torch.optim.Adam(model.parameters())
+    ann = describe(model, ids, opt)
+    real = measure.trace_training(model, opt, lambda: model(ids).mean(), [ids], 64)
+    want = dataset.measured_fields(real, 64)
+    for k in ("saved_bytes", "backward_bytes", "step_bytes", "state_bytes"):
+        assert ann[k] == pytest.approx(want[k], rel=1e-6), k
+    meta = HashedIds("meta")
+    with pytest.raises(DescribeError, match="cannot run its forward.*fake impl.*meta device"):
+        describe(meta, ids, torch.optim.Adam(meta.parameters()))
+
+
 def test_a_model_built_on_the_meta_device_is_described_as_on_the_cpu() -> None:
     def build(device: str) -> tuple:
         torch.manual_seed(0)
