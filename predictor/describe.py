@@ -85,13 +85,17 @@ def _rebuild(opt: Any, mapping: dict[int, Any]) -> Any:
     """The same optimizer class on the copies, with the user's hyper-parameters. Only the
     defaults its constructor takes are passed: a subclass may fix one of its base's
     (``AdamW`` is ``Adam`` with ``decoupled_weight_decay=True``); the groups keep them all."""
-    groups = [{**{k: v for k, v in g.items() if k != "params"},
+    # ``capturable`` (CUDA graphs) keeps the step count as a one-element tensor on the GPU,
+    # which the CPU trace cannot run; the memory is the same without it
+    cpu_only = {"capturable": False} if opt.defaults.get("capturable") else {}
+    groups = [{**{k: v for k, v in g.items() if k != "params"}, **cpu_only,
                "params": [mapping[id(p)] for p in g["params"]]} for g in opt.param_groups]
+    defaults = {**opt.defaults, **cpu_only}
     cls = type(opt)
     taken = inspect.signature(cls.__init__).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values()):
-        return cls(groups, **{k: v for k, v in opt.defaults.items() if k in taken})
-    return cls(groups, **opt.defaults)
+        return cls(groups, **{k: v for k, v in defaults.items() if k in taken})
+    return cls(groups, **defaults)
 
 
 def _swap(model: Any, make: Callable[[Any], Any]) -> tuple[dict[int, Any], list]:

@@ -131,6 +131,12 @@ def test_describe_takes_optimizers_whose_defaults_their_constructor_does_not() -
                                          else "foreach")
         params = sum(p.numel() * 4 for p in model.parameters())
         assert ann["state_bytes"] >= 2 * params  # both moments
+    # capturable=True (a CUDA-graphs setting) runs on GPUs only: the CPU copy steps without it
+    ids = torch.randint(0, 5_000, (32, 4))
+    graphs = torch.optim.Adam(model.parameters(), capturable=True)
+    plain = torch.optim.Adam(model.parameters())
+    assert describe(model, ids, graphs) == describe(model, ids, plain)
+    assert graphs.defaults["capturable"] and graphs.param_groups[0]["capturable"]
 
 
 class Sequence(torch.nn.Module):
