@@ -285,7 +285,9 @@ def real_step(model: Any, example_inputs: Any, optimizer: Any,
     """The step ``describe`` traces, run for real on the CPU on copies of the model (the
     model and optimizers are left as they are), under the tracer and the CPU allocator's
     memory events: the measured columns, ``peak_bytes`` and ``alloc_peak_bytes`` among them
-    (:func:`predictor.generate.measure.trace_training`)."""
+    (:func:`predictor.generate.measure.trace_training`). A data-parallel wrapper's module is
+    stepped alone: one process's step, without the gradients' sync and its buckets."""
+    model, _ = _unwrap_data_parallel(model)
     inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
     check_room_for_real_step(model, "a real step of this model")
     return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast, allocator=True,

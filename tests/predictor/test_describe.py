@@ -478,5 +478,10 @@ def test_a_ddp_model_is_described_with_its_gradient_buckets(tmp_path: Path) -> N
         view = DistributedDataParallel(model, gradient_as_bucket_view=True)
         assert describe(view, (u, i), opt)["gradient_buckets"] is False
         assert describe(model, (u, i), opt, gradient_buckets=True)["gradient_buckets"]
+        # validate-tracer sets one process's step against the description of the same
+        from predictor.validate import check
+        c = check(ddp, (u, i), opt)
+        assert c.train_mib == pytest.approx(c.traced_mib, rel=1e-3)
+        assert c.traced_mib == pytest.approx(real["peak_bytes"] / 2**20 - params_mib, rel=1e-3)
     finally:
         dist.destroy_process_group()
