@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from predictor import estimate, schema
@@ -62,6 +63,28 @@ def is_candidate(pod: dict[str, Any]) -> bool:
     return schema.ANN_MODEL in ann or schema.ANN_TASK_INFO in ann
 
 
+def _data_parallel_worker(pod: dict[str, Any]) -> bool:
+    """A worker of a multi-process PyTorch job whose annotation does not say how it syncs:
+    ``WORLD_SIZE`` > 1 in a container's environment, as Kubeflow's PyTorchJob and torchrun
+    set it. Such a worker is booked DistributedDataParallel's bucket copy of its gradients,
+    as the job controller books its own jobs of several replicas; an annotation that states
+    ``gradientBuckets`` / ``gradient_buckets`` (``false`` included) is taken as it is."""
+    raw = _annotations(pod).get(schema.ANN_MODEL)
+    if raw is not None:
+        said = msgspec.json.decode(raw)  # parsed already: a valid object
+        if isinstance(said, dict) and ({"gradientBuckets", "gradient_buckets"} & said.keys()):
+            return False
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for env in (c or {}).get("env") or []:
+            if (env or {}).get("name") == "WORLD_SIZE":
+                try:
+                    if int(str(env.get("value", "")).strip()) > 1:
+                        return True
+                except ValueError:
+                    continue
+    return False
+
+
 def handle_pod(
     pod: dict[str, Any], estimator: estimate.Estimator
 ) -> estimate.Prediction | PredictionError | None:
@@ -74,6 +97,8 @@ def handle_pod(
         return PredictionError("invalid_annotation", str(exc))
     if spec is None:
         return None
+    if not spec.gradient_buckets and _data_parallel_worker(pod):
+        spec = msgspec.structs.replace(spec, gradient_buckets=True)
     try:
         return estimator.predict(spec)
     except Exception as exc:  # a model bug must not kill the worker

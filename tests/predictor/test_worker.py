@@ -147,3 +147,21 @@ async def test_event_poster_body() -> None:
 def test_writer_rejects_bad_ttl() -> None:
     with pytest.raises(ValueError):
         worker.RedisWriter(object(), ttl_s=0)
+
+
+def test_a_multi_process_pytorch_worker_is_booked_its_gradient_buckets(
+        est: estimate.Estimator) -> None:
+    # WORLD_SIZE > 1, as Kubeflow's PyTorchJob sets it: DistributedDataParallel's buckets
+    # copy the dense gradients, so the worker needs more than the same model trained alone
+    def worker_pod(world: str, **extra: Any) -> dict[str, Any]:
+        p = pod(annotations={features.ANN_MODEL: json.dumps({**SPEC, **extra})})
+        p["spec"]["containers"] = [{"name": "trainer", "env": [
+            {"name": "RANK", "value": "0"}, {"name": "WORLD_SIZE", "value": world}]}]
+        return p
+
+    alone = worker.handle_pod(pod(), est)
+    ddp = worker.handle_pod(worker_pod("4"), est)
+    grads_mib = SPEC["params"] * 4 / 2**20  # dense gradients of every parameter
+    assert ddp.gpu_mem_mib >= alone.gpu_mem_mib + grads_mib
+    for same in (worker_pod("1"), worker_pod("four"), worker_pod("4", gradient_buckets=False)):
+        assert worker.handle_pod(same, est).gpu_mem_mib == alone.gpu_mem_mib
