@@ -252,7 +252,9 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
     **example_kwargs)``, as Hugging Face models take ``labels=``). ``gradient_buckets``: each
     worker syncs its gradients with ``DistributedDataParallel``, whose buckets hold a copy
     of every dense gradient; default: whether ``model`` is wrapped in DDP without
-    ``gradient_as_bucket_view`` (the wrapped module is traced, one process's step)."""
+    ``gradient_as_bucket_view`` (the wrapped module is traced, one process's step), and
+    unsaid for a model passed unwrapped (the prediction worker then reads the pod's
+    ``WORLD_SIZE``)."""
     import torch
 
     model, wrapped = _unwrap_data_parallel(model)
@@ -263,20 +265,23 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
     m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast, _kwargs(example_kwargs))
     ann = _annotation(model, m, opts, sparse, family, gpu_model)
-    ann["gradient_buckets"] = bool(gradient_buckets)
+    ann.pop("gradient_buckets", None)
+    if gradient_buckets is not None:
+        ann["gradient_buckets"] = gradient_buckets
     return ann
 
 
-def _unwrap_data_parallel(model: Any) -> tuple[Any, bool]:
-    """The module a data-parallel wrapper trains, and whether DDP keeps bucket copies of
-    its gradients (it does unless built with ``gradient_as_bucket_view=True``)."""
+def _unwrap_data_parallel(model: Any) -> tuple[Any, bool | None]:
+    """The module a data-parallel wrapper trains, and whether it keeps bucket copies of its
+    gradients (DDP does unless built with ``gradient_as_bucket_view=True``; one process
+    over several GPUs does not); None for a model passed unwrapped, which does not say."""
     import torch
 
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return model.module, not model.gradient_as_bucket_view
     if isinstance(model, torch.nn.DataParallel):
         return model.module, False
-    return model, False
+    return model, None
 
 
 def real_step(model: Any, example_inputs: Any, optimizer: Any,

@@ -478,6 +478,7 @@ def test_a_ddp_model_is_described_with_its_gradient_buckets(tmp_path: Path) -> N
         view = DistributedDataParallel(model, gradient_as_bucket_view=True)
         assert describe(view, (u, i), opt)["gradient_buckets"] is False
         assert describe(model, (u, i), opt, gradient_buckets=True)["gradient_buckets"]
+        assert "gradient_buckets" not in describe(model, (u, i), opt)  # unsaid
         # validate-tracer sets one process's step against the description of the same
         from predictor.validate import check
         c = check(ddp, (u, i), opt)
