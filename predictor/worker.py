@@ -74,11 +74,13 @@ def _data_parallel_worker(pod: dict[str, Any]) -> bool:
         said = msgspec.json.decode(raw)  # parsed already: a valid object
         if isinstance(said, dict) and ({"gradientBuckets", "gradient_buckets"} & said.keys()):
             return False
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for env in (c or {}).get("env") or []:
-            if (env or {}).get("name") == "WORLD_SIZE":
+    containers = (pod.get("spec") or {}).get("containers")
+    for c in containers if isinstance(containers, list) else []:
+        env = c.get("env") if isinstance(c, dict) else None
+        for var in env if isinstance(env, list) else []:
+            if isinstance(var, dict) and var.get("name") == "WORLD_SIZE":
                 try:
-                    if int(str(env.get("value", "")).strip()) > 1:
+                    if int(str(var.get("value")).strip()) > 1:
                         return True
                 except ValueError:
                     continue

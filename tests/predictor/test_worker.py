@@ -163,5 +163,8 @@ def test_a_multi_process_pytorch_worker_is_booked_its_gradient_buckets(
     ddp = worker.handle_pod(worker_pod("4"), est)
     grads_mib = SPEC["params"] * 4 / 2**20  # dense gradients of every parameter
     assert ddp.gpu_mem_mib >= alone.gpu_mem_mib + grads_mib
-    for same in (worker_pod("1"), worker_pod("four"), worker_pod("4", gradient_buckets=False)):
+    odd = pod()
+    odd["spec"]["containers"] = ["trainer", {"env": "WORLD_SIZE=4"}, {"env": [None]}]
+    for same in (worker_pod("1"), worker_pod("four"), worker_pod("4", gradient_buckets=False),
+                 odd):
         assert worker.handle_pod(same, est).gpu_mem_mib == alone.gpu_mem_mib
