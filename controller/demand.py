@@ -9,7 +9,7 @@ from controller import status as st
 from controller.context import PassContext
 from controller.lifecycle import finish
 from controller.pods import whole_gpus
-from controller.prediction import Demand, InvalidModel, predict
+from controller.prediction import Demand, InvalidModel, gradient_buckets, predict
 from extender.queueorder import predicted_duration
 
 
@@ -32,6 +32,8 @@ def record_demand(ctx: PassContext) -> Demand | None:
     s["demand"] = demand.as_status(whole)
     what = (f"{whole} whole GPU(s)" if whole else
             f"{demand.gpu_mem_mib} MiB and {demand.gpu_milli} milli of one GPU")
+    if not whole and gradient_buckets(ctx.spec):  # why a worker needs more than one trainer
+        what += " (its gradients twice: DistributedDataParallel's buckets)"
     message = (f"each of {ctx.replicas} workers needs {what} (class {demand.job_class},"
                f" model {demand.model_version})")
     s["conditions"] = st.set_condition(s.get("conditions"), "Predicted", True, "Predicted",

@@ -24,6 +24,7 @@ async def test_predicted_admitted_bound_running_succeeded(world):
     world.submit("dlrm")
     s = await world.reconcile("dlrm")
     assert cond(s, "Predicted")["status"] == "True"
+    assert "DistributedDataParallel" in cond(s, "Predicted")["message"]  # 4 replicas
     assert s["demand"]["gpuMemMiB"] > 1000 and 1 <= s["demand"]["gpuMilli"] <= 1000
     assert s["phase"] == "Admitted" and cond(s, "Admitted")["reason"] == "GangReserved"
     assert len(world.kube.pods) == 4
