@@ -273,9 +273,12 @@ def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | 
         raise click.UsageError("give exactly one of --pod or --features")
     try:
         if pod_file is not None:
+            from predictor.worker import pod_spec
+
             pod = yaml.safe_load(pod_file.read_text())
-            ann = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-            spec = schema.from_annotations(ann)
+            if not isinstance(pod, dict):
+                raise click.ClickException(f"{pod_file}: not a pod manifest")
+            spec = pod_spec(pod)  # as the prediction worker reads it
             if spec is None:
                 raise click.ClickException(
                     f"{pod_file}: no {schema.ANN_MODEL} or {schema.ANN_TASK_INFO} annotation")

@@ -87,6 +87,16 @@ def _data_parallel_worker(pod: dict[str, Any]) -> bool:
     return False
 
 
+def pod_spec(pod: dict[str, Any]) -> schema.ModelSpec | None:
+    """The model a pod describes (None without a model annotation), as the worker predicts
+    it: its annotations, and DDP's gradient buckets for a data-parallel worker that does not
+    say (:func:`_data_parallel_worker`). Raises :class:`schema.SchemaError` on a bad one."""
+    spec = schema.from_annotations(_annotations(pod))
+    if spec is not None and not spec.gradient_buckets and _data_parallel_worker(pod):
+        spec = msgspec.structs.replace(spec, gradient_buckets=True)
+    return spec
+
+
 def handle_pod(
     pod: dict[str, Any], estimator: estimate.Estimator
 ) -> estimate.Prediction | PredictionError | None:
@@ -94,13 +104,11 @@ def handle_pod(
     if not is_candidate(pod):
         return None
     try:
-        spec = schema.from_annotations(_annotations(pod))
+        spec = pod_spec(pod)
     except schema.SchemaError as exc:
         return PredictionError("invalid_annotation", str(exc))
     if spec is None:
         return None
-    if not spec.gradient_buckets and _data_parallel_worker(pod):
-        spec = msgspec.structs.replace(spec, gradient_buckets=True)
     try:
         return estimator.predict(spec)
     except Exception as exc:  # a model bug must not kill the worker

@@ -102,7 +102,18 @@ def test_cli_predict_features_and_pod(tmp_path: Path) -> None:
     )
     r = runner.invoke(main, ["predict", "--pod", str(pod), "--gpu-model", "T4"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["gpu_model"] == "T4"
+    alone = json.loads(r.output)
+    assert alone["gpu_model"] == "T4"
+    # a data-parallel worker (WORLD_SIZE > 1) is read as the prediction worker reads it
+    with pod.open("a") as out:
+        out.write("spec:\n  containers:\n  - name: c\n"
+                  "    env: [{name: WORLD_SIZE, value: '8'}]\n")
+    r = runner.invoke(main, ["predict", "--pod", str(pod), "--gpu-model", "T4"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["gpu_mem_mib"] > alone["gpu_mem_mib"]
+    pod.write_text("- not a pod\n")
+    r = runner.invoke(main, ["predict", "--pod", str(pod)])
+    assert r.exit_code != 0 and "not a pod manifest" in r.output
     bad = tmp_path / "bad.json"
     bad.write_text('{"family": "dlrm", "batch_size": 0}')
     r = runner.invoke(main, ["predict", "--features", str(bad)])
