@@ -9,7 +9,7 @@ from controller import status as st
 from controller.context import PassContext
 from controller.lifecycle import finish
 from controller.pods import whole_gpus
-from controller.prediction import Demand, InvalidModel, gradient_buckets, predict
+from controller.prediction import Demand, InvalidModel, data_parallel, predict
 from extender.queueorder import predicted_duration
 
 
@@ -32,8 +32,8 @@ def record_demand(ctx: PassContext) -> Demand | None:
     s["demand"] = demand.as_status(whole)
     what = (f"{whole} whole GPU(s)" if whole else
             f"{demand.gpu_mem_mib} MiB and {demand.gpu_milli} milli of one GPU")
-    if not whole and gradient_buckets(ctx.spec):  # why a worker needs more than one trainer
-        what += " (its gradients twice: DistributedDataParallel's buckets)"
+    if not whole and data_parallel(ctx.spec)[0]:  # why a worker needs more than one trainer
+        what += " (with DistributedDataParallel's gradient buckets)"
     message = (f"each of {ctx.replicas} workers needs {what} (class {demand.job_class},"
                f" model {demand.model_version})")
     s["conditions"] = st.set_condition(s.get("conditions"), "Predicted", True, "Predicted",

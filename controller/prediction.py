@@ -65,8 +65,7 @@ def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
 # The job's fields the predictor reads as they are (camelCase, as in the CRD).
 JOB_FIELDS = ("batchSize", "macs", "params", "vocabularySize", "embeddingDim",
               "embeddingSizeTotal", "embeddingDimTotal", "embeddingTableCount", "optimizer",
-              "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl",
-              "gradientBuckets")
+              "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl")
 
 
 def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
@@ -74,12 +73,13 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
     camelCase fields where the predictor reads them (``features.JobFields``), else (or when the
     job names a ``family``, which only the full schema carries) the full snake_case schema."""
     gpu = (job_spec.get("gpuModel") or "").split("|")[0].strip()
-    buckets = gradient_buckets(job_spec)
+    workers, view = data_parallel(job_spec)
     if hasattr(features, "JobFields") and not job_spec.get("family"):
         fields = {k: job_spec[k] for k in JOB_FIELDS if job_spec.get(k) is not None}
-        fields.pop("gradientBuckets", None)
-        if buckets:
-            fields["gradientBuckets"] = True
+        if workers:
+            fields["dataParallelWorkers"] = workers
+            if view:
+                fields["gradientAsBucketView"] = True
         if gpu in gpus.CATALOGUE:
             fields["gpuModel"] = gpu
         return {ANN_MODEL: json.dumps(fields, separators=(",", ":"), sort_keys=True)}
@@ -95,25 +95,33 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
         "sparse_grad": bool(job_spec.get("sparseGradients")
                             or job_spec.get("optimizer") == "sparse_adam"),
     }
-    if buckets:
-        model["gradient_buckets"] = True
+    if workers:
+        model["data_parallel_workers"] = workers
+        model["gradient_as_bucket_view"] = view
     if gpu in gpus.CATALOGUE:  # other names still restrict placement, not the prediction
         model["gpu_model"] = gpu
     return {ANN_MODEL: json.dumps(model, separators=(",", ":"), sort_keys=True)}
 
 
-def gradient_buckets(job_spec: Mapping[str, Any]) -> bool:
-    """Whether each worker keeps DistributedDataParallel's bucket copy of its dense gradients:
-    as the job says (``gradientBuckets``), else yes for several replicas, PyTorch's usual way to
-    train them (booking it for a job that syncs otherwise costs memory, not booking it for DDP
-    runs the workers out of memory)."""
-    said = job_spec.get("gradientBuckets")
-    if said is not None:
-        return bool(said)
+DATA_PARALLEL = ("ddp", "ddp-bucket-view", "none")
+
+
+def data_parallel(job_spec: Mapping[str, Any]) -> tuple[int, bool]:
+    """``(workers, bucket view)`` of the job's DistributedDataParallel sync: as the job says
+    (``dataParallel``: ``ddp``, ``ddp-bucket-view`` or ``none``), else ``ddp`` for several
+    replicas, PyTorch's usual way to train them (booking it for a job that syncs otherwise
+    costs memory, not booking it for DDP runs the workers out of memory). ``(0, False)``:
+    no sync to book."""
     try:
-        return int(job_spec.get("replicas") or 1) > 1
+        replicas = max(1, int(job_spec.get("replicas") or 1))
     except (TypeError, ValueError):
-        return False
+        replicas = 1
+    mode = job_spec.get("dataParallel") or ("ddp" if replicas > 1 else "none")
+    if mode not in DATA_PARALLEL:
+        raise InvalidModel(f"spec.dataParallel: {mode!r} is not one of {', '.join(DATA_PARALLEL)}")
+    if mode == "none":
+        return 0, False
+    return replicas, mode == "ddp-bucket-view"
 
 
 @lru_cache(maxsize=1)

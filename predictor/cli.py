@@ -187,13 +187,13 @@ def step_bounds(gpu_data: Path | None, quantile: float, out: Path) -> None:
 @click.option("--gpu-model", default=None, help="Target GPU model written into the annotation.")
 @click.option("--autocast", type=click.Choice(["bf16", "fp16"]), default=None,
               help="The job trains with mixed precision (torch.autocast to this dtype).")
-@click.option("--gradient-buckets/--no-gradient-buckets", default=None,
-              help="Each worker syncs gradients with DistributedDataParallel, which keeps a"
-                   " bucket copy of every dense gradient (default: yes when the factory's model"
-                   " is wrapped in DDP without gradient_as_bucket_view).")
+@click.option("--data-parallel-workers", type=click.IntRange(0), default=None,
+              help="The job's workers sync gradients with DistributedDataParallel, this many"
+                   " (0: they do not; default: the process group's size when the factory's"
+                   " model is wrapped in DDP, else unsaid).")
 @click.option("--indent", is_flag=True, help="Pretty-print.")
 def describe(target: str, family: str | None, gpu_model: str | None, autocast: str | None,
-             gradient_buckets: bool | None, indent: bool) -> None:
+             data_parallel_workers: int | None, indent: bool) -> None:
     """Print the sparse.io/model annotation of a PyTorch model: FACTORY() returns
     (model, example_inputs, optimizer[, loss_fn]); one training step is traced under
     FakeTensorMode on the CPU (needs torch)."""
@@ -205,7 +205,7 @@ def describe(target: str, family: str | None, gpu_model: str | None, autocast: s
     try:
         ann = describe_mod.describe_factory(target, family=family, gpu_model=gpu_model,
                                             autocast=autocast,
-                                            gradient_buckets=gradient_buckets)
+                                            data_parallel_workers=data_parallel_workers)
     except (describe_mod.DescribeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(ann, indent=1 if indent else None))

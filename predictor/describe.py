@@ -240,7 +240,7 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
              loss_fn: Callable | None = None, *, family: str | None = None,
              gpu_model: str | None = None, autocast: Any = None,
              example_kwargs: dict | None = None,
-             gradient_buckets: bool | None = None) -> dict[str, Any]:
+             data_parallel_workers: int | None = None) -> dict[str, Any]:
     """The ``sparse.io/model`` annotation (a JSON-able dict) of one training step of ``model``
     on the batch ``example_inputs`` (a tuple of positional arguments, a single object is
     wrapped) with ``optimizer`` (one ``torch.optim.Optimizer`` built on the model's
@@ -249,39 +249,46 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
     (``torch.autocast`` to ``torch.bfloat16`` / ``torch.float16``, or ``"bf16"`` /
     ``"fp16"``): the forward and the loss are traced under it. ``example_kwargs``: keyword
     arguments of the forward besides the positional ones (``model(*example_inputs,
-    **example_kwargs)``, as Hugging Face models take ``labels=``). ``gradient_buckets``: each
-    worker syncs its gradients with ``DistributedDataParallel``, whose buckets hold a copy
-    of every dense gradient; default: whether ``model`` is wrapped in DDP without
-    ``gradient_as_bucket_view`` (the wrapped module is traced, one process's step), and
-    unsaid for a model passed unwrapped (the prediction worker then reads the pod's
-    ``WORLD_SIZE``)."""
+    **example_kwargs)``, as Hugging Face models take ``labels=``).
+    ``data_parallel_workers``: the job's workers sync their gradients with
+    ``DistributedDataParallel``, this many of them (0: they do not); default: the size of
+    the process group of a model wrapped in DDP (the wrapped module is traced, one process's
+    step; its ``gradient_as_bucket_view`` is kept), and unsaid for a model passed unwrapped
+    (the prediction worker then reads the pod's ``WORLD_SIZE``)."""
     import torch
 
-    model, wrapped = _unwrap_data_parallel(model)
-    if gradient_buckets is None:
-        gradient_buckets = wrapped
+    model, wrapped, view = _unwrap_data_parallel(model)
+    if data_parallel_workers is None:
+        data_parallel_workers = wrapped
+    elif data_parallel_workers < 0:
+        raise DescribeError(f"data_parallel_workers must be >= 0, got {data_parallel_workers}")
     inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
     sparse = any(getattr(m, "sparse", False) for m in model.modules()
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
     m = _trace_step(model, inputs, opts, loss_fn, sparse, autocast, _kwargs(example_kwargs))
     ann = _annotation(model, m, opts, sparse, family, gpu_model)
-    ann.pop("gradient_buckets", None)
-    if gradient_buckets is not None:
-        ann["gradient_buckets"] = gradient_buckets
+    for k in ("data_parallel_workers", "gradient_as_bucket_view"):
+        ann.pop(k, None)
+    if data_parallel_workers is not None:
+        ann["data_parallel_workers"] = int(data_parallel_workers)
+        if data_parallel_workers and view:
+            ann["gradient_as_bucket_view"] = True
     return ann
 
 
-def _unwrap_data_parallel(model: Any) -> tuple[Any, bool | None]:
-    """The module a data-parallel wrapper trains, and whether it keeps bucket copies of its
-    gradients (DDP does unless built with ``gradient_as_bucket_view=True``; one process
-    over several GPUs does not); None for a model passed unwrapped, which does not say."""
+def _unwrap_data_parallel(model: Any) -> tuple[Any, int | None, bool]:
+    """The module a data-parallel wrapper trains, how many workers sync its gradients with
+    ``DistributedDataParallel`` (its process group's size; 0 for one process over several
+    GPUs, which keeps no buckets) and whether they are bucket views; None workers for a
+    model passed unwrapped, which does not say."""
     import torch
 
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return model.module, not model.gradient_as_bucket_view
+        return (model.module, max(1, model.process_group.size()),
+                bool(model.gradient_as_bucket_view))
     if isinstance(model, torch.nn.DataParallel):
-        return model.module, False
-    return model, None
+        return model.module, 0, False
+    return model, None, False
 
 
 def real_step(model: Any, example_inputs: Any, optimizer: Any,
@@ -292,7 +299,7 @@ def real_step(model: Any, example_inputs: Any, optimizer: Any,
     memory events: the measured columns, ``peak_bytes`` and ``alloc_peak_bytes`` among them
     (:func:`predictor.generate.measure.trace_training`). A data-parallel wrapper's module is
     stepped alone: one process's step, without the gradients' sync and its buckets."""
-    model, _ = _unwrap_data_parallel(model)
+    model, _, _ = _unwrap_data_parallel(model)
     inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
     check_room_for_real_step(model, "a real step of this model")
     return _trace(model, inputs, opts, loss_fn, fake=False, autocast=autocast, allocator=True,

@@ -162,11 +162,19 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         step_temp_mib = largest * b * mib * OPT_STEP_TEMP_SINGLE[spec.optimizer]
     else:
         step_temp_mib = p_mib * OPT_STEP_TEMP[spec.optimizer]
-    if spec.gradient_buckets:
-        # DDP's buckets: a copy of every dense gradient, allocated with the first backward and
-        # kept; sparse gradients are synced as they are
-        hold_mib += (dense_params * b * mib if spec.sparse_grad else grad_mib)
-    step_mib = hold_mib + grad_mib + step_temp_mib
+    # DistributedDataParallel: buckets as large as the dense gradients, allocated with the
+    # first backward and kept; the gradients are copied into them (or, as bucket views, are
+    # them: no second copy while the optimizer steps). Sparse gradients are not bucketed: the
+    # sparse allreduce gathers every worker's and sums them, transients of the backward.
+    buckets_mib = gathered_sync_mib = 0.0
+    if spec.data_parallel_workers:
+        dense_grad_mib = dense_params * b * mib if spec.sparse_grad else grad_mib
+        buckets_mib = dense_grad_mib
+        gathered_sync_mib = (spec.data_parallel_workers + 1) * (grad_mib - dense_grad_mib)
+    step_mib = (hold_mib + grad_mib + step_temp_mib
+                + (0.0 if spec.gradient_as_bucket_view else buckets_mib))
+    hold_mib += buckets_mib
+    grad_mib += gathered_sync_mib  # the backward's: the step phase is summed above
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
     io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib

@@ -78,10 +78,12 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # how the optimizer steps: ``foreach`` (PyTorch's default on CUDA), ``single``
     # (``foreach=False``) or ``fused`` (``fused=True``); read when ``step_bytes`` is not given
     optimizer_impl: OptimizerImpl = "foreach"
-    # each worker syncs its gradients with PyTorch's DistributedDataParallel, whose reducer
-    # keeps every dense gradient a second time in its buckets (not with
-    # ``gradient_as_bucket_view=True``, nor for sparse gradients)
-    gradient_buckets: bool = False
+    # the job's workers sync their gradients with PyTorch's DistributedDataParallel, this many
+    # of them (0: they do not): its reducer keeps every dense gradient in buckets of its own
+    # for the whole run, and gathers every worker's sparse gradients to sum them
+    data_parallel_workers: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+    # DDP built with ``gradient_as_bucket_view=True``: the gradients are views of the buckets
+    gradient_as_bucket_view: bool = False
     # job-fields level, optional: output elements of the leaf modules' forward per sample
     # (what torchinfo's summary counts as its forward pass size); 0 = not given
     leaf_activations: NonNegBig = 0.0
@@ -162,10 +164,12 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     # "Forward/backward pass size (MB)" = 2 x this x batch x dtype bytes / 1e6; unset: the
     # activations are bounded from ``macs`` and ``params`` alone
     leaf_activations: NonNegBig | None = None
-    # optional: the workers sync gradients with PyTorch's DistributedDataParallel, which keeps
-    # a bucket copy of every dense gradient; unset: no (the job controller sets it for jobs of
+    # optional: the job's workers sync their gradients with PyTorch's DistributedDataParallel,
+    # this many of them; unset or 0: they do not (the job controller sets it for jobs of
     # several replicas unless the job says otherwise)
-    gradient_buckets: bool | None = None
+    data_parallel_workers: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None
+    # optional: that DDP is built with ``gradient_as_bucket_view=True``
+    gradient_as_bucket_view: bool | None = None
 
 
 # The optional job fields, in the groups the evaluation reports them by: the gradient layout
@@ -216,7 +220,8 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
         macs=job.macs, params=job.params, tables=tables,
         sparse_grad=sparse, optimizer_impl=job.optimizer_impl or "foreach",
         leaf_activations=job.leaf_activations or 0.0,
-        gradient_buckets=bool(job.gradient_buckets),
+        data_parallel_workers=job.data_parallel_workers or 0,
+        gradient_as_bucket_view=bool(job.gradient_as_bucket_view),
     )
 
 
@@ -239,8 +244,10 @@ def to_job_fields(spec: ModelSpec,
         out["embeddingDim"] = [t.dim for t in spec.tables for _ in range(t.count)]
     out["optimizer"] = spec.optimizer
     out["dtype"] = spec.dtype
-    if spec.gradient_buckets:  # how the job runs, which the job knows
-        out["gradientBuckets"] = True
+    if spec.data_parallel_workers:  # how the job runs, which the job knows
+        out["dataParallelWorkers"] = spec.data_parallel_workers
+        if spec.gradient_as_bucket_view:
+            out["gradientAsBucketView"] = True
     if "sparseGradients" in names and spec.sparse_grad:
         out["sparseGradients"] = True
     if "optimizerImpl" in names and spec.optimizer_impl != "foreach":

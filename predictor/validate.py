@@ -43,7 +43,7 @@ def check(model: Any, example_inputs: Any, optimizer: Any, loss_fn: Callable | N
     # one process's step on both sides: a DDP model's buckets are not run here
     annotation = describing.describe(model, example_inputs, optimizer, loss_fn,
                                      autocast=autocast, example_kwargs=example_kwargs,
-                                     gradient_buckets=False)
+                                     data_parallel_workers=0)
     real = describing.real_step(model, example_inputs, optimizer, loss_fn, autocast=autocast,
                                 example_kwargs=example_kwargs)
     est = estimator or estimate.Estimator.load()

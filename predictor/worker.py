@@ -63,37 +63,42 @@ def is_candidate(pod: dict[str, Any]) -> bool:
     return schema.ANN_MODEL in ann or schema.ANN_TASK_INFO in ann
 
 
-def _data_parallel_worker(pod: dict[str, Any]) -> bool:
-    """A worker of a multi-process PyTorch job whose annotation does not say how it syncs:
-    ``WORLD_SIZE`` > 1 in a container's environment, as Kubeflow's PyTorchJob and torchrun
-    set it. Such a worker is booked DistributedDataParallel's bucket copy of its gradients,
-    as the job controller books its own jobs of several replicas; an annotation that states
-    ``gradientBuckets`` / ``gradient_buckets`` (``false`` included) is taken as it is."""
+def _data_parallel_workers(pod: dict[str, Any]) -> int:
+    """The workers of a multi-process PyTorch job a pod belongs to when its annotation does
+    not say how they sync: ``WORLD_SIZE`` > 1 in a container's environment, as Kubeflow's
+    PyTorchJob and torchrun set it (0 otherwise). Such a worker is booked
+    DistributedDataParallel's sync, as the job controller books its own jobs of several
+    replicas; an annotation that states ``dataParallelWorkers`` / ``data_parallel_workers``
+    (0 included) is taken as it is."""
     raw = _annotations(pod).get(schema.ANN_MODEL)
     if raw is not None:
         said = msgspec.json.decode(raw)  # parsed already: a valid object
-        if isinstance(said, dict) and ({"gradientBuckets", "gradient_buckets"} & said.keys()):
-            return False
+        if isinstance(said, dict) and (
+                {"dataParallelWorkers", "data_parallel_workers"} & said.keys()):
+            return 0
     containers = (pod.get("spec") or {}).get("containers")
     for c in containers if isinstance(containers, list) else []:
         env = c.get("env") if isinstance(c, dict) else None
         for var in env if isinstance(env, list) else []:
             if isinstance(var, dict) and var.get("name") == "WORLD_SIZE":
                 try:
-                    if int(str(var.get("value")).strip()) > 1:
-                        return True
+                    world = int(str(var.get("value")).strip())
                 except ValueError:
                     continue
-    return False
+                if 1 < world <= 100_000:
+                    return world
+    return 0
 
 
 def pod_spec(pod: dict[str, Any]) -> schema.ModelSpec | None:
     """The model a pod describes (None without a model annotation), as the worker predicts
-    it: its annotations, and DDP's gradient buckets for a data-parallel worker that does not
-    say (:func:`_data_parallel_worker`). Raises :class:`schema.SchemaError` on a bad one."""
+    it: its annotations, and DDP's sync for a data-parallel worker that does not say
+    (:func:`_data_parallel_workers`). Raises :class:`schema.SchemaError` on a bad one."""
     spec = schema.from_annotations(_annotations(pod))
-    if spec is not None and not spec.gradient_buckets and _data_parallel_worker(pod):
-        spec = msgspec.structs.replace(spec, gradient_buckets=True)
+    if spec is not None and not spec.data_parallel_workers:
+        workers = _data_parallel_workers(pod)
+        if workers:
+            spec = msgspec.structs.replace(spec, data_parallel_workers=workers)
     return spec
 
 

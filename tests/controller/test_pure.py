@@ -286,22 +286,29 @@ def test_the_operator_asks_the_gang_share_only_with_the_latest_start_indexes():
     assert not holder.gangs_first(0.0)  # 2 GPUs >= 0.8 x 2
 
 
-def test_several_replicas_book_ddp_gradient_buckets_unless_the_job_says_not():
-    # DistributedDataParallel keeps a bucket copy of every dense gradient in each worker
+def test_several_replicas_book_ddp_unless_the_job_says_how_they_sync():
+    # DistributedDataParallel keeps buckets as large as the dense gradients in each worker
+    def ann(spec):
+        return json.loads(model_annotation(spec)["sparse.io/model"])
+
     one = {**JOB["spec"], "replicas": 1}
-    no = {**JOB["spec"], "gradientBuckets": False}
-    assert json.loads(model_annotation(JOB["spec"])["sparse.io/model"])["gradientBuckets"]
+    no = {**JOB["spec"], "dataParallel": "none"}
+    view = {**JOB["spec"], "dataParallel": "ddp-bucket-view"}
+    assert ann(JOB["spec"])["dataParallelWorkers"] == 2
+    assert "gradientAsBucketView" not in ann(JOB["spec"])
+    assert ann(view)["dataParallelWorkers"] == 2 and ann(view)["gradientAsBucketView"]
     for spec in (one, no):
-        assert "gradientBuckets" not in json.loads(model_annotation(spec)["sparse.io/model"])
-    assert json.loads(model_annotation({**one, "gradientBuckets": True})["sparse.io/model"])[
-        "gradientBuckets"]
+        assert "dataParallelWorkers" not in ann(spec)
+    assert ann({**one, "dataParallel": "ddp"})["dataParallelWorkers"] == 1
     tables_mib = (2 * 10**6 * 64 + 5000 * 16) * 4 / 2**20  # dense gradients of the tables
     assert predict(JOB["spec"]).gpu_mem_mib >= predict(one).gpu_mem_mib + tables_mib
     assert predict(no).gpu_mem_mib == predict(one).gpu_mem_mib
+    with pytest.raises(InvalidModel, match="dataParallel"):
+        predict({**JOB["spec"], "dataParallel": "horovod"})
 
 
-def test_the_full_schema_carries_the_buckets_too(monkeypatch):
+def test_the_full_schema_carries_the_sync_too(monkeypatch):
     monkeypatch.delattr(features, "JobFields", raising=False)
     model = json.loads(model_annotation(JOB["spec"])["sparse.io/model"])
-    assert model["gradient_buckets"] is True
-    assert features.from_annotations(model_annotation(JOB["spec"])).gradient_buckets
+    assert model["data_parallel_workers"] == 2 and model["gradient_as_bucket_view"] is False
+    assert features.from_annotations(model_annotation(JOB["spec"])).data_parallel_workers == 2

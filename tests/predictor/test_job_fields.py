@@ -172,15 +172,36 @@ def test_job_level_state_terms_are_physics_not_fitted() -> None:
         assert coef[names.index(term)] == pytest.approx(1.0)
 
 
-def test_optional_gradient_buckets_field_books_a_copy_of_the_dense_gradients() -> None:
+def test_optional_data_parallel_fields_book_what_ddp_holds() -> None:
     est = estimate.Estimator.load()
     tables = sum(r * d for r, d in zip(JOB["vocabularySize"], JOB["embeddingDim"],
                                        strict=True))
     dense = JOB["params"] - tables
-    for sparse, copied in ((False, JOB["params"]), (True, dense)):
-        job = {**JOB, "sparseGradients": sparse}
-        plain = est.predict(features.parse_model(json.dumps(job)))
-        ddp = est.predict(features.parse_model(json.dumps({**job, "gradientBuckets": True})))
-        # state is physics at the job level: the buckets add exactly the gradients they copy
-        assert ddp.train_mib - plain.train_mib == pytest.approx(copied * 4 / 2**20, rel=1e-6)
-        assert ddp.gpu_mem_mib > plain.gpu_mem_mib
+
+    def train_mib(**fields: object) -> float:
+        return est.predict(features.parse_model(json.dumps({**JOB, **fields}))).train_mib
+
+    # dense gradients: the buckets hold them once more, in every phase (state is physics at
+    # the job level, so exactly that)
+    plain = train_mib()
+    assert train_mib(dataParallelWorkers=4) - plain == pytest.approx(
+        JOB["params"] * 4 / 2**20, rel=1e-6)
+    assert train_mib(dataParallelWorkers=4, gradientAsBucketView=True) <= train_mib(
+        dataParallelWorkers=4)
+    # sparse gradients: the dense part's buckets, and every worker's sparse gradient gathered
+    sparse = train_mib(sparseGradients=True)
+    one, eight = (train_mib(sparseGradients=True, dataParallelWorkers=n) for n in (1, 8))
+    assert one - sparse >= dense * 4 / 2**20
+    assert eight >= one
+    # ... a transient of the backward phase (here the optimizer step's peak is the larger)
+    gathered = 2048 * 3 * (16 * 4 + 8) / 2**20  # one id per table and sample: values + ids
+
+    def backward_grads(n: int) -> float:
+        spec = features.parse_model(json.dumps({**JOB, "sparseGradients": True,
+                                                "dataParallelWorkers": n}))
+        return features.derive(spec)["grad_mib"]
+
+    assert backward_grads(8) - backward_grads(1) == pytest.approx(7 * gathered, rel=1e-6)
+    assert train_mib(dataParallelWorkers=0) == plain
+    with pytest.raises(features.SchemaError, match="dataParallelWorkers"):
+        features.parse_model(json.dumps({**JOB, "dataParallelWorkers": -1}))

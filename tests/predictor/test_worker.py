@@ -149,7 +149,7 @@ def test_writer_rejects_bad_ttl() -> None:
         worker.RedisWriter(object(), ttl_s=0)
 
 
-def test_a_multi_process_pytorch_worker_is_booked_its_gradient_buckets(
+def test_a_multi_process_pytorch_worker_is_booked_its_ddp_sync(
         est: estimate.Estimator) -> None:
     # WORLD_SIZE > 1, as Kubeflow's PyTorchJob sets it: DistributedDataParallel's buckets
     # copy the dense gradients, so the worker needs more than the same model trained alone
@@ -165,6 +165,6 @@ def test_a_multi_process_pytorch_worker_is_booked_its_gradient_buckets(
     assert ddp.gpu_mem_mib >= alone.gpu_mem_mib + grads_mib
     odd = pod()
     odd["spec"]["containers"] = ["trainer", {"env": "WORLD_SIZE=4"}, {"env": [None]}]
-    for same in (worker_pod("1"), worker_pod("four"), worker_pod("4", gradient_buckets=False),
+    for same in (worker_pod("1"), worker_pod("four"), worker_pod("4", data_parallel_workers=0),
                  odd):
         assert worker.handle_pod(same, est).gpu_mem_mib == alone.gpu_mem_mib
