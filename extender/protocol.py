@@ -8,6 +8,7 @@ raw JSON so a filter reply can echo them without re-encoding.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Annotated, Any
 
 import msgspec
@@ -40,6 +41,21 @@ class ObjectMeta(msgspec.Struct, omit_defaults=True, gc=False):
     uid: str = ""
     annotations: dict[str, str] | None = None
     labels: dict[str, str] | None = None
+
+
+def epoch_seconds(timestamp: str | None) -> float | None:
+    """A Kubernetes timestamp (RFC 3339: ``creationTimestamp``, a condition's
+    ``lastTransitionTime``) in epoch seconds, a zone-less one read as UTC (as the API server
+    writes them); None when absent or not RFC 3339."""
+    if not timestamp:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(timestamp)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
 
 
 class PodMeta(ObjectMeta, omit_defaults=True, gc=False):

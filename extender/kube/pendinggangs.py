@@ -19,7 +19,6 @@ another replica) from their ``sparse.io/predicted-seconds`` and the time they we
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +30,7 @@ from extender.demand import predicted_seconds
 from extender.errors import InvalidDemand
 from extender.placement.holds import MIN_GANG, Hold
 from extender.placement.nodeaffinity import node_taints, pod_allows_node
-from extender.protocol import Pod
+from extender.protocol import Pod, epoch_seconds
 from extender.quantity import parse_int_quantity
 from extender.service import Scheduler
 from extender.verbs.holdfilter import HOLD_TTL_S, Allows, hold_unscheduled
@@ -80,10 +79,7 @@ def bound_at(pod: dict[str, Any]) -> float | None:
     """When the pod was bound (its ``PodScheduled`` condition turned true), in epoch s."""
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "True":
-            try:
-                return dt.datetime.fromisoformat(c.get("lastTransitionTime") or "").timestamp()
-            except ValueError:
-                return None
+            return epoch_seconds(c.get("lastTransitionTime"))
     return None
 
 

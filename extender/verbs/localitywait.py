@@ -26,7 +26,6 @@ the next cluster event (a pod ending) or after its backoff.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -36,26 +35,13 @@ from extender.demand import PodDemand
 from extender.placement.delay import Wait, room_in, warm_wait
 from extender.placement.embedding_annotations import EmbeddingSpec
 from extender.placement.state import ClusterState
+from extender.protocol import epoch_seconds
 
 if TYPE_CHECKING:
     from extender.service import Scheduler
 
 FIRST_TRIES_KEPT = 10_000  # pods whose wait start is remembered; the oldest go first
 MOST_WARM_NODES = 16  # full warm nodes whose room is predicted, those the term prefers first
-
-
-def created_at(timestamp: str | None) -> float | None:
-    """A pod's ``metadata.creationTimestamp`` in epoch seconds; None when absent or not
-    RFC 3339."""
-    if not timestamp:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(timestamp)
-    except ValueError:
-        return None
-    if when.tzinfo is None:  # the API server writes UTC
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
 
 
 class ReaderWaits:
@@ -114,7 +100,7 @@ def warm_node_wait(s: Scheduler, state: ClusterState, demand: PodDemand, spec: E
     if not limit > 0 or demand.whole_gpus:
         return None
     now = s.clock()  # counted from its creation, whether a node could take it then or not
-    waited = now - s.reader_waits.first(demand.uid, now, created_at(created))
+    waited = now - s.reader_waits.first(demand.uid, now, epoch_seconds(created))
     if not passed or waited >= limit:
         return None
     ref = s.locality.reference_run_seconds(spec)

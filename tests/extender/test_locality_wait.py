@@ -26,8 +26,9 @@ from extender.ledger.memory import MemoryLedger
 from extender.placement import make_policy
 from extender.placement.delay import Wait, room_in, warm_wait
 from extender.placement.locality import LocalityIndex, LocalityWeights, encode_cache
+from extender.protocol import epoch_seconds
 from extender.service import Scheduler
-from extender.verbs.localitywait import ReaderWaits, created_at
+from extender.verbs.localitywait import ReaderWaits
 
 ZONE = "topology.kubernetes.io/zone"
 ROW = 512.0
@@ -310,11 +311,12 @@ async def test_without_a_usable_creation_time_the_wait_counts_from_the_first_fil
 
 
 def test_creation_times_are_read_as_the_api_server_writes_them():
-    assert created_at("2026-11-30T10:00:00Z") == dt.datetime(2026, 11, 30, 10, tzinfo=dt.UTC
-                                                             ).timestamp()
-    assert created_at("2026-11-30T10:00:00") == created_at("2026-11-30T10:00:00+00:00")
-    assert created_at("2026-11-30T12:00:00+02:00") == created_at("2026-11-30T10:00:00Z")
-    assert created_at(None) is None and created_at("") is None and created_at("soon") is None
+    assert epoch_seconds("2026-11-30T10:00:00Z") == dt.datetime(2026, 11, 30, 10,
+                                                                tzinfo=dt.UTC).timestamp()
+    assert epoch_seconds("2026-11-30T10:00:00") == epoch_seconds("2026-11-30T10:00:00+00:00")
+    assert epoch_seconds("2026-11-30T12:00:00+02:00") == epoch_seconds("2026-11-30T10:00:00Z")
+    assert epoch_seconds(None) is None and epoch_seconds("") is None
+    assert epoch_seconds("soon") is None
     tries = ReaderWaits()
     assert tries.first("a", 50.0, created=20.0) == 20.0  # created 30 s before we saw it
     assert tries.first("b", 50.0, created=80.0) == 50.0  # a creation clock ahead of ours
