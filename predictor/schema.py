@@ -40,6 +40,8 @@ Count = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
 Pooling = Annotated[float, msgspec.Meta(gt=0, le=100_000)]
 NonNegBig = Annotated[float, msgspec.Meta(ge=0, le=1e16)]
 MeasuredBytes = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
+MAX_WORKERS = 100_000  # processes of one data-parallel job
+Workers = Annotated[int, msgspec.Meta(ge=0, le=MAX_WORKERS)]
 OptimizerImpl = Literal["foreach", "single", "fused"]
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -81,7 +83,7 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # the job's workers sync their gradients with PyTorch's DistributedDataParallel, this many
     # of them (0: they do not): its reducer keeps every dense gradient in buckets of its own
     # for the whole run, and gathers every worker's sparse gradients to sum them
-    data_parallel_workers: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+    data_parallel_workers: Workers = 0
     # DDP built with ``gradient_as_bucket_view=True``: the gradients are views of the buckets
     gradient_as_bucket_view: bool = False
     # job-fields level, optional: output elements of the leaf modules' forward per sample
@@ -167,7 +169,7 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     # optional: the job's workers sync their gradients with PyTorch's DistributedDataParallel,
     # this many of them; unset or 0: they do not (the job controller sets it for jobs of
     # several replicas unless the job says otherwise)
-    data_parallel_workers: Annotated[int, msgspec.Meta(ge=0, le=100_000)] | None = None
+    data_parallel_workers: Workers | None = None
     # optional: that DDP is built with ``gradient_as_bucket_view=True``
     gradient_as_bucket_view: bool | None = None
 

@@ -70,12 +70,18 @@ def _data_parallel_workers(pod: dict[str, Any]) -> int:
     DistributedDataParallel's sync, as the job controller books its own jobs of several
     replicas; an annotation that states ``dataParallelWorkers`` / ``data_parallel_workers``
     (0 included) is taken as it is."""
-    raw = _annotations(pod).get(schema.ANN_MODEL)
-    if raw is not None:
+    world = _world_size(pod)
+    raw = _annotations(pod).get(schema.ANN_MODEL) if world else None
+    if raw is not None:  # read again only for a multi-process pod: was the sync stated?
         said = msgspec.json.decode(raw)  # parsed already: a valid object
         if isinstance(said, dict) and (
                 {"dataParallelWorkers", "data_parallel_workers"} & said.keys()):
             return 0
+    return world
+
+
+def _world_size(pod: dict[str, Any]) -> int:
+    """``WORLD_SIZE`` from a container's environment when it is a count above 1, else 0."""
     containers = (pod.get("spec") or {}).get("containers")
     for c in containers if isinstance(containers, list) else []:
         env = c.get("env") if isinstance(c, dict) else None
@@ -85,7 +91,7 @@ def _data_parallel_workers(pod: dict[str, Any]) -> int:
                     world = int(str(var.get("value")).strip())
                 except ValueError:
                     continue
-                if 1 < world <= 100_000:
+                if 1 < world <= schema.MAX_WORKERS:
                     return world
     return 0
 
