@@ -31,7 +31,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
-MKLDNN_RNN = getattr(getattr(torch.ops.aten, "mkldnn_rnn_layer", None), "default", None)
+# the oneDNN LSTM layer's op packet, and its overload the tracer sees (None on a PyTorch
+# without it)
+_RNN_PACKET = getattr(torch.ops.aten, "mkldnn_rnn_layer", None)
+MKLDNN_RNN = getattr(_RNN_PACKET, "default", None)
 EXACT_UP_TO = 64 * 2**20  # a workspace about this small is measured at the traced sizes
 STEPS_PROBED = (8, 16)  # else at these sequence lengths (when the traced one is longer)
 BATCHES_PROBED = (32, 64)  # and these batches (when the traced one is larger)
@@ -99,7 +102,6 @@ def _rnn_layer_flops(input_shape: Any, w_input: Any, w_hidden: Any) -> int:
 
 
 # (a PyTorch that prices the layer itself keeps its own formula)
-_RNN_PACKET = getattr(torch.ops.aten, "mkldnn_rnn_layer", None)
 _RNN_BACKWARD_PACKET = getattr(torch.ops.aten, "mkldnn_rnn_layer_backward", None)
 if _RNN_PACKET is not None and _RNN_PACKET not in flop_registry:
     @register_flop_formula(_RNN_PACKET)
