@@ -32,8 +32,14 @@ def record_demand(ctx: PassContext) -> Demand | None:
     s["demand"] = demand.as_status(whole)
     what = (f"{whole} whole GPU(s)" if whole else
             f"{demand.gpu_mem_mib} MiB and {demand.gpu_milli} milli of one GPU")
-    if not whole and data_parallel(ctx.spec)[0]:  # why a worker needs more than one trainer
-        what += " (with DistributedDataParallel's gradient buckets)"
+    if not whole:  # what a worker holds besides the model trained alone
+        holds = []
+        if sharding := ctx.spec.get("embeddingSharding"):
+            holds.append(f"its {sharding} shard of the tables")
+        if data_parallel(ctx.spec)[0]:
+            holds.append("DistributedDataParallel's gradient buckets")
+        if holds:
+            what += f" (with {' and '.join(holds)})"
     message = (f"each of {ctx.replicas} workers needs {what} (class {demand.job_class},"
                f" model {demand.model_version})")
     s["conditions"] = st.set_condition(s.get("conditions"), "Predicted", True, "Predicted",

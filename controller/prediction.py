@@ -65,7 +65,8 @@ def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
 # The job's fields the predictor reads as they are (camelCase, as in the CRD).
 JOB_FIELDS = ("batchSize", "macs", "params", "vocabularySize", "embeddingDim",
               "embeddingSizeTotal", "embeddingDimTotal", "embeddingTableCount", "optimizer",
-              "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl")
+              "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl",
+              "embeddingSharding")
 
 
 def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
@@ -98,6 +99,8 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
     if workers:
         model["data_parallel_workers"] = workers
         model["gradient_as_bucket_view"] = view
+    if job_spec.get("embeddingSharding"):
+        model["embedding_sharding"] = job_spec["embeddingSharding"]
     if gpu in gpus.CATALOGUE:  # other names still restrict placement, not the prediction
         model["gpu_model"] = gpu
     return {ANN_MODEL: json.dumps(model, separators=(",", ":"), sort_keys=True)}
@@ -110,15 +113,22 @@ def data_parallel(job_spec: Mapping[str, Any]) -> tuple[int, bool]:
     """``(workers, bucket view)`` of the job's DistributedDataParallel sync: as the job says
     (``dataParallel``: ``ddp``, ``ddp-bucket-view`` or ``none``), else ``ddp`` for several
     replicas, PyTorch's usual way to train them (booking it for a job that syncs otherwise
-    costs memory, not booking it for DDP runs the workers out of memory). ``(0, False)``:
-    no sync to book."""
+    costs memory, not booking it for DDP runs the workers out of memory). Tables sharded
+    over the workers (``embeddingSharding``, TorchRec) are sharded over DDP's workers, whatever
+    ``replicas``. ``(0, False)``: no sync to book."""
     try:
         replicas = max(1, int(job_spec.get("replicas") or 1))
     except (TypeError, ValueError):
         replicas = 1
-    mode = job_spec.get("dataParallel") or ("ddp" if replicas > 1 else "none")
+    sharded = bool(job_spec.get("embeddingSharding"))
+    mode = job_spec.get("dataParallel") or ("ddp" if replicas > 1 or sharded else "none")
     if mode not in DATA_PARALLEL:
         raise InvalidModel(f"spec.dataParallel: {mode!r} is not one of {', '.join(DATA_PARALLEL)}")
+    if sharded and mode == "none":
+        raise InvalidModel("spec.embeddingSharding shards the tables over the job's"
+                           " DistributedDataParallel workers (TorchRec's"
+                           " DistributedModelParallel): it needs dataParallel ddp or"
+                           " ddp-bucket-view, not none")
     if mode == "none":
         return 0, False
     return replicas, mode == "ddp-bucket-view"

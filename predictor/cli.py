@@ -147,13 +147,15 @@ def train(data: Path, out: Path, version: str, no_holdout: bool, gpu_data: Path 
 def evaluate(data: Path, gpu_data: Path | None, out: Path, skip_compute: bool) -> None:
     """Leave-one-family-out tables at both input levels (described, job fields) and a
     predicted-vs-measured log-log plot per level."""
-    from predictor import evaluation, evaluation_report
+    from predictor import evaluation, evaluation_report, evaluation_sharded
 
     with _steps("evaluating") as step:
         ev = evaluation.evaluate(data, gpu_data, compute=not skip_compute, step=step)
         step("plots")
         plots = evaluation_report.plot(ev, out)
     table = evaluation_report.format_table(ev)
+    sharded = evaluation_sharded.evaluate_sharded(evaluation_sharded.load())
+    table += "\n\n" + evaluation_sharded.format_sharded(sharded)
     click.echo(table)
     (out / "evaluation.txt").write_text(table + "\n")
     for p in plots:
@@ -191,9 +193,13 @@ def step_bounds(gpu_data: Path | None, quantile: float, out: Path) -> None:
               help="The job's workers sync gradients with DistributedDataParallel, this many"
                    " (0: they do not; default: the process group's size when the factory's"
                    " model is wrapped in DDP, else unsaid).")
+@click.option("--embedding-sharding", type=click.Choice(["table-wise", "row-wise", "column-wise"]),
+              default=None, help="The tables are sharded over the data-parallel workers by"
+                                 " TorchRec (needs --data-parallel-workers).")
 @click.option("--indent", is_flag=True, help="Pretty-print.")
 def describe(target: str, family: str | None, gpu_model: str | None, autocast: str | None,
-             data_parallel_workers: int | None, indent: bool) -> None:
+             data_parallel_workers: int | None, embedding_sharding: str | None,
+             indent: bool) -> None:
     """Print the sparse.io/model annotation of a PyTorch model: FACTORY() returns
     (model, example_inputs, optimizer[, loss_fn]); one training step is traced under
     FakeTensorMode on the CPU (needs torch)."""
@@ -205,7 +211,8 @@ def describe(target: str, family: str | None, gpu_model: str | None, autocast: s
     try:
         ann = describe_mod.describe_factory(target, family=family, gpu_model=gpu_model,
                                             autocast=autocast,
-                                            data_parallel_workers=data_parallel_workers)
+                                            data_parallel_workers=data_parallel_workers,
+                                            embedding_sharding=embedding_sharding)
     except (describe_mod.DescribeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(ann, indent=1 if indent else None))

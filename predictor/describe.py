@@ -28,7 +28,7 @@ import importlib
 import importlib.util
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -240,7 +240,8 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
              loss_fn: Callable | None = None, *, family: str | None = None,
              gpu_model: str | None = None, autocast: Any = None,
              example_kwargs: dict | None = None,
-             data_parallel_workers: int | None = None) -> dict[str, Any]:
+             data_parallel_workers: int | None = None,
+             embedding_sharding: str | None = None) -> dict[str, Any]:
     """The ``sparse.io/model`` annotation (a JSON-able dict) of one training step of ``model``
     on the batch ``example_inputs`` (a tuple of positional arguments, a single object is
     wrapped) with ``optimizer`` (one ``torch.optim.Optimizer`` built on the model's
@@ -254,7 +255,11 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
     ``DistributedDataParallel``, this many of them (0: they do not); default: the size of
     the process group of a model wrapped in DDP (the wrapped module is traced, one process's
     step; its ``gradient_as_bucket_view`` is kept), and unsaid for a model passed unwrapped
-    (the prediction worker then reads the pod's ``WORLD_SIZE``)."""
+    (the prediction worker then reads the pod's ``WORLD_SIZE``). ``embedding_sharding``:
+    the tables are sharded over those workers by TorchRec (``table-wise``, ``row-wise`` or
+    ``column-wise``; the model is described unsharded, as it is built before
+    ``DistributedModelParallel`` wraps it): each worker is booked its shards, not the tables
+    (docs/predictor.md, "Sharded tables")."""
     import torch
 
     model, wrapped, view = _unwrap_data_parallel(model)
@@ -262,6 +267,14 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
         data_parallel_workers = wrapped
     elif data_parallel_workers < 0:
         raise DescribeError(f"data_parallel_workers must be >= 0, got {data_parallel_workers}")
+    if embedding_sharding is not None:
+        if embedding_sharding not in get_args(schema.EmbeddingSharding):
+            raise DescribeError(f"embedding_sharding must be one of"
+                                f" {', '.join(get_args(schema.EmbeddingSharding))},"
+                                f" got {embedding_sharding!r}")
+        if not data_parallel_workers:
+            raise DescribeError("embedding_sharding needs data_parallel_workers: the workers"
+                                " the tables are sharded over")
     inputs, opts, autocast = _arguments(model, example_inputs, optimizer, autocast)
     sparse = any(getattr(m, "sparse", False) for m in model.modules()
                  if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag))
@@ -273,6 +286,14 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
         ann["data_parallel_workers"] = int(data_parallel_workers)
         if data_parallel_workers and view:
             ann["gradient_as_bucket_view"] = True
+    if embedding_sharding is not None:
+        if not ann.get("tables"):
+            raise DescribeError("embedding_sharding: the model has no embedding tables")
+        if ann.get("sparse_grad"):  # the fused kernels replace the tables' sparse gradients
+            ann.pop("sparse_grad")
+            if ann.get("optimizer") == "sparse_adam":
+                ann["optimizer"] = "adam"
+        ann["embedding_sharding"] = embedding_sharding
     return ann
 
 

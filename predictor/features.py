@@ -15,7 +15,7 @@ import math
 # ``name as name``: re-exported; the controller, the simulator, the tests and
 # docs/predictor.md read a pod's model through this module (the controller's tests take
 # JobFields away to test its fallback)
-from predictor import gpus
+from predictor import gpus, sharding
 from predictor.activations import CNN_FAMILIES, job_activation_terms, main_dim
 from predictor.activations import saved_activation_bytes as saved_activation_bytes
 from predictor.activations import transformer_shape as transformer_shape
@@ -128,8 +128,16 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         dense_params = spec.params
     m = OPT_STATE_MULT[spec.optimizer]
     n_tables = sum(t.count for t in spec.tables)
-    if spec.optimizer == "rowwise_adagrad" and emb_params:
-        m_emb = sum(t.rows * t.count for t in spec.tables) / emb_params  # one state per row
+    # tables sharded over the workers: this worker holds its shards only (the compute terms
+    # keep the whole tables: a worker looks its shards up for every worker's samples)
+    shard = (sharding.worker_shard(spec.tables, spec.embedding_sharding,
+                                   spec.data_parallel_workers)
+             if spec.embedding_sharding is not None else None)
+    held_emb = shard.params if shard is not None else emb_params
+    if spec.optimizer == "rowwise_adagrad" and held_emb:  # one state per row
+        rows_held = (shard.rows if shard is not None
+                     else sum(t.rows * t.count for t in spec.tables))
+        m_emb = rows_held / held_emb
     else:
         m_emb = m
     lookups = sum(t.pooling * t.count for t in spec.tables)  # ids per sample
@@ -137,17 +145,27 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     gathered = sum(t.pooling * t.dim * t.count for t in spec.tables)
     gpu = gpus.get(spec.gpu_model)
     # analytic memory phases (MiB): optimizer step vs backward
-    p_mib = (emb_params + dense_params) * b * mib
-    if spec.sparse_grad:  # sized by the ids a batch draws: priced from the lookups
+    p_mib = (held_emb + dense_params) * b * mib
+    dense_p_mib = dense_params * b * mib
+    if shard is not None:  # the fused kernels update the shards inside the backward
+        grad_mib = dense_p_mib
+    elif spec.sparse_grad:  # sized by the ids a batch draws: priced from the lookups
         grad_mib = (dense_params * b + spec.batch_size * (gathered * b + lookups * 8)) * mib
     elif spec.grad_bytes is not None:  # measured: frozen parameters have no gradient
         grad_mib = spec.grad_bytes * mib
     else:
         grad_mib = p_mib
-    hold_mib = emb_params * b * mib * (1 + m_emb) + dense_params * b * mib * (1 + m)
-    if spec.state_bytes is not None:
+    hold_mib = held_emb * b * mib * (1 + m_emb) + dense_p_mib * (1 + m)
+    # measured phase sizes are those of the unsharded model: a sharded one's state and step
+    # are priced from the shards
+    if spec.state_bytes is not None and shard is None:
         hold_mib = p_mib + spec.state_bytes * mib
-    if spec.step_bytes is not None:
+    if shard is not None:  # the optimizer steps the dense part only
+        step_temp_mib = dense_p_mib * (OPT_STEP_TEMP[spec.optimizer]
+                                       if spec.optimizer_impl == "foreach" else
+                                       OPT_STEP_TEMP_SINGLE[spec.optimizer]
+                                       if spec.optimizer_impl == "single" else 0.0)
+    elif spec.step_bytes is not None:
         step_temp_mib = spec.step_bytes * mib
     elif spec.sparse_grad:
         # the dense part is stepped as usual, the tables in place (see OPT_STEP_TEMP_SPARSE)
@@ -168,13 +186,24 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     # sparse allreduce gathers every worker's and sums them, transients of the backward.
     buckets_mib = gathered_sync_mib = 0.0
     if spec.data_parallel_workers:
-        dense_grad_mib = dense_params * b * mib if spec.sparse_grad else grad_mib
+        dense_grad_mib = dense_p_mib if spec.sparse_grad else grad_mib
         buckets_mib = dense_grad_mib
         gathered_sync_mib = (spec.data_parallel_workers + 1) * (grad_mib - dense_grad_mib)
     step_mib = (hold_mib + grad_mib + step_temp_mib
                 + (0.0 if spec.gradient_as_bucket_view else buckets_mib))
     hold_mib += buckets_mib
     grad_mib += gathered_sync_mib  # the backward's: the step phase is summed above
+    if shard is not None:
+        # the exchange of lookups, measured on the CPU (hack/torchrec-shards.py): the
+        # shards' pooled outputs for the job's whole batch twice (the collective's buffer
+        # and its input; row-wise, in the forward, the partial sums and the reduce-scatter's
+        # copy; table-wise, in the backward, the outputs' gradients and their exchange) and
+        # the ids they were looked up with, while the activations are kept ...
+        grad_mib += (spec.data_parallel_workers * spec.batch_size
+                     * (2 * shard.outputs * b + shard.ids * 8) * mib)
+        # ... and the gradient of the lookups this worker received, which the collective
+        # that sent it may still hold when the next step starts
+        hold_mib += spec.batch_size * pooled * b * mib
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
     io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib

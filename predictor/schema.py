@@ -43,6 +43,10 @@ MeasuredBytes = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
 MAX_WORKERS = 100_000  # processes of one data-parallel job
 Workers = Annotated[int, msgspec.Meta(ge=0, le=MAX_WORKERS)]
 OptimizerImpl = Literal["foreach", "single", "fused"]
+# how TorchRec shards the tables over the job's workers: whole tables per worker, each table's
+# rows split evenly over the workers, or each table cut into column blocks dealt out as tables
+# (predictor.sharding)
+EmbeddingSharding = Literal["table-wise", "row-wise", "column-wise"]
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
@@ -86,6 +90,11 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     data_parallel_workers: Workers = 0
     # DDP built with ``gradient_as_bucket_view=True``: the gradients are views of the buckets
     gradient_as_bucket_view: bool = False
+    # the tables are sharded over the ``data_parallel_workers`` workers (TorchRec's
+    # DistributedModelParallel): each worker holds its shards only, updated by the fused
+    # embedding kernels inside the backward (no table gradient is kept), and exchanges the
+    # lookups of the whole job's batch with the others; None: every worker holds every table
+    embedding_sharding: EmbeddingSharding | None = None
     # job-fields level, optional: output elements of the leaf modules' forward per sample
     # (what torchinfo's summary counts as its forward pass size); 0 = not given
     leaf_activations: NonNegBig = 0.0
@@ -120,6 +129,15 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             raise ValueError(f"sparse_grad is not supported by optimizer {self.optimizer!r}")
         if self.optimizer == "sparse_adam" and not self.sparse_grad:
             raise ValueError("optimizer 'sparse_adam' needs sparse_grad: true")
+        if self.embedding_sharding is not None:
+            if not self.tables:
+                raise ValueError("embedding_sharding needs tables to shard")
+            if self.data_parallel_workers < 1:
+                raise ValueError("embedding_sharding needs data_parallel_workers: the workers"
+                                 " the tables are sharded over")
+            if self.sparse_grad:
+                raise ValueError("embedding_sharding and sparse_grad exclude each other: the"
+                                 " fused kernels of sharded tables keep no table gradient")
 
 
 class TaskInfo(msgspec.Struct, frozen=True):
@@ -172,6 +190,9 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     data_parallel_workers: Workers | None = None
     # optional: that DDP is built with ``gradient_as_bucket_view=True``
     gradient_as_bucket_view: bool | None = None
+    # optional: the tables are sharded over the ``dataParallelWorkers`` workers by TorchRec
+    # (``table-wise``, ``row-wise`` or ``column-wise``); unset: every worker holds every table
+    embedding_sharding: EmbeddingSharding | None = None
 
 
 # The optional job fields, in the groups the evaluation reports them by: the gradient layout
@@ -216,6 +237,15 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
     sparse = optimizer == "sparse_adam" or bool(job.sparse_gradients)
     if sparse and optimizer not in ("sgd", "momentum", "adagrad", "sparse_adam"):
         raise ValueError(f"sparseGradients is not supported by optimizer {optimizer!r}")
+    if job.embedding_sharding is not None:
+        if not tables:
+            raise ValueError("embeddingSharding needs the tables it shards (vocabularySize)")
+        if not job.data_parallel_workers:
+            raise ValueError("embeddingSharding needs dataParallelWorkers: the workers the"
+                             " tables are sharded over")
+        if sparse:
+            raise ValueError("embeddingSharding excludes sparseGradients and sparse_adam:"
+                             " the fused kernels of sharded tables keep no table gradient")
     return ModelSpec(
         family="recommendation" if tables else "other", batch_size=job.batch_size,
         optimizer=optimizer, dtype=job.dtype or "fp32", gpu_model=job.gpu_model or gpu_model,
@@ -224,6 +254,7 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
         leaf_activations=job.leaf_activations or 0.0,
         data_parallel_workers=job.data_parallel_workers or 0,
         gradient_as_bucket_view=bool(job.gradient_as_bucket_view),
+        embedding_sharding=job.embedding_sharding,
     )
 
 
@@ -250,6 +281,8 @@ def to_job_fields(spec: ModelSpec,
         out["dataParallelWorkers"] = spec.data_parallel_workers
         if spec.gradient_as_bucket_view:
             out["gradientAsBucketView"] = True
+        if spec.embedding_sharding is not None:
+            out["embeddingSharding"] = spec.embedding_sharding
     if "sparseGradients" in names and spec.sparse_grad:
         out["sparseGradients"] = True
     if "optimizerImpl" in names and spec.optimizer_impl != "foreach":

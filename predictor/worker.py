@@ -96,11 +96,38 @@ def _world_size(pod: dict[str, Any]) -> int:
     return 0
 
 
+def _sharded_with_world_size(pod: dict[str, Any]) -> str | None:
+    """The model annotation of a TorchRec worker that shards its tables
+    (``embeddingSharding``) and leaves the workers they are sharded over to ``WORLD_SIZE``,
+    with them stated; None for any other pod."""
+    world = _world_size(pod)
+    raw = _annotations(pod).get(schema.ANN_MODEL)
+    if not world or raw is None:
+        return None
+    try:
+        said = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(said, dict) or {"dataParallelWorkers", "data_parallel_workers"} & said.keys():
+        return None
+    for sharding, workers in (("embeddingSharding", "dataParallelWorkers"),
+                              ("embedding_sharding", "data_parallel_workers")):
+        if said.get(sharding):
+            return msgspec.json.encode({**said, workers: world}).decode()
+    return None
+
+
 def pod_spec(pod: dict[str, Any]) -> schema.ModelSpec | None:
     """The model a pod describes (None without a model annotation), as the worker predicts
     it: its annotations, and DDP's sync for a data-parallel worker that does not say
     (:func:`_data_parallel_workers`). Raises :class:`schema.SchemaError` on a bad one."""
-    spec = schema.from_annotations(_annotations(pod))
+    try:
+        spec = schema.from_annotations(_annotations(pod))
+    except schema.SchemaError:
+        stated = _sharded_with_world_size(pod)
+        if stated is None:
+            raise
+        spec = schema.from_annotations({**_annotations(pod), schema.ANN_MODEL: stated})
     if spec is not None and not spec.data_parallel_workers:
         workers = _data_parallel_workers(pod)
         if workers:

@@ -307,8 +307,31 @@ def test_several_replicas_book_ddp_unless_the_job_says_how_they_sync():
         predict({**JOB["spec"], "dataParallel": "horovod"})
 
 
+def test_sharded_tables_are_booked_per_worker_shard():
+    # TorchRec shards the tables over the DDP workers: each worker holds its part only
+    def ann(spec):
+        return json.loads(model_annotation(spec)["sparse.io/model"])
+
+    spec = {**JOB["spec"], "replicas": 4}
+    rows = {**spec, "embeddingSharding": "row-wise"}
+    assert ann(rows)["embeddingSharding"] == "row-wise"
+    assert ann(rows)["dataParallelWorkers"] == 4
+    tables_mib = (2 * 10**6 * 64 + 5000 * 16) * 4 / 2**20
+    assert predict(rows).gpu_mem_mib < predict(spec).gpu_mem_mib - tables_mib
+    # one replica still shards (over one worker), under DDP unless the job says none
+    one = {**rows, "replicas": 1}
+    assert ann(one)["dataParallelWorkers"] == 1
+    with pytest.raises(InvalidModel, match="embeddingSharding.*dataParallel"):
+        predict({**rows, "dataParallel": "none"})
+    with pytest.raises(InvalidModel, match="embeddingSharding"):
+        predict({**rows, "embeddingSharding": "diagonal"})
+
+
 def test_the_full_schema_carries_the_sync_too(monkeypatch):
     monkeypatch.delattr(features, "JobFields", raising=False)
     model = json.loads(model_annotation(JOB["spec"])["sparse.io/model"])
     assert model["data_parallel_workers"] == 2 and model["gradient_as_bucket_view"] is False
     assert features.from_annotations(model_annotation(JOB["spec"])).data_parallel_workers == 2
+    sharded = {**JOB["spec"], "embeddingSharding": "table-wise"}
+    assert features.from_annotations(model_annotation(sharded)).embedding_sharding == \
+        "table-wise"

@@ -177,6 +177,9 @@ def test_crd_applies_and_refuses_invalid_jobs(crds: e2e_cluster.LocalCluster) ->
     out = crds.kubectl("apply", "--dry-run=server", "-f", str(REPO / "examples" /
                                                               "dlrm-job.yaml"), check=False)
     assert out.returncode == 0, out.stderr
+    bad = job_manifest("bad-sharding", embeddingSharding="diagonal")
+    out = crds.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+    assert out.returncode != 0 and "spec.embeddingSharding" in out.stderr
 
 
 def test_gang_waits_for_a_free_slot_then_runs_and_delete_releases(stack: Any) -> None:
@@ -238,6 +241,48 @@ def test_gang_waits_for_a_free_slot_then_runs_and_delete_releases(stack: Any) ->
     delete_job(env, "dlrm")
     wait_for(env, lambda: not worker_pods(env), 30, "worker pods deleted")
     wait_for(env, lambda: not bookings(env), 30, "every GPU released")
+
+
+def test_tables_sharded_over_the_workers_fit_where_replicated_ones_do_not(stack: Any) -> None:
+    # 40 GiB of tables: every worker holding all of them (with Adagrad's sums, their
+    # gradients and DDP's buckets) fits no GPU; row-wise over four workers, a quarter each
+    env, c = stack, stack.cluster
+    tables = {"vocabularySize": [20_000_000] * 8, "embeddingSizeTotal": 160_000_000}
+    sharded = {**DLRM, **tables, "embeddingSharding": "row-wise"}
+    demand = predict(sharded)
+    replicated = predict({**DLRM, **tables})
+    gpu = int(demand.gpu_mem_mib * 1.2)
+    assert replicated.gpu_mem_mib > gpu
+    c.create_gpu_node("gpu-0", gpus=4, memory_mib=gpu)
+
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest("whole", **tables)))
+    job = wait_for(env, lambda: (j := get_job(env, "whole")) and
+                   condition(j, "Admitted").get("reason") == "Unschedulable" and j, 60,
+                   "the replicated job refused: it never fits")
+    assert job["status"]["demand"]["gpuMemMiB"] == replicated.gpu_mem_mib
+    assert "never fits" in condition(job, "Admitted")["message"]
+    delete_job(env, "whole")
+
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest(
+        "shards", **tables, embeddingSharding="row-wise")))
+    job = wait_for(env, lambda: (j := get_job(env, "shards"))
+                   and (j.get("status") or {}).get("phase") == "Scheduled" and j, 60,
+                   "job scheduled")
+    assert job["status"]["demand"]["gpuMemMiB"] == demand.gpu_mem_mib
+    assert "its row-wise shard of the tables" in condition(job, "Predicted")["message"]
+    model = json.loads(worker_pods(env)[0]["metadata"]["annotations"]["sparse.io/model"])
+    assert model["embeddingSharding"] == "row-wise" and model["dataParallelWorkers"] == 4
+    assert len({g for b in bookings(env).values() for g in b["gpus"]}) == 4
+    delete_job(env, "shards")
+
+    # sharded tables without DDP's workers to shard them over: the job fails, named why
+    c.kubectl("apply", "-f", "-", input=json.dumps(job_manifest(
+        "no-ddp", **tables, embeddingSharding="row-wise", dataParallel="none")))
+    job = wait_for(env, lambda: (j := get_job(env, "no-ddp"))
+                   and (j.get("status") or {}).get("phase") == "Failed" and j, 60, "job failed")
+    assert condition(job, "Predicted")["reason"] == "InvalidModel"
+    assert "embeddingSharding" in condition(job, "Predicted")["message"]
+    assert worker_pods(env) == []
 
 
 def test_controller_killed_mid_admission_leaves_no_partial_reservation(stack: Any) -> None:

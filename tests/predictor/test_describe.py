@@ -527,3 +527,13 @@ def test_a_ddp_worker_is_described_with_what_its_sync_holds(tmp_path: Path) -> N
     more = (est.predict(features.parse_model(json.dumps(eight))).train_mib
             - est.predict(features.parse_model(json.dumps(one))).train_mib)
     assert more == pytest.approx(7 * cases[2][3], rel=0.05)
+    # sharded by TorchRec over the workers: the shards' state, no sparse gradient
+    sharded = describe(bags, ids, sgd, data_parallel_workers=8, embedding_sharding="row-wise")
+    assert sharded["embedding_sharding"] == "row-wise" and not sharded.get("sparse_grad")
+    spec = features.parse_model(json.dumps(sharded))
+    assert est.predict(spec).train_mib < est.predict(
+        features.parse_model(json.dumps(eight))).train_mib
+    with pytest.raises(DescribeError, match="data_parallel_workers"):
+        describe(bags, ids, sgd, embedding_sharding="row-wise")
+    with pytest.raises(DescribeError, match="embedding_sharding"):
+        describe(bags, ids, sgd, data_parallel_workers=2, embedding_sharding="diagonal")

@@ -168,3 +168,27 @@ def test_a_multi_process_pytorch_worker_is_booked_its_ddp_sync(
     for same in (worker_pod("1"), worker_pod("four"), worker_pod("4", data_parallel_workers=0),
                  odd):
         assert worker.handle_pod(same, est).gpu_mem_mib == alone.gpu_mem_mib
+
+
+def test_a_torchrec_worker_shards_its_tables_over_world_size(
+        est: estimate.Estimator) -> None:
+    # the annotation says the tables are sharded and leaves the workers to WORLD_SIZE
+    def worker_pod(world: str | None, **extra: Any) -> dict[str, Any]:
+        p = pod(annotations={features.ANN_MODEL: json.dumps({**SPEC, **extra})})
+        if world is not None:
+            p["spec"]["containers"] = [{"name": "trainer", "env": [
+                {"name": "WORLD_SIZE", "value": world}]}]
+        return p
+
+    sharded = worker.pod_spec(worker_pod("4", embedding_sharding="row-wise"))
+    assert sharded.data_parallel_workers == 4 and sharded.embedding_sharding == "row-wise"
+    stated = worker.pod_spec(worker_pod("4", embedding_sharding="row-wise",
+                                        data_parallel_workers=2))
+    assert stated.data_parallel_workers == 2
+    replicated = worker.handle_pod(worker_pod("4"), est)
+    assert worker.handle_pod(worker_pod("4", embedding_sharding="row-wise"), est).gpu_mem_mib \
+        < replicated.gpu_mem_mib
+    for alone in (worker_pod(None, embedding_sharding="row-wise"),
+                  worker_pod("1", embedding_sharding="row-wise")):
+        with pytest.raises(features.SchemaError, match="data_parallel_workers"):
+            worker.pod_spec(alone)

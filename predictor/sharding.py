@@ -1,0 +1,83 @@
+"""What one worker holds of embedding tables sharded over a job's workers, as TorchRec's
+``DistributedModelParallel`` shards them. Pure.
+
+A sharded table is not replicated: each worker keeps its shards and their optimizer state,
+and FBGEMM's fused kernels update them inside the backward, so no table gradient is kept.
+What a worker pays instead is the exchange of lookups: its shards are looked up for the
+whole job's batch (every worker's samples), so it receives those samples' ids for its shards
+(the input all-to-all) and holds the shards' pooled outputs for all of them (the output
+all-to-all; row-wise, each table's partial sums before they are reduce-scattered), and the
+gradients of those outputs in the backward. These are the sizes TorchRec's planner prices
+per shard (``calculate_shard_storages``: the shard, its optimizer state, the input and output
+sizes).
+
+Which tables a worker gets is the planner's choice. Table-wise, it balances the workers'
+cost, about equal numbers of tables when the tables cost alike, so a worker is booked the
+⌈tables / workers⌉ largest ones: exact for equal tables, on the safe side otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from predictor.schema import Table
+
+
+@dataclass(frozen=True)
+class WorkerShard:
+    """One worker's part of the tables: ``params`` table elements and ``rows`` table rows
+    (row-wise optimizer state keeps one value per row of each shard); per sample of the job's
+    batch, the ``ids`` it receives and the pooled ``outputs`` it computes."""
+
+    params: float
+    rows: float
+    ids: float
+    outputs: float
+
+
+# TorchRec's planner splits a table column-wise into blocks of the smallest divisor of its
+# width that is at least this and a multiple of 4 (the whole width when there is none)
+MIN_COLUMN_BLOCK = 128
+
+
+def column_block(dim: int) -> int:
+    """Width of the column-wise shards TorchRec's planner cuts a ``dim``-wide table into."""
+    return next((i for i in range(MIN_COLUMN_BLOCK, dim) if dim % i == 0 and i % 4 == 0), dim)
+
+
+def _largest_pieces(pieces: list[tuple[int, int, float]], workers: int) -> WorkerShard:
+    """The ⌈pieces / workers⌉ largest of the ``(rows, width, ids per sample)`` pieces (whole
+    tables, or column blocks), each figure taken over its own largest ones."""
+    k = math.ceil(len(pieces) / workers)
+
+    def top(values: list[float]) -> float:
+        return float(sum(sorted(values, reverse=True)[:k]))
+
+    return WorkerShard(params=top([r * d for r, d, _ in pieces]),
+                       rows=top([r for r, _, _ in pieces]),
+                       ids=top([p for _, _, p in pieces]),
+                       outputs=top([d for _, d, _ in pieces]))
+
+
+def worker_shard(tables: Sequence[Table], sharding: str, workers: int) -> WorkerShard:
+    """The part of ``tables`` one of ``workers`` workers holds under ``sharding``
+    (``table-wise``, ``row-wise`` or ``column-wise``), the worker that holds the most."""
+    w = max(1, workers)
+    each = [t for t in tables for _ in range(t.count)]
+    if sharding == "table-wise":
+        return _largest_pieces([(t.rows, t.dim, t.pooling) for t in each], w)
+    if sharding == "column-wise":
+        # each table cut into column blocks, dealt out as whole tables are; a block looks up
+        # every id of its table
+        return _largest_pieces([(t.rows, column_block(t.dim), t.pooling) for t in each
+                                for _ in range(t.dim // column_block(t.dim))], w)
+    if sharding == "row-wise":
+        # rows split evenly, the first workers taking the remainder; every worker computes
+        # partial sums of every table for every sample of the job's batch
+        return WorkerShard(params=sum(math.ceil(t.rows / w) * t.dim for t in each),
+                           rows=sum(math.ceil(t.rows / w) for t in each),
+                           ids=sum(t.pooling for t in each) / w,
+                           outputs=sum(t.dim for t in each))
+    raise ValueError(f"unknown embedding sharding {sharding!r}")
