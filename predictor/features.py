@@ -224,6 +224,8 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         **times,
         **dispatch_features(spec, times, gpu),
         "emb_mib": emb_params * b * mib,
+        # the table shards this worker holds and their optimizer state (sharded tables only)
+        "shards_mib": held_emb * b * mib * (1 + m_emb) if shard is not None else 0.0,
         "dense_mib": dense_params * b * mib,
         "m_emb": m_emb,
         "m_dense": m,

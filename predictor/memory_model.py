@@ -158,7 +158,13 @@ class MemoryModel:
         if level == "described" and spec.slack_bytes is not None:
             return self.reserve_replayed_mib(spec, parts)
         s_state, s_act, offset = self.reservation(spec.gpu_model, level)
-        return int(math.ceil(parts[0] * s_state + parts[1] * s_act + offset))
+        # the shards of tables sharded over the workers and their optimizer state are what
+        # the embedding kernels allocate, whatever the model around them: booked as they are;
+        # the scales cover what an unseen model's estimate may miss
+        exact = (min(parts[0], features.derive(spec)["shards_mib"])
+                 if spec.embedding_sharding is not None else 0.0)
+        return int(math.ceil(exact + (parts[0] - exact) * s_state + parts[1] * s_act
+                             + offset))
 
     def reserve_replayed_mib(self, spec: schema.ModelSpec, parts: np.ndarray) -> int:
         """The reservation of a described spec with the allocator replay: the reserved peak

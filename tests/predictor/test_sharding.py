@@ -113,3 +113,16 @@ def test_measured_workers_of_sharded_jobs_are_booked_their_peak() -> None:
     # more than the job-level activations' spread, most close
     assert min(ratios) > 0.85
     assert sorted(ratios)[len(ratios) // 2] < 1.25
+
+
+def test_the_shards_are_booked_as_they_are_not_scaled() -> None:
+    # the job level scales its state estimate up for an unseen model's unknowns (sparse or
+    # dense gradients, how the optimizer steps); a sharded table has none of them
+    big = {**JOB, "vocabularySize": [20_000_000] * 8, "params": 3e5 + 8 * 20_000_000 * 64,
+           "dataParallelWorkers": 4, "embeddingSharding": "row-wise"}
+    spec = features.parse_model(json.dumps(big))
+    shards = 8 * 5_000_000 * (64 + 1) * 4 / MIB  # a quarter of the rows, their row-wise state
+    assert features.derive(spec)["shards_mib"] == pytest.approx(shards)
+    p = estimate.Estimator.load().predict(spec)
+    ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
+    assert shards < p.train_mib < p.gpu_mem_mib - ctx < 1.15 * p.train_mib
