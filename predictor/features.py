@@ -189,6 +189,11 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         dense_grad_mib = dense_p_mib if spec.sparse_grad else grad_mib
         buckets_mib = dense_grad_mib
         gathered_sync_mib = (spec.data_parallel_workers + 1) * (grad_mib - dense_grad_mib)
+    if shard is not None:
+        # the gradient of the lookups this worker received, which the collective that sent
+        # it may still hold when the next step starts (measured: some workers began their
+        # steps with it, others without)
+        hold_mib += spec.batch_size * pooled * b * mib
     step_mib = (hold_mib + grad_mib + step_temp_mib
                 + (0.0 if spec.gradient_as_bucket_view else buckets_mib))
     hold_mib += buckets_mib
@@ -198,12 +203,9 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         # shards' pooled outputs for the job's whole batch twice (the collective's buffer
         # and its input; row-wise, in the forward, the partial sums and the reduce-scatter's
         # copy; table-wise, in the backward, the outputs' gradients and their exchange) and
-        # the ids they were looked up with, while the activations are kept ...
+        # the ids they were looked up with, while the activations are kept
         grad_mib += (spec.data_parallel_workers * spec.batch_size
                      * (2 * shard.outputs * b + shard.ids * 8) * mib)
-        # ... and the gradient of the lookups this worker received, which the collective
-        # that sent it may still hold when the next step starts
-        hold_mib += spec.batch_size * pooled * b * mib
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
     io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib
