@@ -66,7 +66,7 @@ def _tables(spec: Mapping[str, Any]) -> list[dict[str, int]]:
 JOB_FIELDS = ("batchSize", "macs", "params", "vocabularySize", "embeddingDim",
               "embeddingSizeTotal", "embeddingDimTotal", "embeddingTableCount", "optimizer",
               "dtype", "sparseGradients", "idsPerSample", "leafActivations", "optimizerImpl",
-              "embeddingSharding")
+              "embeddingSharding", "unpooledLookups")
 
 
 def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
@@ -101,6 +101,7 @@ def model_annotation(job_spec: Mapping[str, Any]) -> dict[str, str]:
         model["gradient_as_bucket_view"] = view
     if job_spec.get("embeddingSharding"):
         model["embedding_sharding"] = job_spec["embeddingSharding"]
+        model["unpooled_lookups"] = bool(job_spec.get("unpooledLookups"))
     if gpu in gpus.CATALOGUE:  # other names still restrict placement, not the prediction
         model["gpu_model"] = gpu
     return {ANN_MODEL: json.dumps(model, separators=(",", ":"), sort_keys=True)}

@@ -3,24 +3,25 @@
 
     python3 hack/torchrec-shards.py [--workers 2 4] [--sharding table_wise row_wise column_wise]
         [--optimizer rowwise_adagrad adagrad sgd] [--tables 8] [--rows 200000 | R1 R2 ...]
-        [--dim 64] [--batch 2048] [--ids-per-sample 4]
+        [--dim 64] [--batch 2048] [--ids-per-sample 4] [--unpooled]
 
 Needs torch, fbgemm-gpu(-cpu) and torchrec of matching versions, in a venv of their own (the
 project's code is not imported): torch 2.14.0, fbgemm-gpu-cpu 1.9.0 and torchrec 1.9.2 from
-PyPI worked (torchrec's other dependencies: tensordict, torchmetrics==1.0.3, tqdm,
-pyre-extensions). For each case it starts ``workers`` gloo processes that train a DLRM
-(``torchrec.models.dlrm.DLRM``) whose tables TorchRec's planner shards with the given sharding
-type (row-wise, which TorchRec offers on GPUs only, through a sharder that allows it on the
-CPU: the kernels are the same), the tables updated by FBGEMM's fused kernels inside the
-backward (``apply_optimizer_in_backward``; FBGEMM's CPU kernels take row-wise Adagrad, Adagrad
-and SGD) and the dense part by Adam under DDP, as TorchRec's examples train. Each rank reads
-the CPU allocator's bytes (the profiler's memory events) from before the model is built to the
-end of the third step and prints the steady step's peak (the third, once DDP's buckets
-exist), the peak and the level at the end of its forward, backward and optimizer step, its
-shards' bytes, and the job fields that describe the case (``job``: what the predictor is
-given). One JSON line per rank and case on stdout, also appended to
-``$OUT/torchrec-shards.jsonl`` when OUT is set; ``predictor/data/sharded-tables-cpu.jsonl``
-holds those of the cases docs/predictor.md ("Sharded tables") lists.
+PyPI worked (torchrec's other dependencies: tensordict, torchmetrics==1.0.3, tqdm, pyre-
+extensions). For each case it starts ``workers`` gloo processes that train a DLRM
+(``torchrec.models.dlrm.DLRM``; with ``--unpooled`` a sequence model instead, its lookups kept
+one vector per id by an ``EmbeddingCollection``) whose tables TorchRec's planner shards with
+the given sharding type (row-wise, which TorchRec offers on GPUs only, through a sharder that
+allows it on the CPU: the kernels are the same), the tables updated by FBGEMM's fused kernels
+inside the backward (``apply_optimizer_in_backward``; FBGEMM's CPU kernels take row-wise
+Adagrad, Adagrad and SGD) and the dense part by Adam under DDP, as TorchRec's examples train.
+Each rank reads the CPU allocator's bytes (the profiler's memory events) from before the model
+is built to the end of the third step and prints the steady step's peak (the third, once DDP's
+buckets exist), the peak and the level at the end of its forward, backward and optimizer step,
+its shards' bytes, and the job fields that describe the case (``job``: what the predictor is
+given). One JSON line per rank and case on stdout, also appended to ``$OUT/torchrec-
+shards.jsonl`` when OUT is set; ``predictor/data/sharded-tables-cpu.jsonl`` holds those of the
+cases docs/predictor.md ("Sharded tables") lists.
 """
 
 from __future__ import annotations
@@ -122,37 +123,78 @@ def _worker(rank: int, world: int, store: str, case: dict, out: str | None) -> N
     dist.destroy_process_group()
 
 
+class SequenceModel(torch.nn.Module):
+    """A sequence recommender's shape: each table's ids of a sample looked up one vector per
+    id (TorchRec's EmbeddingCollection, unpooled), averaged over the sequence, and an MLP."""
+
+    def __init__(self, collection: torch.nn.Module, tables: int, dim: int, length: int) -> None:
+        super().__init__()
+        self.collection, self.tables, self.dim, self.length = collection, tables, dim, length
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(tables * dim, 512), torch.nn.ReLU(),
+                                       torch.nn.Linear(512, 256), torch.nn.ReLU(),
+                                       torch.nn.Linear(256, 1))
+
+    def forward(self, batch) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        looked_up = self.collection(batch.sparse_features)
+        x = torch.cat([looked_up[f"f{i}"].values().view(-1, self.length, self.dim).mean(1)
+                       for i in range(self.tables)], dim=1)
+        logits = self.mlp(x).squeeze(-1)
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels), None
+
+
+def _model(case: dict) -> tuple[torch.nn.Module, torch.nn.Module, list, list[torch.nn.Module]]:
+    """(model, its embedding module, the table configs, the dense modules) of the case."""
+    from torchrec import (
+        EmbeddingBagCollection,
+        EmbeddingBagConfig,
+        EmbeddingCollection,
+        EmbeddingConfig,
+    )
+    from torchrec.models.dlrm import DLRM, DLRMTrain
+
+    dim, meta = case["dim"], torch.device("meta")
+    if case.get("unpooled"):
+        tables = [EmbeddingConfig(name=f"t{i}", embedding_dim=dim, num_embeddings=rows,
+                                  feature_names=[f"f{i}"]) for i, rows in enumerate(case["rows"])]
+        model = SequenceModel(EmbeddingCollection(tables=tables, device=meta), len(tables), dim,
+                              case["ids_per_sample"])
+        return model, model.collection, tables, [model.mlp]
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=dim, num_embeddings=rows,
+                                 feature_names=[f"f{i}"]) for i, rows in enumerate(case["rows"])]
+    model = DLRMTrain(DLRM(embedding_bag_collection=EmbeddingBagCollection(tables=tables,
+                                                                           device=meta),
+                           dense_in_features=case["dense_in"],
+                           dense_arch_layer_sizes=[512, 256, dim],
+                           over_arch_layer_sizes=[512, 256, 1]))
+    return (model, model.model.sparse_arch, tables,
+            [model.model.dense_arch, model.model.over_arch])
+
+
 def _train(rank: int, world: int, case: dict) -> tuple[int, int, int]:
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
     from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.distributed.planner.types import ParameterConstraints
-    from torchrec.models.dlrm import DLRM, DLRMTrain
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
     from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-    dim = case["dim"]
-    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=dim, num_embeddings=rows,
-                                 feature_names=[f"f{i}"]) for i, rows in enumerate(case["rows"])]
-    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-    model = DLRMTrain(DLRM(embedding_bag_collection=ebc, dense_in_features=case["dense_in"],
-                           dense_arch_layer_sizes=[512, 256, dim],
-                           over_arch_layer_sizes=[512, 256, 1]))
+    model, embedding, tables, dense = _model(case)
     cls, kw = _optimizer(case["optimizer"])
-    apply_optimizer_in_backward(cls, model.model.sparse_arch.parameters(), kw)
+    apply_optimizer_in_backward(cls, embedding.parameters(), kw)
     constraints = {t.name: ParameterConstraints(sharding_types=[case["sharding"]],
                                                 compute_kernels=["fused"]) for t in tables}
     planner = EmbeddingShardingPlanner(
         topology=Topology(world_size=world, compute_device="cpu"), constraints=constraints)
+
     class CpuSharder(EmbeddingBagCollectionSharder):
         """TorchRec offers row-wise sharding on GPUs only; its CPU kernels are the same."""
 
         def sharding_types(self, compute_device_type: str) -> list[str]:
             return [*super().sharding_types(compute_device_type), "row_wise"]
 
-    sharders = [CpuSharder()]
+    sharders = [EmbeddingCollectionSharder() if case.get("unpooled") else CpuSharder()]
     plan = planner.collective_plan(model, sharders, dist.GroupMember.WORLD)
     dmp = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan,
                                    sharders=sharders)
@@ -186,20 +228,24 @@ def _train(rank: int, world: int, case: dict) -> tuple[int, int, int]:
                                    for s in v.local_shards())
             elif torch.is_tensor(v):
                 state_bytes += v.numel() * v.element_size()
-    dense_params = sum(p.numel() for p in model.model.dense_arch.parameters()) + sum(
-        p.numel() for p in model.model.over_arch.parameters())
+    dense_params = sum(p.numel() for m in dense for p in m.parameters())
     return shard_bytes, state_bytes, dense_params
 
 
 def job_fields(case: dict, workers: int, dense_params: int) -> dict:
     """The RecommendDLJob fields of the case: MACs are the dense layers' (each weight once
-    per sample) and the dot interaction's (features^2 x dim per sample)."""
+    per sample) and DLRM's dot interaction's (features^2 x dim per sample)."""
     n, dim = len(case["rows"]), case["dim"]
-    return {"batchSize": case["batch"], "macs": dense_params + (n + 1) ** 2 * dim,
-            "params": dense_params + sum(case["rows"]) * dim, "vocabularySize": case["rows"],
-            "embeddingDim": [dim], "idsPerSample": [case["ids_per_sample"]],
-            "optimizer": case["optimizer"], "dataParallelWorkers": workers,
-            "embeddingSharding": case["sharding"].replace("_", "-")}
+    unpooled = bool(case.get("unpooled"))
+    job = {"batchSize": case["batch"],
+           "macs": dense_params + (0 if unpooled else (n + 1) ** 2 * dim),
+           "params": dense_params + sum(case["rows"]) * dim, "vocabularySize": case["rows"],
+           "embeddingDim": [dim], "idsPerSample": [case["ids_per_sample"]],
+           "optimizer": case["optimizer"], "dataParallelWorkers": workers,
+           "embeddingSharding": case["sharding"].replace("_", "-")}
+    if unpooled:
+        job["unpooledLookups"] = True
+    return job
 
 
 def main() -> int:
@@ -213,6 +259,8 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--ids-per-sample", type=int, default=4)
+    ap.add_argument("--unpooled", action="store_true",
+                    help="a sequence model: EmbeddingCollection, one vector per id")
     args = ap.parse_args()
     out = os.environ.get("OUT")
     if out:
@@ -222,7 +270,7 @@ def main() -> int:
             for optimizer in args.optimizer:
                 case = {"sharding": sharding, "optimizer": optimizer, "dim": args.dim,
                         "batch": args.batch, "ids_per_sample": args.ids_per_sample,
-                        "dense_in": 13,
+                        "dense_in": 13, "unpooled": args.unpooled,
                         "rows": (args.rows * args.tables if len(args.rows) == 1
                                  else args.rows)}
                 store = os.path.join(tempfile.mkdtemp(), "pg")

@@ -33,10 +33,12 @@ def load(path: Path = DEFAULT_JSONL) -> list[dict]:
 
 
 def evaluate_sharded(rows: list[dict], est: Estimator | None = None) -> list[ShardedResult]:
-    """One result per sharding type and one over all rows (``overall``)."""
+    """One result per sharding type (pooled lookups, and unpooled: a sequence model's
+    EmbeddingCollection) and one over all rows (``overall``)."""
     est = est or Estimator.load()
     ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
-    kinds = np.array([r["sharding"].replace("_", "-") for r in rows])
+    kinds = np.array([r["sharding"].replace("_", "-")
+                      + (" unpooled" if r["job"].get("unpooledLookups") else "") for r in rows])
     y = np.array([r["peak_mib"] for r in rows])
     preds = [est.predict(features.parse_model(json.dumps(r["job"]))) for r in rows]
     train = np.array([p.train_mib for p in preds])
@@ -59,12 +61,12 @@ def evaluate_sharded(rows: list[dict], est: Estimator | None = None) -> list[Sha
 
 
 def format_sharded(results: list[ShardedResult]) -> str:
-    head = (f"{'sharding':16s} {'n':>4s} {'MAPE':>6s} {'job MAPE':>8s} {'under':>6s} "
+    head = (f"{'sharding':20s} {'n':>4s} {'MAPE':>6s} {'job MAPE':>8s} {'under':>6s} "
             f"{'largest':>7s} | {'res.under':>9s} {'med.over':>8s}")
     lines = [f"Sharded tables (TorchRec, each worker's CPU allocator peak; job fields, no row "
              f"fitted on): train_mib vs the peak (job MAPE: vs the job's fullest worker); "
              f"reservation vs peak + {gpus.DEFAULT_GPU} context", head, "-" * len(head)]
-    lines += [f"{r.sharding:16s} {r.n:4d} {100 * r.mape:5.1f}% {100 * r.job_mape:7.1f}% "
+    lines += [f"{r.sharding:20s} {r.n:4d} {100 * r.mape:5.1f}% {100 * r.job_mape:7.1f}% "
               f"{100 * r.under_share:5.1f}% "
               f"{100 * r.under_max:6.1f}% | {100 * r.res_under_share:8.1f}% "
               f"{100 * r.res_over_median:7.1f}%" for r in results]

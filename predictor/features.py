@@ -131,7 +131,7 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     # tables sharded over the workers: this worker holds its shards only (the compute terms
     # keep the whole tables: a worker looks its shards up for every worker's samples)
     shard = (sharding.worker_shard(spec.tables, spec.embedding_sharding,
-                                   spec.data_parallel_workers)
+                                   spec.data_parallel_workers, spec.unpooled_lookups)
              if spec.embedding_sharding is not None else None)
     held_emb = shard.params if shard is not None else emb_params
     if spec.optimizer == "rowwise_adagrad" and held_emb:  # one state per row
@@ -190,10 +190,10 @@ def derive(spec: ModelSpec) -> dict[str, float]:
         buckets_mib = dense_grad_mib
         gathered_sync_mib = (spec.data_parallel_workers + 1) * (grad_mib - dense_grad_mib)
     if shard is not None:
-        # the gradient of the lookups this worker received, which the collective that sent
-        # it may still hold when the next step starts (measured: some workers began their
-        # steps with it, others without)
-        hold_mib += spec.batch_size * pooled * b * mib
+        # the lookups this worker received, or their gradient, which the collectives that
+        # exchanged them may still hold when the next step starts (sharding.RETAINED_EXCHANGES)
+        hold_mib += (sharding.RETAINED_EXCHANGES * spec.batch_size
+                     * (gathered if spec.unpooled_lookups else pooled) * b * mib)
     step_mib = (hold_mib + grad_mib + step_temp_mib
                 + (0.0 if spec.gradient_as_bucket_view else buckets_mib))
     hold_mib += buckets_mib
@@ -208,7 +208,8 @@ def derive(spec: ModelSpec) -> dict[str, float]:
                      * (2 * shard.outputs * b + shard.ids * 8) * mib)
     saved_mib = saved_activation_bytes(spec) * mib
     # the batch (ids, input tensors) and the pooled lookups live through the whole step
-    io_mib = spec.batch_size * (lookups * 8 + pooled * b + spec.inputs * b) * mib
+    looked_up = gathered if spec.unpooled_lookups and shard is not None else pooled
+    io_mib = spec.batch_size * (lookups * 8 + looked_up * b + spec.inputs * b) * mib
     if spec.batch_bytes is not None:
         # measured: the pooled lookups are among the saved bytes; the batch is what the
         # example inputs held (ids shared by several tables count once)

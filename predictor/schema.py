@@ -95,6 +95,9 @@ class ModelSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # embedding kernels inside the backward (no table gradient is kept), and exchanges the
     # lookups of the whole job's batch with the others; None: every worker holds every table
     embedding_sharding: EmbeddingSharding | None = None
+    # the lookups are kept one vector per id (TorchRec's EmbeddingCollection: a sequence
+    # model's history), not pooled per sample: what sharded tables exchange grows with the ids
+    unpooled_lookups: bool = False
     # job-fields level, optional: output elements of the leaf modules' forward per sample
     # (what torchinfo's summary counts as its forward pass size); 0 = not given
     leaf_activations: NonNegBig = 0.0
@@ -193,6 +196,9 @@ class JobFields(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename=
     # optional: the tables are sharded over the ``dataParallelWorkers`` workers by TorchRec
     # (``table-wise``, ``row-wise`` or ``column-wise``); unset: every worker holds every table
     embedding_sharding: EmbeddingSharding | None = None
+    # optional: the lookups are kept one vector per id (TorchRec's EmbeddingCollection), not
+    # pooled per sample (EmbeddingBagCollection); read for sharded tables
+    unpooled_lookups: bool | None = None
 
 
 # The optional job fields, in the groups the evaluation reports them by: the gradient layout
@@ -255,6 +261,7 @@ def job_fields_spec(job: JobFields, gpu_model: str = gpus.DEFAULT_GPU) -> ModelS
         data_parallel_workers=job.data_parallel_workers or 0,
         gradient_as_bucket_view=bool(job.gradient_as_bucket_view),
         embedding_sharding=job.embedding_sharding,
+        unpooled_lookups=bool(job.unpooled_lookups),
     )
 
 
@@ -283,6 +290,8 @@ def to_job_fields(spec: ModelSpec,
             out["gradientAsBucketView"] = True
         if spec.embedding_sharding is not None:
             out["embeddingSharding"] = spec.embedding_sharding
+            if spec.unpooled_lookups:
+                out["unpooledLookups"] = True
     if "sparseGradients" in names and spec.sparse_grad:
         out["sparseGradients"] = True
     if "optimizerImpl" in names and spec.optimizer_impl != "foreach":

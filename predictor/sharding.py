@@ -37,6 +37,11 @@ class WorkerShard:
     outputs: float
 
 
+# Buffers of the lookups a worker received (or of their gradient) that outlive their step:
+# measured workers began steps holding none, one or two of them, as the collectives that
+# exchanged them happened to release their buffers; every worker is booked two
+RETAINED_EXCHANGES = 2
+
 # TorchRec's planner splits a table column-wise into blocks of the smallest divisor of its
 # width that is at least this and a multiple of 4 (the whole width when there is none)
 MIN_COLUMN_BLOCK = 128
@@ -47,7 +52,8 @@ def column_block(dim: int) -> int:
     return next((i for i in range(MIN_COLUMN_BLOCK, dim) if dim % i == 0 and i % 4 == 0), dim)
 
 
-def _largest_pieces(pieces: list[tuple[int, int, float]], workers: int) -> WorkerShard:
+def _largest_pieces(pieces: list[tuple[int, int, float]], workers: int,
+                    unpooled: bool) -> WorkerShard:
     """The ⌈pieces / workers⌉ largest of the ``(rows, width, ids per sample)`` pieces (whole
     tables, or column blocks), each figure taken over its own largest ones."""
     k = math.ceil(len(pieces) / workers)
@@ -58,26 +64,31 @@ def _largest_pieces(pieces: list[tuple[int, int, float]], workers: int) -> Worke
     return WorkerShard(params=top([r * d for r, d, _ in pieces]),
                        rows=top([r for r, _, _ in pieces]),
                        ids=top([p for _, _, p in pieces]),
-                       outputs=top([d for _, d, _ in pieces]))
+                       outputs=top([d * (p if unpooled else 1) for _, d, p in pieces]))
 
 
-def worker_shard(tables: Sequence[Table], sharding: str, workers: int) -> WorkerShard:
+def worker_shard(tables: Sequence[Table], sharding: str, workers: int,
+                 unpooled: bool = False) -> WorkerShard:
     """The part of ``tables`` one of ``workers`` workers holds under ``sharding``
-    (``table-wise``, ``row-wise`` or ``column-wise``), the worker that holds the most."""
+    (``table-wise``, ``row-wise`` or ``column-wise``), the worker that holds the most.
+    ``unpooled``: the lookups are kept one vector per id (TorchRec's EmbeddingCollection), so
+    a shard's output per sample is its ids times its width."""
     w = max(1, workers)
     each = [t for t in tables for _ in range(t.count)]
     if sharding == "table-wise":
-        return _largest_pieces([(t.rows, t.dim, t.pooling) for t in each], w)
+        return _largest_pieces([(t.rows, t.dim, t.pooling) for t in each], w, unpooled)
     if sharding == "column-wise":
         # each table cut into column blocks, dealt out as whole tables are; a block looks up
         # every id of its table
         return _largest_pieces([(t.rows, column_block(t.dim), t.pooling) for t in each
-                                for _ in range(t.dim // column_block(t.dim))], w)
+                                for _ in range(t.dim // column_block(t.dim))], w, unpooled)
     if sharding == "row-wise":
-        # rows split evenly, the first workers taking the remainder; every worker computes
-        # partial sums of every table for every sample of the job's batch
+        # rows split evenly, the first workers taking the remainder. Pooled, every worker
+        # computes partial sums of every table for every sample of the job's batch; unpooled,
+        # it sends back the vectors of the ids it holds, a share of them
         return WorkerShard(params=sum(math.ceil(t.rows / w) * t.dim for t in each),
                            rows=sum(math.ceil(t.rows / w) for t in each),
                            ids=sum(t.pooling for t in each) / w,
-                           outputs=sum(t.dim for t in each))
+                           outputs=(sum(t.pooling * t.dim for t in each) / w if unpooled
+                                    else sum(t.dim for t in each)))
     raise ValueError(f"unknown embedding sharding {sharding!r}")

@@ -316,6 +316,7 @@ def test_sharded_tables_are_booked_per_worker_shard():
     rows = {**spec, "embeddingSharding": "row-wise"}
     assert ann(rows)["embeddingSharding"] == "row-wise"
     assert ann(rows)["dataParallelWorkers"] == 4
+    assert ann({**rows, "unpooledLookups": True})["unpooledLookups"] is True
     tables_mib = (2 * 10**6 * 64 + 5000 * 16) * 4 / 2**20
     assert predict(rows).gpu_mem_mib < predict(spec).gpu_mem_mib - tables_mib
     # one replica still shards (over one worker), under DDP unless the job says none

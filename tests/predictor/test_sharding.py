@@ -41,6 +41,11 @@ def test_a_worker_holds_its_shards() -> None:
     assert worker_shard(narrow, "column-wise", 3) == worker_shard(narrow, "table-wise", 3)
     with pytest.raises(ValueError, match="sharding"):
         worker_shard(equal, "diagonal", 2)
+    # unpooled (a sequence model's EmbeddingCollection): one vector per id goes back
+    seq = [Table(rows=1000, dim=64, pooling=50, count=4)]
+    assert worker_shard(seq, "table-wise", 2, unpooled=True).outputs == 2 * 50 * 64
+    assert worker_shard(seq, "row-wise", 2, unpooled=True).outputs == 4 * 50 * 64 / 2
+    assert worker_shard(seq, "row-wise", 2).outputs == 4 * 64  # pooled: partial sums
 
 
 def _parse(**fields: object) -> features.ModelSpec:
@@ -57,9 +62,9 @@ def test_sharded_workers_hold_their_shards_and_no_table_gradient(sharding: str) 
     received = 4096 * 8 * 64 * 4 / MIB  # this worker's samples' lookups, every table
     # a quarter of the weights and of their row-wise state (64-wide tables are not split
     # column-wise: two whole tables), the dense part, its Adagrad sums and DDP's buckets,
-    # and the gradient of the received lookups, which the exchange may hold into the next step
+    # and two exchanges' received lookups, which collectives may hold into the next step
     assert sharded["hold_mib"] == pytest.approx(
-        tables / 4 + rowwise_state / 4 + dense * 3 + received)
+        tables / 4 + rowwise_state / 4 + dense * 3 + 2 * received)
     assert replicated["hold_mib"] - sharded["hold_mib"] > 0.7 * tables
     # the gradients are the dense part's; the backward adds the exchanged lookups: the
     # shards' outputs for the job's batch twice, and their ids
@@ -126,3 +131,18 @@ def test_the_shards_are_booked_as_they_are_not_scaled() -> None:
     p = estimate.Estimator.load().predict(spec)
     ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
     assert shards < p.train_mib < p.gpu_mem_mib - ctx < 1.15 * p.train_mib
+
+
+def test_unpooled_lookups_exchange_a_vector_per_id() -> None:
+    seq = {**JOB, "idsPerSample": [50], "dataParallelWorkers": 4,
+           "embeddingSharding": "table-wise"}
+    pooled = features.derive(_parse(**seq))
+    unpooled = features.derive(_parse(**seq, unpooledLookups=True))
+    # two tables a worker, 50 ids each: 50 times the outputs, twice, for the job's batch;
+    # the received lookups one vector per id, in the step and in two exchanges held over
+    extra = 4096 * 8 * 64 * 49 * 4 / MIB
+    assert unpooled["grad_mib"] - pooled["grad_mib"] == pytest.approx(
+        4 * 4096 * 2 * (2 * 64 * 49) * 4 / MIB)
+    assert unpooled["io_mib"] - pooled["io_mib"] == pytest.approx(extra)
+    assert unpooled["hold_mib"] - pooled["hold_mib"] == pytest.approx(2 * extra)
+    assert features.to_job_fields(_parse(**seq, unpooledLookups=True))["unpooledLookups"]
