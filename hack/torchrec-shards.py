@@ -7,8 +7,8 @@
 
 Needs torch, fbgemm-gpu(-cpu) and torchrec of matching versions, in a venv of their own (the
 project's code is not imported): torch 2.14.0, fbgemm-gpu-cpu 1.9.0 and torchrec 1.9.2 from
-PyPI worked (torchrec's other dependencies: tensordict, torchmetrics==1.0.3, tqdm, pyre-
-extensions). For each case it starts ``workers`` gloo processes that train a DLRM
+PyPI worked (torchrec's other dependencies: tensordict, torchmetrics==1.0.3, tqdm,
+pyre-extensions). For each case it starts ``workers`` gloo processes that train a DLRM
 (``torchrec.models.dlrm.DLRM``; with ``--unpooled`` a sequence model instead, its lookups kept
 one vector per id by an ``EmbeddingCollection``) whose tables TorchRec's planner shards with
 the given sharding type (row-wise, which TorchRec offers on GPUs only, through a sharder that
@@ -19,9 +19,9 @@ Each rank reads the CPU allocator's bytes (the profiler's memory events) from be
 is built to the end of the third step and prints the steady step's peak (the third, once DDP's
 buckets exist), the peak and the level at the end of its forward, backward and optimizer step,
 its shards' bytes, and the job fields that describe the case (``job``: what the predictor is
-given). One JSON line per rank and case on stdout, also appended to ``$OUT/torchrec-
-shards.jsonl`` when OUT is set; ``predictor/data/sharded-tables-cpu.jsonl`` holds those of the
-cases docs/predictor.md ("Sharded tables") lists.
+given). One JSON line per rank and case on stdout, also appended to
+``$OUT/torchrec-shards.jsonl`` when OUT is set; ``predictor/data/sharded-tables-cpu.jsonl``
+holds those of the cases docs/predictor.md ("Sharded tables") lists.
 """
 
 from __future__ import annotations
