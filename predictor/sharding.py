@@ -11,9 +11,8 @@ gradients of those outputs in the backward. These are the sizes TorchRec's plann
 per shard (``calculate_shard_storages``: the shard, its optimizer state, the input and output
 sizes).
 
-Which tables a worker gets is the planner's choice. Table-wise, it balances the workers'
-cost, about equal numbers of tables when the tables cost alike, so a worker is booked the
-⌈tables / workers⌉ largest ones: exact for equal tables, on the safe side otherwise.
+Which tables a worker gets is the planner's choice: largest first, each to the worker with the
+least cost so far (:func:`_largest_pieces`).
 """
 
 from __future__ import annotations
@@ -54,12 +53,19 @@ def column_block(dim: int) -> int:
 
 def _largest_pieces(pieces: list[tuple[int, int, float]], workers: int,
                     unpooled: bool) -> WorkerShard:
-    """The ⌈pieces / workers⌉ largest of the ``(rows, width, ids per sample)`` pieces (whole
-    tables, or column blocks), each figure taken over its own largest ones."""
+    """The fullest worker's part of the ``(rows, width, ids per sample)`` pieces (whole
+    tables, or column blocks). TorchRec's planner takes the pieces largest first and gives
+    each to the worker with the least cost so far: pieces that cost alike (the same width and
+    ids per sample) are dealt out in turn, so the fullest worker holds the 1st, the
+    (workers + 1)th, ... largest. Pieces that cost differently make the order the planner's
+    cost model's: the worker is then booked the ⌈pieces / workers⌉ largest, each figure
+    taken over its own largest ones."""
     k = math.ceil(len(pieces) / workers)
+    alike = len({(d, p) for _, d, p in pieces}) <= 1
 
     def top(values: list[float]) -> float:
-        return float(sum(sorted(values, reverse=True)[:k]))
+        ranked = sorted(values, reverse=True)
+        return float(sum(ranked[::workers] if alike else ranked[:k]))
 
     return WorkerShard(params=top([r * d for r, d, _ in pieces]),
                        rows=top([r for r, _, _ in pieces]),
