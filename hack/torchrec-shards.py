@@ -3,7 +3,7 @@
 
     python3 hack/torchrec-shards.py [--workers 2 4] [--sharding table_wise row_wise column_wise]
         [--optimizer rowwise_adagrad adagrad sgd] [--tables 8] [--rows 200000 | R1 R2 ...]
-        [--dim 64] [--batch 2048] [--ids-per-sample 4] [--unpooled]
+        [--dim 64] [--batch 2048] [--ids-per-sample 4 | P1 P2 ...] [--unpooled]
 
 Needs torch, fbgemm-gpu(-cpu) and torchrec of matching versions, in a venv of their own (the
 project's code is not imported): torch 2.14.0, fbgemm-gpu-cpu 1.9.0 and torchrec 1.9.2 from
@@ -56,17 +56,23 @@ def _optimizer(name: str):
             "sgd": (torch.optim.SGD, {"lr": 0.01})}[name]
 
 
+def _ids(case: dict) -> list[int]:
+    """Ids each table looks up per sample (one value: every table)."""
+    ids = case["ids_per_sample"]
+    return list(ids) * (len(case["rows"]) if len(ids) == 1 else 1)
+
+
 def _batch(case: dict, rank: int):
     from torchrec.datasets.utils import Batch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     g = torch.Generator().manual_seed(1000 + rank)
-    b, pool, n = case["batch"], case["ids_per_sample"], len(case["rows"])
-    lengths = torch.full((n * b,), pool, dtype=torch.int32)
-    values = torch.cat([torch.randint(0, rows, (b * pool,), generator=g)
-                        for rows in case["rows"]])
+    b, ids = case["batch"], _ids(case)
+    lengths = torch.cat([torch.full((b,), p, dtype=torch.int32) for p in ids])
+    values = torch.cat([torch.randint(0, rows, (b * p,), generator=g)
+                        for rows, p in zip(case["rows"], ids, strict=True)])
     kjt = KeyedJaggedTensor.from_lengths_sync(
-        keys=[f"f{i}" for i in range(n)], values=values, lengths=lengths)
+        keys=[f"f{i}" for i in range(len(ids))], values=values, lengths=lengths)
     dense = torch.randn(b, case["dense_in"], generator=g)
     labels = torch.randint(0, 2, (b,), generator=g).float()
     return Batch(dense_features=dense, sparse_features=kjt, labels=labels)
@@ -127,17 +133,17 @@ class SequenceModel(torch.nn.Module):
     """A sequence recommender's shape: each table's ids of a sample looked up one vector per
     id (TorchRec's EmbeddingCollection, unpooled), averaged over the sequence, and an MLP."""
 
-    def __init__(self, collection: torch.nn.Module, tables: int, dim: int, length: int) -> None:
+    def __init__(self, collection: torch.nn.Module, dim: int, lengths: list[int]) -> None:
         super().__init__()
-        self.collection, self.tables, self.dim, self.length = collection, tables, dim, length
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(tables * dim, 512), torch.nn.ReLU(),
-                                       torch.nn.Linear(512, 256), torch.nn.ReLU(),
-                                       torch.nn.Linear(256, 1))
+        self.collection, self.dim, self.lengths = collection, dim, lengths
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(len(lengths) * dim, 512),
+                                       torch.nn.ReLU(), torch.nn.Linear(512, 256),
+                                       torch.nn.ReLU(), torch.nn.Linear(256, 1))
 
     def forward(self, batch) -> tuple[torch.Tensor, None]:  # noqa: ANN001
         looked_up = self.collection(batch.sparse_features)
-        x = torch.cat([looked_up[f"f{i}"].values().view(-1, self.length, self.dim).mean(1)
-                       for i in range(self.tables)], dim=1)
+        x = torch.cat([looked_up[f"f{i}"].values().view(-1, n, self.dim).mean(1)
+                       for i, n in enumerate(self.lengths)], dim=1)
         logits = self.mlp(x).squeeze(-1)
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels), None
 
@@ -156,8 +162,7 @@ def _model(case: dict) -> tuple[torch.nn.Module, torch.nn.Module, list, list[tor
     if case.get("unpooled"):
         tables = [EmbeddingConfig(name=f"t{i}", embedding_dim=dim, num_embeddings=rows,
                                   feature_names=[f"f{i}"]) for i, rows in enumerate(case["rows"])]
-        model = SequenceModel(EmbeddingCollection(tables=tables, device=meta), len(tables), dim,
-                              case["ids_per_sample"])
+        model = SequenceModel(EmbeddingCollection(tables=tables, device=meta), dim, _ids(case))
         return model, model.collection, tables, [model.mlp]
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=dim, num_embeddings=rows,
                                  feature_names=[f"f{i}"]) for i, rows in enumerate(case["rows"])]
@@ -240,7 +245,7 @@ def job_fields(case: dict, workers: int, dense_params: int) -> dict:
     job = {"batchSize": case["batch"],
            "macs": dense_params + (0 if unpooled else (n + 1) ** 2 * dim),
            "params": dense_params + sum(case["rows"]) * dim, "vocabularySize": case["rows"],
-           "embeddingDim": [dim], "idsPerSample": [case["ids_per_sample"]],
+           "embeddingDim": [dim], "idsPerSample": case["ids_per_sample"],
            "optimizer": case["optimizer"], "dataParallelWorkers": workers,
            "embeddingSharding": case["sharding"].replace("_", "-")}
     if unpooled:
@@ -258,7 +263,8 @@ def main() -> int:
                     help="rows of each table (one value: every table)")
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--batch", type=int, default=2048)
-    ap.add_argument("--ids-per-sample", type=int, default=4)
+    ap.add_argument("--ids-per-sample", type=int, nargs="+", default=[4],
+                    help="ids each table looks up per sample (one value: every table)")
     ap.add_argument("--unpooled", action="store_true",
                     help="a sequence model: EmbeddingCollection, one vector per id")
     args = ap.parse_args()
