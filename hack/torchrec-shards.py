@@ -3,7 +3,7 @@
 
     python3 hack/torchrec-shards.py [--workers 2 4] [--sharding table_wise row_wise column_wise]
         [--optimizer rowwise_adagrad adagrad sgd] [--tables 8] [--rows 200000 | R1 R2 ...]
-        [--dim 64] [--batch 2048] [--ids-per-sample 4 | P1 P2 ...] [--unpooled]
+        [--dim 64] [--batch 2048] [--ids-per-sample 4 | P1 P2 ...] [--unpooled] [--pipeline]
 
 Needs torch, fbgemm-gpu(-cpu) and torchrec of matching versions, in a venv of their own (the
 project's code is not imported): torch 2.14.0, fbgemm-gpu-cpu 1.9.0 and torchrec 1.9.2 from
@@ -148,6 +148,24 @@ class SequenceModel(torch.nn.Module):
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels), None
 
 
+def _pipelined_steps(dmp: torch.nn.Module, opt: object, batch: object) -> None:
+    """Steps of TorchRec's ``TrainPipelineSparseDist`` (its examples' loop: the next batch's
+    ids are exchanged while this one trains); the fourth is measured, its phases unmarked."""
+    import itertools
+
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+    pipeline = TrainPipelineSparseDist(dmp, opt, torch.device("cpu"))
+    batches = itertools.repeat(batch)
+    for step in range(4):
+        if step == 3:
+            dist.barrier()
+            _mark(STEADY)
+        pipeline.progress(batches)
+    for mark in (FORWARD, BACKWARD, END):
+        _mark(mark)
+
+
 def _model(case: dict) -> tuple[torch.nn.Module, torch.nn.Module, list, list[torch.nn.Module]]:
     """(model, its embedding module, the table configs, the dense modules) of the case."""
     from torchrec import (
@@ -212,7 +230,9 @@ def _train(rank: int, world: int, case: dict) -> tuple[int, int, int]:
             shard_bytes += sum(s.tensor.numel() * s.tensor.element_size()
                                for s in t.local_shards())
     batch = _batch(case, rank)
-    for step in range(3):
+    if case.get("pipeline"):
+        _pipelined_steps(dmp, opt, batch)
+    for step in range(0 if case.get("pipeline") else 3):
         if step == 2:
             dist.barrier()
             _mark(STEADY)
@@ -224,7 +244,8 @@ def _train(rank: int, world: int, case: dict) -> tuple[int, int, int]:
             _mark(BACKWARD)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    _mark(END)
+    if not case.get("pipeline"):
+        _mark(END)
     state_bytes = 0
     for st in dmp.fused_optimizer.state.values():
         for v in (st.values() if isinstance(st, dict) else []):
@@ -265,6 +286,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--ids-per-sample", type=int, nargs="+", default=[4],
                     help="ids each table looks up per sample (one value: every table)")
+    ap.add_argument("--pipeline", action="store_true",
+                    help="train with TorchRec's TrainPipelineSparseDist")
     ap.add_argument("--unpooled", action="store_true",
                     help="a sequence model: EmbeddingCollection, one vector per id")
     args = ap.parse_args()
@@ -277,6 +300,7 @@ def main() -> int:
                 case = {"sharding": sharding, "optimizer": optimizer, "dim": args.dim,
                         "batch": args.batch, "ids_per_sample": args.ids_per_sample,
                         "dense_in": 13, "unpooled": args.unpooled,
+                        "pipeline": args.pipeline,
                         "rows": (args.rows * args.tables if len(args.rows) == 1
                                  else args.rows)}
                 store = os.path.join(tempfile.mkdtemp(), "pg")

@@ -34,17 +34,21 @@ def load(path: Path = DEFAULT_JSONL) -> list[dict]:
 
 def evaluate_sharded(rows: list[dict], est: Estimator | None = None) -> list[ShardedResult]:
     """One result per sharding type (pooled lookups, and unpooled: a sequence model's
-    EmbeddingCollection) and one over all rows (``overall``)."""
+    EmbeddingCollection; trained step by step, or pipelined: TrainPipelineSparseDist) and one
+    over all rows (``overall``). A pipelined job's fields are those of the same job trained
+    step by step: the job does not say how its loop runs."""
     est = est or Estimator.load()
     ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
     kinds = np.array([r["sharding"].replace("_", "-")
-                      + (" unpooled" if r["job"].get("unpooledLookups") else "") for r in rows])
+                      + (" unpooled" if r["job"].get("unpooledLookups") else "")
+                      + (" pipelined" if r.get("pipeline") else "") for r in rows])
     y = np.array([r["peak_mib"] for r in rows])
     preds = [est.predict(features.parse_model(json.dumps(r["job"]))) for r in rows]
     train = np.array([p.train_mib for p in preds])
     booked = np.array([p.gpu_mem_mib for p in preds], dtype=float)
-    # a job: the same fields (its workers, and the same job run again)
-    jobs = np.array([json.dumps(r["job"], sort_keys=True) for r in rows])
+    # a job: the same fields and loop (its workers, and the same job run again)
+    jobs = np.array([json.dumps([r["job"], bool(r.get("pipeline"))], sort_keys=True)
+                     for r in rows])
     fullest = {j: y[jobs == j].max() for j in set(jobs)}
     out = []
     for kind in [*sorted(set(kinds)), "overall"]:
@@ -61,12 +65,12 @@ def evaluate_sharded(rows: list[dict], est: Estimator | None = None) -> list[Sha
 
 
 def format_sharded(results: list[ShardedResult]) -> str:
-    head = (f"{'sharding':20s} {'n':>4s} {'MAPE':>6s} {'job MAPE':>8s} {'under':>6s} "
+    head = (f"{'sharding':30s} {'n':>4s} {'MAPE':>6s} {'job MAPE':>8s} {'under':>6s} "
             f"{'largest':>7s} | {'res.under':>9s} {'med.over':>8s}")
     lines = [f"Sharded tables (TorchRec, each worker's CPU allocator peak; job fields, no row "
              f"fitted on): train_mib vs the peak (job MAPE: vs the job's fullest worker); "
              f"reservation vs peak + {gpus.DEFAULT_GPU} context", head, "-" * len(head)]
-    lines += [f"{r.sharding:20s} {r.n:4d} {100 * r.mape:5.1f}% {100 * r.job_mape:7.1f}% "
+    lines += [f"{r.sharding:30s} {r.n:4d} {100 * r.mape:5.1f}% {100 * r.job_mape:7.1f}% "
               f"{100 * r.under_share:5.1f}% "
               f"{100 * r.under_max:6.1f}% | {100 * r.res_under_share:8.1f}% "
               f"{100 * r.res_over_median:7.1f}%" for r in results]

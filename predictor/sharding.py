@@ -36,9 +36,10 @@ class WorkerShard:
     outputs: float
 
 
-# Buffers of the lookups a worker received (or of their gradient) that outlive their step:
-# measured workers began steps holding none, one or two of them, as the collectives that
-# exchanged them happened to release their buffers; every worker is booked two
+# Buffers of the lookups a worker received (or of their gradient) that outlive their step, as
+# the collectives that exchanged them happen to release them: measured workers trained step
+# by step began their steps holding none, one or two of them; every worker is booked two.
+# (TorchRec's pipelined loop held up to four of unpooled lookups: docs/predictor.md.)
 RETAINED_EXCHANGES = 2
 
 # TorchRec's planner splits a table column-wise into blocks of the smallest divisor of its

@@ -117,11 +117,12 @@ def test_measured_workers_of_sharded_jobs_are_booked_their_peak() -> None:
     ratios = []
     for r in rows:
         p = est.predict(features.parse_model(json.dumps(r["job"])))
-        ratios.append(p.train_mib / r["peak_mib"])
-        assert p.gpu_mem_mib >= r["peak_mib"] + ctx, r
-    # the worker holding the most is what each worker is booked: no worker above it by
-    # more than the job-level activations' spread, most close
-    assert min(ratios) > 0.85
+        assert p.gpu_mem_mib >= r["peak_mib"] + ctx, r  # every worker, every loop
+        if not r.get("pipeline"):
+            ratios.append(p.train_mib / r["peak_mib"])
+    # trained step by step, the worker holding the most is what each worker is booked: no
+    # worker above it by more than the job-level activations' spread, most close
+    assert len(ratios) >= 100 and min(ratios) > 0.9
     assert sorted(ratios)[len(ratios) // 2] < 1.25
 
 
