@@ -259,7 +259,8 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
     the tables are sharded over those workers by TorchRec (``table-wise``, ``row-wise`` or
     ``column-wise``; the model is described unsharded, as it is built before
     ``DistributedModelParallel`` wraps it): each worker is booked its shards, not the tables
-    (docs/predictor.md, "Sharded tables")."""
+    (docs/predictor.md, "Sharded tables"); lookups of ``nn.Embedding`` tables (TorchRec's
+    EmbeddingCollection) are exchanged one vector per id."""
     import torch
 
     model, wrapped, view = _unwrap_data_parallel(model)
@@ -294,6 +295,9 @@ def describe(model: Any, example_inputs: Any, optimizer: Any,
             if ann.get("optimizer") == "sparse_adam":
                 ann["optimizer"] = "adam"
         ann["embedding_sharding"] = embedding_sharding
+        # tables looked up one vector per id (nn.Embedding, TorchRec's EmbeddingCollection)
+        # exchange every id's vector, not one per sample
+        ann["unpooled_lookups"] = any(type(m) is torch.nn.Embedding for m in model.modules())
     return ann
 
 
@@ -402,7 +406,7 @@ def _annotation(model: Any, m: dict[str, Any], opts: list[Any], sparse: bool,
         **_measured(m, b),
     )
     return {k: v for k, v in msgspec.to_builtins(spec).items()
-            if v is not None and v != [] and k != "schema_version"}
+            if v is not None and v != [] and k not in ("schema_version", "unpooled_lookups")}
 
 
 def _per_sample(shape: tuple) -> int:

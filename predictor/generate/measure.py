@@ -198,13 +198,17 @@ class _Lookups:
         self.batch = batch_size
         self.ids: dict[int, list] = {}
         self.handles = [
-            m.register_forward_hook(self._hook) for m in model.modules()
+            m.register_forward_hook(self._hook, with_kwargs=True) for m in model.modules()
             if isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag)
         ]
 
-    def _hook(self, m, inp, _out) -> None:  # noqa: ANN001
+    def _hook(self, m, args, kwargs, _out) -> None:  # noqa: ANN001
+        # the ids: positional, or ``input=`` (TorchRec calls its bags with keywords)
+        ids = args[0] if args else kwargs.get("input")
+        if not isinstance(ids, torch.Tensor):
+            return
         entry = self.ids.setdefault(id(m.weight), [m.num_embeddings, m.embedding_dim, 0.0])
-        entry[2] += inp[0].numel() / self.batch
+        entry[2] += ids.numel() / self.batch
 
     def tables(self) -> list[list]:
         return list(self.ids.values())

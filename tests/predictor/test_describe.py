@@ -533,7 +533,31 @@ def test_a_ddp_worker_is_described_with_what_its_sync_holds(tmp_path: Path) -> N
     spec = features.parse_model(json.dumps(sharded))
     assert est.predict(spec).train_mib < est.predict(
         features.parse_model(json.dumps(eight))).train_mib
+    assert sharded["unpooled_lookups"] is False  # bags: one pooled vector per sample
     with pytest.raises(DescribeError, match="data_parallel_workers"):
         describe(bags, ids, sgd, embedding_sharding="row-wise")
     with pytest.raises(DescribeError, match="embedding_sharding"):
         describe(bags, ids, sgd, data_parallel_workers=2, embedding_sharding="diagonal")
+
+
+class KeywordLookups(torch.nn.Module):
+    """A sequence model whose table is called with ``input=``, as TorchRec calls its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items = torch.nn.Embedding(10_000, 32)
+        self.head = torch.nn.Linear(32, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.items(input=ids).mean(1))
+
+
+def test_tables_called_with_keywords_are_found_and_unpooled_when_sharded() -> None:
+    model = KeywordLookups()
+    ids = torch.randint(0, 10_000, (64, 20))
+    opt = torch.optim.Adagrad(model.parameters())
+    ann = describe(model, ids, opt, data_parallel_workers=2, embedding_sharding="table-wise")
+    assert ann["tables"] == [{"rows": 10_000, "dim": 32, "pooling": 20.0, "count": 1}]
+    assert ann["unpooled_lookups"] is True
+    spec = features.parse_model(json.dumps(ann))
+    assert features.derive(spec)["shards_mib"] == pytest.approx(10_000 * 32 * 4 * 2 / 2**20)
