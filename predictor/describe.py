@@ -308,6 +308,13 @@ def _unwrap_data_parallel(model: Any) -> tuple[Any, int | None, bool]:
     model passed unwrapped, which does not say."""
     import torch
 
+    if type(model).__name__ == "DistributedModelParallel":  # TorchRec's, not imported here
+        raise DescribeError(
+            "describe the model as it is built before DistributedModelParallel wraps it (its"
+            " tables unsharded, on the meta device if they are large), with"
+            " embedding_sharding= the plan's sharding (table-wise, row-wise or column-wise)"
+            " and data_parallel_workers= the world size (CLI: --embedding-sharding,"
+            " --data-parallel-workers)")
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return (model.module, max(1, model.process_group.size()),
                 bool(model.gradient_as_bucket_view))

@@ -561,3 +561,15 @@ def test_tables_called_with_keywords_are_found_and_unpooled_when_sharded() -> No
     assert ann["unpooled_lookups"] is True
     spec = features.parse_model(json.dumps(ann))
     assert features.derive(spec)["shards_mib"] == pytest.approx(10_000 * 32 * 4 * 2 / 2**20)
+
+
+def test_a_model_torchrec_has_sharded_is_refused_with_what_to_describe() -> None:
+    class DistributedModelParallel(torch.nn.Module):  # the name TorchRec's wrapper has
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = KeywordLookups()
+
+    model = DistributedModelParallel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(DescribeError, match="before DistributedModelParallel wraps it"):
+        describe(model, torch.randint(0, 10_000, (8, 4)), opt)
