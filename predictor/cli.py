@@ -154,8 +154,10 @@ def evaluate(data: Path, gpu_data: Path | None, out: Path, skip_compute: bool) -
         step("plots")
         plots = evaluation_report.plot(ev, out)
     table = evaluation_report.format_table(ev)
-    sharded = evaluation_sharded.evaluate_sharded(evaluation_sharded.load())
+    sharded_rows = evaluation_sharded.load()
+    sharded = evaluation_sharded.evaluate_sharded(sharded_rows)
     table += "\n\n" + evaluation_sharded.format_sharded(sharded)
+    plots.append(evaluation_sharded.plot_sharded(sharded_rows, out))
     click.echo(table)
     (out / "evaluation.txt").write_text(table + "\n")
     for p in plots:

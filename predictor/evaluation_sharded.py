@@ -32,6 +32,19 @@ def load(path: Path = DEFAULT_JSONL) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _kinds(rows: list[dict]) -> np.ndarray:
+    return np.array([r["sharding"].replace("_", "-")
+                     + (" unpooled" if r["job"].get("unpooledLookups") else "")
+                     + (" pipelined" if r.get("pipeline") else "") for r in rows])
+
+
+def _predicted(rows: list[dict], est: Estimator) -> tuple[np.ndarray, np.ndarray]:
+    """``(train_mib, gpu_mem_mib)`` of every row's job fields."""
+    preds = [est.predict(features.parse_model(json.dumps(r["job"]))) for r in rows]
+    return (np.array([p.train_mib for p in preds]),
+            np.array([p.gpu_mem_mib for p in preds], dtype=float))
+
+
 def evaluate_sharded(rows: list[dict], est: Estimator | None = None) -> list[ShardedResult]:
     """One result per sharding type (pooled lookups, and unpooled: a sequence model's
     EmbeddingCollection; trained step by step, or pipelined: TrainPipelineSparseDist) and one
@@ -39,13 +52,9 @@ def evaluate_sharded(rows: list[dict], est: Estimator | None = None) -> list[Sha
     step by step: the job does not say how its loop runs."""
     est = est or Estimator.load()
     ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
-    kinds = np.array([r["sharding"].replace("_", "-")
-                      + (" unpooled" if r["job"].get("unpooledLookups") else "")
-                      + (" pipelined" if r.get("pipeline") else "") for r in rows])
+    kinds = _kinds(rows)
     y = np.array([r["peak_mib"] for r in rows])
-    preds = [est.predict(features.parse_model(json.dumps(r["job"]))) for r in rows]
-    train = np.array([p.train_mib for p in preds])
-    booked = np.array([p.gpu_mem_mib for p in preds], dtype=float)
+    train, booked = _predicted(rows, est)
     # a job: the same fields and loop (its workers, and the same job run again)
     jobs = np.array([json.dumps([r["job"], bool(r.get("pipeline"))], sort_keys=True)
                      for r in rows])
@@ -75,3 +84,38 @@ def format_sharded(results: list[ShardedResult]) -> str:
               f"{100 * r.under_max:6.1f}% | {100 * r.res_under_share:8.1f}% "
               f"{100 * r.res_over_median:7.1f}%" for r in results]
     return "\n".join(lines)
+
+
+def plot_sharded(rows: list[dict], out_dir: Path, est: Estimator | None = None) -> Path:
+    """Each worker's measured peak against the estimate and the booking less the context
+    (log-log, one colour per sharding type); ``sharded-tables.png`` in ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    est = est or Estimator.load()
+    ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
+    kinds = _kinds(rows)
+    y = np.array([r["peak_mib"] for r in rows])
+    train, booked = _predicted(rows, est)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
+    cmap = plt.get_cmap("tab10")
+    lo = float(min(y.min(), train.min())) * 0.8
+    hi = float(max(y.max(), train.max(), (booked - ctx).max())) * 1.25
+    for ax, pred, what in ((axes[0], train, "estimate (train_mib)"),
+                           (axes[1], booked - ctx, f"booking less the {gpus.DEFAULT_GPU} context")):
+        for k, kind in enumerate(sorted(set(kinds))):
+            m = kinds == kind
+            ax.scatter(y[m], pred[m], s=12, alpha=0.75, color=cmap(k % 10), label=kind)
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+               xlabel="measured peak of one worker (MiB, CPU allocator)", ylabel=f"{what} (MiB)",
+               title=f"sharded tables: {what}")
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "sharded-tables.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
