@@ -200,6 +200,9 @@ def test_cli_evaluate_writes_both_levels_and_plots(tiny_csv: Path, tmp_path: Pat
     for level in ("described", "job"):
         assert (tmp_path / f"memory-{level}.png").stat().st_size > 10_000
     assert (tmp_path / "evaluation.txt").read_text().startswith("Memory, described level")
+    # the workers of sharded-table jobs, measured apart from the dataset
+    assert "Sharded tables" in r.output and "row-wise" in r.output
+    assert (tmp_path / "sharded-tables.png").stat().st_size > 10_000
     r = CliRunner().invoke(main, ["evaluate", "--gpu-data", "/nonexistent.csv"])
     assert r.exit_code != 0 and "does not exist" in r.output
 
