@@ -160,12 +160,7 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     # are priced from the shards
     if spec.state_bytes is not None and shard is None:
         hold_mib = p_mib + spec.state_bytes * mib
-    if shard is not None:  # the optimizer steps the dense part only
-        step_temp_mib = dense_p_mib * (OPT_STEP_TEMP[spec.optimizer]
-                                       if spec.optimizer_impl == "foreach" else
-                                       OPT_STEP_TEMP_SINGLE[spec.optimizer]
-                                       if spec.optimizer_impl == "single" else 0.0)
-    elif spec.step_bytes is not None:
+    if spec.step_bytes is not None and shard is None:
         step_temp_mib = spec.step_bytes * mib
     elif spec.sparse_grad:
         # the dense part is stepped as usual, the tables in place (see OPT_STEP_TEMP_SPARSE)
@@ -175,11 +170,13 @@ def derive(spec: ModelSpec) -> dict[str, float]:
     elif spec.optimizer_impl == "fused":
         step_temp_mib = 0.0
     elif spec.optimizer_impl == "single":
-        # the largest parameter: the largest table, or (no tables) at most the dense part
-        largest = max((t.rows * t.dim for t in spec.tables), default=0) or dense_params
+        # the largest parameter: the largest table (sharded tables are not the optimizer's),
+        # or at most the dense part
+        tables = spec.tables if shard is None else []
+        largest = max((t.rows * t.dim for t in tables), default=0) or dense_params
         step_temp_mib = largest * b * mib * OPT_STEP_TEMP_SINGLE[spec.optimizer]
-    else:
-        step_temp_mib = p_mib * OPT_STEP_TEMP[spec.optimizer]
+    else:  # foreach: what the optimizer steps (the dense part only, when sharded)
+        step_temp_mib = (p_mib if shard is None else dense_p_mib) * OPT_STEP_TEMP[spec.optimizer]
     # DistributedDataParallel: buckets as large as the dense gradients, allocated with the
     # first backward and kept; the gradients are copied into them (or, as bucket views, are
     # them: no second copy while the optimizer steps). Sparse gradients are not bucketed: the
