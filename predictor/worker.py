@@ -63,23 +63,6 @@ def is_candidate(pod: dict[str, Any]) -> bool:
     return schema.ANN_MODEL in ann or schema.ANN_TASK_INFO in ann
 
 
-def _data_parallel_workers(pod: dict[str, Any]) -> int:
-    """The workers of a multi-process PyTorch job a pod belongs to when its annotation does
-    not say how they sync: ``WORLD_SIZE`` > 1 in a container's environment, as Kubeflow's
-    PyTorchJob and torchrun set it (0 otherwise). Such a worker is booked
-    DistributedDataParallel's sync, as the job controller books its own jobs of several
-    replicas; an annotation that states ``dataParallelWorkers`` / ``data_parallel_workers``
-    (0 included) is taken as it is."""
-    world = _world_size(pod)
-    raw = _annotations(pod).get(schema.ANN_MODEL) if world else None
-    if raw is not None:  # read again only for a multi-process pod: was the sync stated?
-        said = msgspec.json.decode(raw)  # parsed already: a valid object
-        if isinstance(said, dict) and (
-                {"dataParallelWorkers", "data_parallel_workers"} & said.keys()):
-            return 0
-    return world
-
-
 def _world_size(pod: dict[str, Any]) -> int:
     """``WORLD_SIZE`` from a container's environment when it is a count above 1, else 0."""
     containers = (pod.get("spec") or {}).get("containers")
@@ -96,43 +79,47 @@ def _world_size(pod: dict[str, Any]) -> int:
     return 0
 
 
-def _sharded_with_world_size(pod: dict[str, Any]) -> str | None:
-    """The model annotation of a TorchRec worker that shards its tables
-    (``embeddingSharding``) and leaves the workers they are sharded over to ``WORLD_SIZE``,
-    with them stated; None for any other pod."""
-    world = _world_size(pod)
-    raw = _annotations(pod).get(schema.ANN_MODEL)
-    if not world or raw is None:
-        return None
-    try:
-        said = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(said, dict) or {"dataParallelWorkers", "data_parallel_workers"} & said.keys():
-        return None
-    for sharding, workers in (("embeddingSharding", "dataParallelWorkers"),
-                              ("embedding_sharding", "data_parallel_workers")):
-        if said.get(sharding):
-            return msgspec.json.encode({**said, workers: world}).decode()
-    return None
+_WORKER_KEYS = {"dataParallelWorkers": "embeddingSharding",
+                "data_parallel_workers": "embedding_sharding"}
 
 
 def pod_spec(pod: dict[str, Any]) -> schema.ModelSpec | None:
     """The model a pod describes (None without a model annotation), as the worker predicts
-    it: its annotations, and DDP's sync for a data-parallel worker that does not say
-    (:func:`_data_parallel_workers`). Raises :class:`schema.SchemaError` on a bad one."""
-    try:
-        spec = schema.from_annotations(_annotations(pod))
-    except schema.SchemaError:
-        stated = _sharded_with_world_size(pod)
-        if stated is None:
-            raise
-        spec = schema.from_annotations({**_annotations(pod), schema.ANN_MODEL: stated})
-    if spec is not None and not spec.data_parallel_workers:
-        workers = _data_parallel_workers(pod)
-        if workers:
-            spec = msgspec.structs.replace(spec, data_parallel_workers=workers)
+    it: its annotations, and the workers of a multi-process PyTorch job when its annotation
+    does not say how they sync: ``WORLD_SIZE`` > 1 in a container's environment, as
+    Kubeflow's PyTorchJob and torchrun set it. Such a worker is booked DistributedDataParallel's
+    sync, as the job controller books its own jobs of several replicas, and its tables, when
+    the annotation says they are sharded, over that many workers; an annotation that states
+    ``dataParallelWorkers`` / ``data_parallel_workers`` (0 included) is taken as it is.
+    Raises :class:`schema.SchemaError` on a bad one."""
+    ann = _annotations(pod)
+    world = _world_size(pod)
+    said = _model_object(ann.get(schema.ANN_MODEL)) if world else None
+    if said is not None:
+        if _WORKER_KEYS.keys() & said.keys():
+            world = 0  # stated
+        else:
+            # sharded tables need the workers to be read at all: they go into the annotation
+            for workers, sharding in _WORKER_KEYS.items():
+                if said.get(sharding):
+                    stated = msgspec.json.encode({**said, workers: world}).decode()
+                    ann = {**ann, schema.ANN_MODEL: stated}
+    spec = schema.from_annotations(ann)
+    if spec is not None and world and not spec.data_parallel_workers:
+        spec = msgspec.structs.replace(spec, data_parallel_workers=world)
     return spec
+
+
+def _model_object(raw: str | None) -> dict[str, Any] | None:
+    """The ``sparse.io/model`` annotation as a JSON object; None when there is none, or it is
+    not one (parsing it reports why)."""
+    if raw is None or len(raw) > schema.MAX_ANNOTATION_BYTES:
+        return None
+    try:
+        said = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return said if isinstance(said, dict) else None
 
 
 def handle_pod(
