@@ -9,10 +9,11 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
 
 import click
 
-from predictor import MODEL_VERSION, configs, dataset, estimate
+from predictor import MODEL_VERSION, configs, dataset, estimate, schema
 
 
 def _gpu_data(ctx: click.Context, param: click.Parameter, value: str) -> Path | None:
@@ -154,10 +155,10 @@ def evaluate(data: Path, gpu_data: Path | None, out: Path, skip_compute: bool) -
         step("plots")
         plots = evaluation_report.plot(ev, out)
     table = evaluation_report.format_table(ev)
-    sharded_rows = evaluation_sharded.load()
-    sharded = evaluation_sharded.evaluate_sharded(sharded_rows)
-    table += "\n\n" + evaluation_sharded.format_sharded(sharded)
-    plots.append(evaluation_sharded.plot_sharded(sharded_rows, out))
+    sharded = evaluation_sharded.points(evaluation_sharded.load())
+    table += "\n\n" + evaluation_sharded.format_sharded(
+        evaluation_sharded.evaluate_sharded(sharded))
+    plots.append(evaluation_sharded.plot_sharded(sharded, out))
     click.echo(table)
     (out / "evaluation.txt").write_text(table + "\n")
     for p in plots:
@@ -195,7 +196,7 @@ def step_bounds(gpu_data: Path | None, quantile: float, out: Path) -> None:
               help="The job's workers sync gradients with DistributedDataParallel, this many"
                    " (0: they do not; default: the process group's size when the factory's"
                    " model is wrapped in DDP, else unsaid).")
-@click.option("--embedding-sharding", type=click.Choice(["table-wise", "row-wise", "column-wise"]),
+@click.option("--embedding-sharding", type=click.Choice(get_args(schema.EmbeddingSharding)),
               default=None, help="The tables are sharded over the data-parallel workers by"
                                  " TorchRec (needs --data-parallel-workers).")
 @click.option("--indent", is_flag=True, help="Pretty-print.")
@@ -275,8 +276,6 @@ def predict(pod_file: Path | None, features_file: Path | None, gpu_model: str | 
     """Predict train_mib / gpu_mem_mib / gpu_milli / job_class for one job."""
     import msgspec
     import yaml
-
-    from predictor import schema
 
     if (pod_file is None) == (features_file is None):
         raise click.UsageError("give exactly one of --pod or --features")

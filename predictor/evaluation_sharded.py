@@ -32,36 +32,46 @@ def load(path: Path = DEFAULT_JSONL) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _kinds(rows: list[dict]) -> np.ndarray:
-    return np.array([r["sharding"].replace("_", "-")
-                     + (" unpooled" if r["job"].get("unpooledLookups") else "")
-                     + (" pipelined" if r.get("pipeline") else "") for r in rows])
+@dataclass(frozen=True)
+class ShardedPoints:
+    """Every measured worker: its sharding type, its peak, the estimate and the booking of
+    its job's fields, and which job it belongs to (the same fields and loop: its workers,
+    and the same job run again)."""
+
+    kinds: np.ndarray
+    peak_mib: np.ndarray
+    train_mib: np.ndarray
+    booked_mib: np.ndarray
+    jobs: np.ndarray
 
 
-def _predicted(rows: list[dict], est: Estimator) -> tuple[np.ndarray, np.ndarray]:
-    """``(train_mib, gpu_mem_mib)`` of every row's job fields."""
+def points(rows: list[dict], est: Estimator | None = None) -> ShardedPoints:
+    """The rows predicted once, for the table and the plot."""
+    est = est or Estimator.load()
     preds = [est.predict(features.parse_model(json.dumps(r["job"]))) for r in rows]
-    return (np.array([p.train_mib for p in preds]),
-            np.array([p.gpu_mem_mib for p in preds], dtype=float))
+    return ShardedPoints(
+        kinds=np.array([r["sharding"].replace("_", "-")
+                        + (" unpooled" if r["job"].get("unpooledLookups") else "")
+                        + (" pipelined" if r.get("pipeline") else "") for r in rows]),
+        peak_mib=np.array([r["peak_mib"] for r in rows]),
+        train_mib=np.array([p.train_mib for p in preds]),
+        booked_mib=np.array([p.gpu_mem_mib for p in preds], dtype=float),
+        jobs=np.array([json.dumps([r["job"], bool(r.get("pipeline"))], sort_keys=True)
+                       for r in rows]))
 
 
-def evaluate_sharded(rows: list[dict], est: Estimator | None = None) -> list[ShardedResult]:
+def evaluate_sharded(pts: ShardedPoints) -> list[ShardedResult]:
     """One result per sharding type (pooled lookups, and unpooled: a sequence model's
     EmbeddingCollection; trained step by step, or pipelined: TrainPipelineSparseDist) and one
     over all rows (``overall``). A pipelined job's fields are those of the same job trained
     step by step: the job does not say how its loop runs."""
-    est = est or Estimator.load()
     ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
-    kinds = _kinds(rows)
-    y = np.array([r["peak_mib"] for r in rows])
-    train, booked = _predicted(rows, est)
-    # a job: the same fields and loop (its workers, and the same job run again)
-    jobs = np.array([json.dumps([r["job"], bool(r.get("pipeline"))], sort_keys=True)
-                     for r in rows])
+    kinds, y, train, booked, jobs = (pts.kinds, pts.peak_mib, pts.train_mib, pts.booked_mib,
+                                     pts.jobs)
     fullest = {j: y[jobs == j].max() for j in set(jobs)}
     out = []
     for kind in [*sorted(set(kinds)), "overall"]:
-        m = kinds == kind if kind != "overall" else np.ones(len(rows), dtype=bool)
+        m = kinds == kind if kind != "overall" else np.ones(len(kinds), dtype=bool)
         rel = train[m] / y[m] - 1
         res = booked[m] / (y[m] + ctx) - 1
         per_job = {j: p for j, p in zip(jobs[m], train[m], strict=True)}
@@ -86,7 +96,7 @@ def format_sharded(results: list[ShardedResult]) -> str:
     return "\n".join(lines)
 
 
-def plot_sharded(rows: list[dict], out_dir: Path, est: Estimator | None = None) -> Path:
+def plot_sharded(pts: ShardedPoints, out_dir: Path) -> Path:
     """Each worker's measured peak against the estimate and the booking less the context
     (log-log, one colour per sharding type); ``sharded-tables.png`` in ``out_dir``."""
     import matplotlib
@@ -94,11 +104,8 @@ def plot_sharded(rows: list[dict], out_dir: Path, est: Estimator | None = None) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    est = est or Estimator.load()
     ctx = gpus.get(gpus.DEFAULT_GPU).ctx_mib
-    kinds = _kinds(rows)
-    y = np.array([r["peak_mib"] for r in rows])
-    train, booked = _predicted(rows, est)
+    kinds, y, train, booked = pts.kinds, pts.peak_mib, pts.train_mib, pts.booked_mib
     fig, axes = plt.subplots(1, 2, figsize=(13, 6), sharey=True)
     cmap = plt.get_cmap("tab10")
     lo = float(min(y.min(), train.min())) * 0.8
